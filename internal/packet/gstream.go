@@ -1,0 +1,250 @@
+package packet
+
+import (
+	"bytes"
+	"encoding/binary"
+)
+
+// GStreamHeaderSize is the size of a binary g-stream header (§5).
+const GStreamHeaderSize = 24
+
+// g-stream provider types (§5).
+const (
+	ProviderCache    byte = 'C' // XCache file_close
+	ProviderTPC      byte = 'P' // third-party copy
+	ProviderThrottle byte = 'R' // throttle_update
+	ProviderOSS      byte = 'O' // oss_stats
+	ProviderHTTP     byte = 'H' // HTTP counters
+	ProviderTCPMon   byte = 'T' // tcpmon plugin
+	ProviderCCM      byte = 'M' // cache context management plugin
+)
+
+// GStream is a decoded binary g-stream packet: header fields and its JSON
+// lines.
+type GStream struct {
+	Header
+	TBeg, TEnd int32  // Unix s of the first and last record
+	Provider   byte   // provider type character
+	SID        uint64 // server id (low 48 bits)
+	body       []byte
+}
+
+// DecodeGStream decodes a binary g-stream packet.
+func DecodeGStream(b []byte) (GStream, error) {
+	h, err := ParseHeader(b)
+	if err != nil {
+		return GStream{}, err
+	}
+	if h.Code != CodeGStream {
+		return GStream{}, ErrUnknownCode
+	}
+	if len(b) < GStreamHeaderSize {
+		return GStream{}, ErrShort
+	}
+	return GStream{
+		Header:   h,
+		TBeg:     int32(binary.BigEndian.Uint32(b[8:12])),
+		TEnd:     int32(binary.BigEndian.Uint32(b[12:16])),
+		Provider: b[16],
+		SID:      binary.BigEndian.Uint64(b[16:24]) & sidMask,
+		body:     b[GStreamHeaderSize:],
+	}, nil
+}
+
+// Lines returns an iterator over the packet's records.
+func (g *GStream) Lines() LineIter { return LineIter{rest: g.body} }
+
+// LineIter iterates over newline-separated records, dropping the NUL that
+// ends the last one and skipping empty lines (§5, §9.13).
+type LineIter struct {
+	rest []byte
+	line []byte
+}
+
+// Next advances to the next non-empty line.
+func (it *LineIter) Next() bool {
+	for len(it.rest) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(it.rest, '\n'); i >= 0 {
+			line, it.rest = it.rest[:i], it.rest[i+1:]
+		} else {
+			line, it.rest = it.rest, nil
+		}
+		if i := bytes.IndexByte(line, 0); i >= 0 {
+			line = line[:i]
+		}
+		line = bytes.TrimRight(line, "\r ")
+		if len(line) > 0 {
+			it.line = line
+			return true
+		}
+	}
+	return false
+}
+
+// Line returns the current line, a view into the datagram.
+func (it *LineIter) Line() []byte { return it.line }
+
+// TextGStream is a text datagram of a text-header g-stream (§6.5): a
+// g-stream packet with a JSON or CGI header line, an ident record ('=') or a
+// dict record ('d', 'i').
+type TextGStream struct {
+	CGI      bool   // CGI form, else JSON
+	Code     byte   // 'g', '=', 'd' or 'i'
+	Pseq     uint16 // 0..999
+	Stod     uint32
+	SID      uint64
+	Provider byte   // gs.type, for 'g' and dict records
+	TBeg     uint32 // 'g' only
+	TEnd     uint32 // 'g' only
+	DictID   uint32 // dict records only
+	// Data is the dict record's text (unescaped as the producer sent it).
+	Data []byte
+	// Header is the header line (or the whole ident/dict record).
+	Header []byte
+	body   []byte
+}
+
+// DecodeTextGStream decodes a text-header g-stream datagram of either form.
+// The header's numbers are found by key; unknown keys (the src block) are
+// skipped.
+func DecodeTextGStream(b []byte) (TextGStream, error) {
+	var t TextGStream
+	switch Classify(b) {
+	case KindTextGStream:
+	case KindCGIGStream:
+		t.CGI = true
+	default:
+		return t, ErrUnknownCode
+	}
+	hdr, body := b, []byte(nil)
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		hdr, body = b[:i], b[i+1:]
+	}
+	if i := bytes.IndexByte(hdr, 0); i >= 0 {
+		hdr = hdr[:i]
+	}
+	t.Header = hdr
+	code := textValue(hdr, "code", t.CGI)
+	if len(code) != 1 {
+		return t, ErrSyntax
+	}
+	t.Code = code[0]
+	pseq, ok := parseUint(trimPad(textValue(hdr, "pseq", t.CGI)))
+	if !ok || pseq > 999 {
+		return t, ErrSyntax
+	}
+	t.Pseq = uint16(pseq)
+	stod, ok := parseUint(trimPad(textValue(hdr, "stod", t.CGI)))
+	if !ok || stod > 0xFFFFFFFF {
+		return t, ErrSyntax
+	}
+	t.Stod = uint32(stod)
+	if t.SID, ok = parseUint(trimPad(textValue(hdr, "sid", t.CGI))); !ok {
+		return t, ErrSyntax
+	}
+	typeKey, tbegKey, tendKey := "type", "tbeg", "tend"
+	if t.CGI {
+		typeKey, tbegKey, tendKey = "gs.type", "gs.tbeg", "gs.tend"
+	}
+	switch t.Code {
+	case 'g':
+		typ := textValue(hdr, typeKey, t.CGI)
+		if len(typ) != 1 {
+			return t, ErrSyntax
+		}
+		t.Provider = typ[0]
+		v, ok1 := parseUint(trimPad(textValue(hdr, tbegKey, t.CGI)))
+		w, ok2 := parseUint(trimPad(textValue(hdr, tendKey, t.CGI)))
+		if !ok1 || !ok2 || v > 0xFFFFFFFF || w > 0xFFFFFFFF {
+			return t, ErrSyntax
+		}
+		t.TBeg, t.TEnd = uint32(v), uint32(w)
+		t.body = body
+	case '=':
+	case 'd', 'i':
+		if typ := textValue(hdr, typeKey, t.CGI); len(typ) == 1 {
+			t.Provider = typ[0]
+		}
+		did, ok := parseUint(textValue(hdr, "did", t.CGI))
+		if !ok || did > 0xFFFFFFFF {
+			return t, ErrSyntax
+		}
+		t.DictID = uint32(did)
+		t.Data = textValue(hdr, "data", t.CGI)
+	default:
+		return t, ErrUnknownCode
+	}
+	return t, nil
+}
+
+// Lines returns an iterator over the records of a 'g' datagram.
+func (t *TextGStream) Lines() LineIter { return LineIter{rest: t.body} }
+
+// trimPad drops the space (JSON) or '+' (CGI) padding of numbers.
+func trimPad(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '+') {
+		b = b[1:]
+	}
+	return b
+}
+
+// textValue finds key in a JSON or CGI header and returns its raw value. In
+// JSON, a string value is returned without quotes ("data" runs to the last
+// quote before the closing brace, since the producer does not escape it);
+// other values run to the next ',' or '}'. In CGI, values run to the next
+// '&' (except "data", which runs to the end).
+func textValue(hdr []byte, key string, cgi bool) []byte {
+	if cgi {
+		for off := 0; off < len(hdr); {
+			i := bytes.Index(hdr[off:], []byte(key))
+			if i < 0 {
+				return nil
+			}
+			i += off
+			j := i + len(key)
+			if (i == 0 || hdr[i-1] == '&' || hdr[i-1] == '\n') && j < len(hdr) && hdr[j] == '=' {
+				v := hdr[j+1:]
+				if key == "data" {
+					return v
+				}
+				if k := bytes.IndexByte(v, '&'); k >= 0 {
+					v = v[:k]
+				}
+				return v
+			}
+			off = j
+		}
+		return nil
+	}
+	for off := 0; off < len(hdr); {
+		i := bytes.Index(hdr[off:], []byte(key))
+		if i < 0 {
+			return nil
+		}
+		i += off
+		j := i + len(key)
+		if i > 0 && hdr[i-1] == '"' && j+1 < len(hdr) && hdr[j] == '"' && hdr[j+1] == ':' {
+			v := hdr[j+2:]
+			if len(v) > 0 && v[0] == '"' {
+				v = v[1:]
+				if key == "data" {
+					if k := bytes.LastIndexByte(v, '"'); k >= 0 {
+						return v[:k]
+					}
+					return v
+				}
+				if k := bytes.IndexByte(v, '"'); k >= 0 {
+					return v[:k]
+				}
+				return v
+			}
+			if k := bytes.IndexAny(v, ",}"); k >= 0 {
+				v = v[:k]
+			}
+			return v
+		}
+		off = j
+	}
+	return nil
+}
