@@ -15,7 +15,17 @@
 // Classify tells which. The Decode* functions validate a datagram completely
 // before returning, so iterating a decoded packet cannot fail; any defect is
 // reported as an *Error whose Reason belongs to a small closed set that
-// metrics count (see Reasons).
+// metrics count (see Reasons). Validate decodes any datagram by its kind,
+// down to every record field and typed map payload, and returns the first
+// defect: use it to count rejections by reason.
+//
+// # Encoding
+//
+// The same package builds every packet kind, as a server lays it out, for
+// the load generator and for tests: AppendMap with the Append* payload
+// functions (AppendUserID, AppendLogin, AppendToken, ...), FStreamBuilder,
+// TraceBuilder, RedirBuilder, AppendGStream and AppendTextGStream. They
+// append into the caller's buffer and do not allocate when it has room.
 //
 // # Views, not copies
 //

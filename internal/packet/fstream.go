@@ -1,6 +1,7 @@
 package packet
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 )
@@ -203,11 +204,8 @@ func (r FileRec) Open() FileOpen {
 		o.HasLFN = true
 		o.User = binary.BigEndian.Uint32(r.b[16:20])
 		lfn := r.b[openLFNFixed:]
-		for i, c := range lfn {
-			if c == 0 {
-				lfn = lfn[:i]
-				break
-			}
+		if i := bytes.IndexByte(lfn, 0); i >= 0 {
+			lfn = lfn[:i]
 		}
 		o.LFN = lfn
 	}

@@ -29,7 +29,8 @@ type GStream struct {
 	body       []byte
 }
 
-// DecodeGStream decodes a binary g-stream packet.
+// DecodeGStream decodes a binary g-stream packet. It must carry at least
+// one non-empty record (ErrEmptyText): producers never send empty buffers.
 func DecodeGStream(b []byte) (GStream, error) {
 	h, err := ParseHeader(b)
 	if err != nil {
@@ -40,6 +41,9 @@ func DecodeGStream(b []byte) (GStream, error) {
 	}
 	if len(b) < GStreamHeaderSize {
 		return GStream{}, ErrShort
+	}
+	if !hasLine(b[GStreamHeaderSize:]) {
+		return GStream{}, ErrEmptyText
 	}
 	return GStream{
 		Header:   h,
@@ -73,7 +77,9 @@ func (it *LineIter) Next() bool {
 		if i := bytes.IndexByte(line, 0); i >= 0 {
 			line = line[:i]
 		}
-		line = bytes.TrimRight(line, "\r ")
+		for len(line) > 0 && (line[len(line)-1] == '\r' || line[len(line)-1] == ' ') {
+			line = line[:len(line)-1]
+		}
 		if len(line) > 0 {
 			it.line = line
 			return true
@@ -87,7 +93,7 @@ func (it *LineIter) Line() []byte { return it.line }
 
 // TextGStream is a text datagram of a text-header g-stream (§6.5): a
 // g-stream packet with a JSON or CGI header line, an ident record ('=') or a
-// dict record ('d', 'i').
+// dict record ('d', 'i'). Its byte slices are views into the datagram.
 type TextGStream struct {
 	CGI      bool   // CGI form, else JSON
 	Code     byte   // 'g', '=', 'd' or 'i'
@@ -100,36 +106,63 @@ type TextGStream struct {
 	DictID   uint32 // dict records only
 	// Data is the dict record's text (unescaped as the producer sent it).
 	Data []byte
-	// Header is the header line (or the whole ident/dict record).
+	// Src is the optional server description (sitehdr ... fullhdr): in
+	// JSON the object after "src": including its braces, in CGI the
+	// `&site=...&host=...` pairs. Empty when absent.
+	Src []byte
+	// Header is the header line of a 'g' datagram, or the whole ident or
+	// dict record (without its closing NUL).
 	Header []byte
 	body   []byte
 }
 
 // DecodeTextGStream decodes a text-header g-stream datagram of either form.
 // The header's numbers are found by key; unknown keys (the src block) are
-// skipped.
+// skipped. A 'g' datagram must carry at least one record (ErrEmptyText).
+//
+// The CGI header of a 'g' datagram ends at the first newline after
+// "gs.tend=" (§6.5: the default header has a stray newline before
+// "&gs.type", and the bytes between the gs.tend value and the newline are
+// undefined), so only the leading digits of gs.tend are read.
 func DecodeTextGStream(b []byte) (TextGStream, error) {
 	var t TextGStream
+	var code byte
 	switch Classify(b) {
 	case KindTextGStream:
+		// {"code":"X"
+		if len(b) < 11 || b[10] != '"' {
+			return t, ErrSyntax
+		}
+		code = b[9]
 	case KindCGIGStream:
 		t.CGI = true
+		if len(b) < 6 {
+			return t, ErrSyntax
+		}
+		code = b[5]
 	default:
 		return t, ErrUnknownCode
 	}
 	hdr, body := b, []byte(nil)
-	if i := bytes.IndexByte(b, '\n'); i >= 0 {
-		hdr, body = b[:i], b[i+1:]
+	if code == 'g' {
+		from := 0
+		if t.CGI {
+			from = bytes.Index(b, []byte("gs.tend="))
+			if from < 0 {
+				return t, ErrSyntax
+			}
+		}
+		i := bytes.IndexByte(b[from:], '\n')
+		if i < 0 {
+			return t, ErrEmptyText
+		}
+		hdr, body = b[:from+i], b[from+i+1:]
 	}
 	if i := bytes.IndexByte(hdr, 0); i >= 0 {
 		hdr = hdr[:i]
 	}
 	t.Header = hdr
-	code := textValue(hdr, "code", t.CGI)
-	if len(code) != 1 {
-		return t, ErrSyntax
-	}
-	t.Code = code[0]
+	t.Code = code
 	pseq, ok := parseUint(trimPad(textValue(hdr, "pseq", t.CGI)))
 	if !ok || pseq > 999 {
 		return t, ErrSyntax
@@ -140,9 +173,11 @@ func DecodeTextGStream(b []byte) (TextGStream, error) {
 		return t, ErrSyntax
 	}
 	t.Stod = uint32(stod)
-	if t.SID, ok = parseUint(trimPad(textValue(hdr, "sid", t.CGI))); !ok {
+	sid := textValue(hdr, "sid", t.CGI)
+	if t.SID, ok = parseUint(trimPad(sid)); !ok {
 		return t, ErrSyntax
 	}
+	t.Src = textSrc(hdr, sid, t.CGI)
 	typeKey, tbegKey, tendKey := "type", "tbeg", "tend"
 	if t.CGI {
 		typeKey, tbegKey, tendKey = "gs.type", "gs.tbeg", "gs.tend"
@@ -155,11 +190,14 @@ func DecodeTextGStream(b []byte) (TextGStream, error) {
 		}
 		t.Provider = typ[0]
 		v, ok1 := parseUint(trimPad(textValue(hdr, tbegKey, t.CGI)))
-		w, ok2 := parseUint(trimPad(textValue(hdr, tendKey, t.CGI)))
+		w, ok2 := parseUint(leadingDigits(trimPad(textValue(hdr, tendKey, t.CGI))))
 		if !ok1 || !ok2 || v > 0xFFFFFFFF || w > 0xFFFFFFFF {
 			return t, ErrSyntax
 		}
 		t.TBeg, t.TEnd = uint32(v), uint32(w)
+		if !hasLine(body) {
+			return t, ErrEmptyText
+		}
 		t.body = body
 	case '=':
 	case 'd', 'i':
@@ -178,6 +216,54 @@ func DecodeTextGStream(b []byte) (TextGStream, error) {
 	return t, nil
 }
 
+// hasLine reports whether body holds at least one non-empty record.
+func hasLine(body []byte) bool {
+	it := LineIter{rest: body}
+	return it.Next()
+}
+
+// leadingDigits returns the decimal digits at the start of b.
+func leadingDigits(b []byte) []byte {
+	for i, c := range b {
+		if c < '0' || c > '9' {
+			return b[:i]
+		}
+	}
+	return b
+}
+
+// textSrc returns the src block of a text header whose sid value is the
+// view sid into hdr (see TextGStream.Src).
+func textSrc(hdr, sid []byte, cgi bool) []byte {
+	if !cgi {
+		i := bytes.Index(hdr, []byte(`"src":{`))
+		if i < 0 {
+			return nil
+		}
+		v := hdr[i+6:]
+		if j := bytes.IndexByte(v, '}'); j >= 0 {
+			return v[:j+1]
+		}
+		return nil
+	}
+	// sid is a subslice of hdr: its end offset follows from the capacities.
+	end := cap(hdr) - cap(sid) + len(sid)
+	if end < 0 || end > len(hdr) {
+		return nil
+	}
+	v := hdr[end:]
+	if i := bytes.Index(v, []byte("&gs.")); i >= 0 {
+		v = v[:i]
+	}
+	if len(v) > 0 && v[0] == '\n' { // the default header's stray newline
+		v = v[1:]
+	}
+	if len(v) == 0 || v[0] != '&' {
+		return nil
+	}
+	return v
+}
+
 // Lines returns an iterator over the records of a 'g' datagram.
 func (t *TextGStream) Lines() LineIter { return LineIter{rest: t.body} }
 
@@ -193,7 +279,7 @@ func trimPad(b []byte) []byte {
 // JSON, a string value is returned without quotes ("data" runs to the last
 // quote before the closing brace, since the producer does not escape it);
 // other values run to the next ',' or '}'. In CGI, values run to the next
-// '&' (except "data", which runs to the end).
+// '&' or newline (except "data", which runs to the end).
 func textValue(hdr []byte, key string, cgi bool) []byte {
 	if cgi {
 		for off := 0; off < len(hdr); {
@@ -208,8 +294,10 @@ func textValue(hdr []byte, key string, cgi bool) []byte {
 				if key == "data" {
 					return v
 				}
-				if k := bytes.IndexByte(v, '&'); k >= 0 {
-					v = v[:k]
+				for k, c := range v {
+					if c == '&' || c == '\n' {
+						return v[:k]
+					}
 				}
 				return v
 			}

@@ -1,6 +1,9 @@
 package packet
 
-import "encoding/binary"
+import (
+	"bytes"
+	"encoding/binary"
+)
 
 // TraceEntrySize is the size of a t-stream entry (§4.1).
 const TraceEntrySize = 16
@@ -220,11 +223,8 @@ func (it *RedirIter) Next() bool {
 		return false
 	}
 	text := s[redirSlot:n]
-	for i, c := range text {
-		if c == 0 {
-			text = text[:i]
-			break
-		}
+	if i := bytes.IndexByte(text, 0); i >= 0 {
+		text = text[:i]
 	}
 	e := RedirEntry{
 		Xrootd: s[0]&0xF0 == RedirXrd,
@@ -234,15 +234,11 @@ func (it *RedirIter) Next() bool {
 	}
 	// host:path; the host may itself contain ':' (IPv6), the path starts
 	// with '/' when present, so split at the last ':' before the first '/'.
-	split := -1
-	for i, c := range text {
-		if c == '/' {
-			break
-		}
-		if c == ':' {
-			split = i
-		}
+	head := text
+	if i := bytes.IndexByte(text, '/'); i >= 0 {
+		head = text[:i]
 	}
+	split := bytes.LastIndexByte(head, ':')
 	if split >= 0 {
 		e.Host, e.Path = text[:split], text[split+1:]
 	} else {
@@ -255,3 +251,21 @@ func (it *RedirIter) Next() bool {
 
 // Entry returns the current entry.
 func (it *RedirIter) Entry() RedirEntry { return it.ent }
+
+// t-stream DISC entry flags (§4.1).
+const (
+	TraceDiscForced uint8 = 0x01 // the session was forcibly ended
+	TraceDiscBound  uint8 = 0x02 // a bound path (secondary data connection) ended
+)
+
+// AppID returns the text of an APPID entry: bytes 4-15 up to the first NUL.
+// The producer rarely gets this right (§4.1); treat it as a hint.
+func (e TraceEntry) AppID() []byte {
+	t := e.b[4:16]
+	for i, c := range t {
+		if c == 0 {
+			return t[:i]
+		}
+	}
+	return t
+}

@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/correlate"
+	"github.com/xrdmon/xrdmon/internal/dnscache"
+	"github.com/xrdmon/xrdmon/internal/pipeline"
+	"github.com/xrdmon/xrdmon/internal/source"
+	amqpsrc "github.com/xrdmon/xrdmon/internal/source/amqp"
+	"github.com/xrdmon/xrdmon/internal/source/udp"
+	"github.com/xrdmon/xrdmon/internal/store"
+	"github.com/xrdmon/xrdmon/internal/web"
+)
+
+const collectSynopsis = "[--config FILE] [--print-config] [--section.key=value ...]\n\n" +
+	"Runs the collector: receives XRootD monitoring packets over UDP (and/or from\n" +
+	"the shoveler's RabbitMQ queue), correlates them into transfer records and\n" +
+	"commits them to the embedded store, from which the configured outputs read.\n" +
+	"Every configuration key can be given as a flag --section.key, as an\n" +
+	"environment variable XRDMON_SECTION_KEY, or in the YAML file; flags win over\n" +
+	"the environment, which wins over the file."
+
+// runCollect implements `xrdmon collect`.
+func runCollect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("collect", collectSynopsis, stderr)
+	cfgPath := fs.String("config", "", "YAML configuration `file`")
+	printConfig := fs.Bool("print-config", false, "print the effective configuration and exit")
+	overrides := config.RegisterFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "xrdmon collect: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	cfg, err := config.Load(*cfgPath, os.Environ(), overrides)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	if *printConfig {
+		y, err := cfg.YAML()
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(y)
+		return err
+	}
+	log := newLogger(cfg.Log, stderr)
+	for _, name := range config.UnknownEnv(os.Environ()) {
+		log.Warn("Unknown XRDMON_ environment variable ignored", "name", name)
+	}
+	return collect(ctx, cfg, log)
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level)) // validated by config
+	opts := &slog.HandlerOptions{Level: level}
+	if strings.EqualFold(c.Format, "json") {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// collect runs the daemon until ctx is cancelled (SIGINT, SIGTERM), then
+// shuts down in order: sources stop reading, the pipeline drains and commits
+// (checkpointing open transfers), the outputs deliver what they can, the
+// store is closed.
+func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "xrdmon_build_info", Help: "Build information; the value is 1.", ConstLabels: prometheus.Labels{"version": versionString()},
+	}, func() float64 { return 1 }))
+
+	st, err := store.Open(storeOptions(cfg.Store), log.With("component", "store"), reg)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer func() {
+		if cerr := st.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close store: %w", cerr)
+		}
+	}()
+
+	var namer pipeline.Namer
+	var dns *dnscache.Cache
+	if cfg.DNS.Enabled {
+		dns = dnscache.New(dnscache.Options{
+			TTL: cfg.DNS.TTL.D(), NegativeTTL: cfg.DNS.NegativeTTL.D(), Size: cfg.DNS.CacheSize,
+			Workers: cfg.DNS.Workers, QueueSize: cfg.DNS.QueueSize, Timeout: cfg.DNS.Timeout.D(),
+			Server: cfg.DNS.Server,
+		}, log.With("component", "dns"), reg)
+		namer = dns
+	}
+
+	popts := pipeline.DefaultOptions()
+	popts.Shards = cfg.Correlate.ShardCount()
+	popts.DNSMaxWait = cfg.DNS.MaxWait.D()
+	popts.Correlate = correlateConfig(cfg.Correlate, popts.Shards)
+	pipe, err := pipeline.New(ctx, popts, st, namer, log.With("component", "pipeline"), reg)
+	if err != nil {
+		return fmt.Errorf("start pipeline: %w", err)
+	}
+
+	// Sources are created (and bound) now, so a bad address fails the start.
+	var sources []component
+	if cfg.Listen.UDP != "" {
+		ucfg := udp.DefaultConfig()
+		ucfg.Addr = cfg.Listen.UDP
+		ucfg.Readers = cfg.Listen.ReaderCount()
+		ucfg.BatchMessages = cfg.Listen.BatchSize
+		ucfg.ReceiveBuffer = int(cfg.Listen.RcvBuf)
+		ucfg.Filter = filterConfig(cfg.Listen)
+		u, err := udp.New(ucfg, log.With("component", "udp"), reg)
+		if err != nil {
+			return fmt.Errorf("listen udp: %w", err)
+		}
+		defer u.Close()
+		log.Info("Listening for XRootD monitoring packets", "udp", u.LocalAddr().String())
+		sources = append(sources, component{"udp", func(ctx context.Context, out chan<- *source.Batch) error { return u.Run(ctx, out) }})
+	}
+	if cfg.AMQPInput.Enabled {
+		a := cfg.AMQPInput
+		acfg := amqpsrc.Config{
+			URL: a.URL, TokenFile: a.TokenFile, Queue: a.Queue, Exchange: a.Exchange,
+			RoutingKey: a.BindingKey, Prefetch: a.Prefetch,
+			TLS:    amqpsrc.TLSConfig{CAFile: a.TLS.CA, CertFile: a.TLS.Cert, KeyFile: a.TLS.Key, InsecureSkipVerify: a.TLS.Insecure},
+			Filter: filterConfig(cfg.Listen),
+		}
+		src, err := amqpsrc.New(acfg, log.With("component", "amqp_input"), reg)
+		if err != nil {
+			return fmt.Errorf("amqp input: %w", err)
+		}
+		sources = append(sources, component{"amqp_input", src.Run})
+	}
+	if len(sources) == 0 {
+		return errNoInput
+	}
+
+	srv := web.New(cfg.HTTP.Address, reg, log.With("component", "web"))
+	srv.AddCheck("pipeline", pipe.Ready)
+	if cfg.HTTP.Address != "" {
+		addr, err := srv.Listen()
+		if err != nil {
+			return fmt.Errorf("listen http: %w", err)
+		}
+		log.Info("Serving metrics and health", "http", addr.String())
+	}
+
+	outputs, err := newOutputs(cfg, st, log, reg)
+	if err != nil {
+		return err
+	}
+
+	// Background services run until the pipeline has drained.
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+	var bgWG sync.WaitGroup
+	bgErr := make(chan error, 8)
+	runBG := func(name string, run func(context.Context) error) {
+		bgWG.Add(1)
+		go func() {
+			defer bgWG.Done()
+			if err := run(bg); err != nil && bg.Err() == nil {
+				bgErr <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	runBG("store", st.Run)
+	if dns != nil {
+		runBG("dns", dns.Run)
+	}
+	if cfg.HTTP.Address != "" {
+		runBG("http", srv.Run)
+	}
+	// Outputs stop after the pipeline has committed its last records, so
+	// they deliver everything that reached the store.
+	outCtx, stopOutputs := context.WithCancel(context.Background())
+	defer stopOutputs()
+	var outWG sync.WaitGroup
+	for _, o := range outputs {
+		outWG.Add(1)
+		go func() {
+			defer outWG.Done()
+			if err := o.run(outCtx); err != nil && outCtx.Err() == nil {
+				bgErr <- fmt.Errorf("output %s: %w", o.name, err)
+			}
+		}()
+	}
+
+	// Sources stop on a signal or when any component fails.
+	srcCtx, stopSources := context.WithCancel(ctx)
+	defer stopSources()
+	batches := make(chan *source.Batch, 64)
+	var srcWG sync.WaitGroup
+	var fatal error
+	var fatalOnce sync.Once
+	fail := func(err error) {
+		fatalOnce.Do(func() { fatal = err; log.Error("Stopping", "err", err) })
+		stopSources()
+	}
+	for _, s := range sources {
+		srcWG.Add(1)
+		go func() {
+			defer srcWG.Done()
+			if err := s.run(srcCtx, batches); err != nil && srcCtx.Err() == nil {
+				fail(fmt.Errorf("source %s: %w", s.name, err))
+			}
+		}()
+	}
+	go func() {
+		select {
+		case err := <-bgErr:
+			fail(err)
+		case <-srcCtx.Done():
+		}
+	}()
+	go func() { srcWG.Wait(); close(batches) }()
+	go func() {
+		<-srcCtx.Done()
+		if ctx.Err() != nil {
+			log.Info("Shutting down: draining and committing")
+		}
+	}()
+
+	start := time.Now()
+	log.Info("Collector running", "shards", popts.Shards, "store", storeOptions(cfg.Store).Path, "outputs", len(outputs))
+	if err := pipe.Run(context.Background(), batches); err != nil {
+		fail(fmt.Errorf("pipeline: %w", err))
+	}
+	st1 := pipe.Stats()
+	stopOutputs()
+	outWG.Wait()
+	stopBG()
+	bgWG.Wait()
+	log.Info("Stopped", "uptime", time.Since(start).Round(time.Second), "packets", st1.Packets, "records", st1.TotalRecords(), "lost", st1.TotalLost(), "rejected", st1.TotalRejected())
+	return fatal
+}
+
+// sourceRun is a source's Run method.
+type sourceRun func(ctx context.Context, out chan<- *source.Batch) error
+
+// component is a source with a name for messages.
+type component struct {
+	name string
+	run  sourceRun
+}
+
+// output is a sink with a name for messages.
+type output struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+var errNoInput = errors.New("no input configured: set listen.udp or amqp_input.enabled")
+
+func storeOptions(c config.Store) store.Options {
+	o := store.DefaultOptions()
+	o.Path = filepath.Join(c.Path, "xrdmon.db")
+	o.Retention = c.Retention.D()
+	o.MaxBytes = int64(c.MaxBytes)
+	return o
+}
+
+func filterConfig(l config.Listen) source.FilterConfig {
+	fc := source.FilterConfig{Allow: l.Allow}
+	for k, v := range l.NAT {
+		if k == "all" {
+			fc.MapAll = v
+			continue
+		}
+		if fc.Map == nil {
+			fc.Map = make(map[string]string)
+		}
+		fc.Map[k] = v
+	}
+	return fc
+}
+
+// correlateConfig maps the configured bounds onto each of n shards: the
+// total bounds are split evenly, the per-server bounds apply as they are
+// (one server lives on one shard).
+func correlateConfig(c config.Correlate, n int) correlate.Config {
+	cc := correlate.DefaultConfig()
+	cc.OpenTTL = c.OpenFileTTL.D()
+	if c.MaxEntries > 0 {
+		per := max(c.MaxEntries/max(n, 1), 1)
+		cc.MaxOpenFiles, cc.MaxSessions = per, per
+		cc.MaxPending = max(per/5, 1)
+	}
+	if c.MaxEntriesPerServer > 0 {
+		cc.MaxOpenFilesPerServer = min(c.MaxEntriesPerServer, cc.MaxOpenFiles)
+		cc.MaxSessionsPerServer = min(c.MaxEntriesPerServer, cc.MaxSessions)
+	}
+	return cc
+}

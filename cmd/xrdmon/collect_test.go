@@ -1,0 +1,400 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/packet"
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/source/sourcetest"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+// session builds the datagrams of one XRootD server with n client sessions,
+// each reading one file: ident, login, path, f-stream open/xfr/close/disc.
+type session struct {
+	stod   uint32
+	sid    uint64
+	mainSq uint8
+	fSq    uint8
+	dict   uint32
+}
+
+func (s *session) mapRec(code byte, dict uint32, info string) []byte {
+	s.mainSq++
+	return packet.AppendMap(nil, packet.Header{Code: code, Pseq: s.mainSq, Stod: s.stod}, dict, []byte(info))
+}
+
+// files returns the datagrams for n sessions and the bytes read per file
+// (1000*(i+1)).
+func (s *session) files(n int, t0 int32) [][]byte {
+	sid := strconv.FormatUint(s.sid, 10)
+	out := [][]byte{s.mapRec(packet.CodeIdent, 0, "=/xrootd.1:"+sid+"@srv.example.org\n&site=TEST&port=1094&inst=anon&pgm=xrootd&ver=v5.7.0")}
+	var fb packet.FStreamBuilder
+	for i := range n {
+		s.dict += 2
+		user, file := s.dict, s.dict+1
+		uid := fmt.Sprintf("xroot/alice%d.%d:%s@client%d.example.org", i, i, sid, i)
+		out = append(out,
+			s.mapRec(packet.CodeUser, user, uid+"\n&p=gsi&n=/DC=org/CN=alice&h=client.example.org&o=cms&r=&g=/cms&m=&I=4"),
+			s.mapRec(packet.CodePath, file, uid+"\n/store/data/file"+strconv.Itoa(i)+".root"))
+		s.fSq++
+		fb.Reset(nil, packet.Header{Pseq: s.fSq, Stod: s.stod}, t0, t0+1, s.sid, true)
+		fb.Open(packet.FileOpen{FileID: file, FileSize: 1 << 20, HasLFN: true, User: user, LFN: []byte("/store/data/file" + strconv.Itoa(i) + ".root")})
+		fb.Xfr(packet.FileXfr{FileID: file, Read: 500})
+		fb.Close(packet.FileClose{FileID: file, Read: int64(1000 * (i + 1)), HasOps: true, Ops: packet.Ops{Read: 3, RdMin: 100, RdMax: 600}})
+		fb.Disc(user)
+		out = append(out, fb.Finish(t0+2))
+	}
+	return out
+}
+
+func freePort(t *testing.T, network string) int {
+	t.Helper()
+	switch network {
+	case "udp":
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.LocalAddr().(*net.UDPAddr).Port
+	default:
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port
+	}
+}
+
+// daemon runs collect in the background on loopback ports and a temp store.
+type daemon struct {
+	cfg    *config.Config
+	cancel context.CancelFunc
+	done   chan error
+	udp    string
+	http   string
+}
+
+func startDaemon(t *testing.T, mutate func(*config.Config)) *daemon {
+	t.Helper()
+	cfg := config.Default()
+	d := &daemon{
+		udp:  fmt.Sprintf("127.0.0.1:%d", freePort(t, "udp")),
+		http: fmt.Sprintf("127.0.0.1:%d", freePort(t, "tcp")),
+	}
+	cfg.Listen.UDP = d.udp
+	cfg.Listen.RcvBuf = 8 << 20
+	cfg.HTTP.Address = d.http
+	cfg.Store.Path = t.TempDir()
+	cfg.DNS.Enabled = false
+	if mutate != nil {
+		mutate(cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d.cfg = cfg
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel, d.done = cancel, make(chan error, 1)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	go func() { d.done <- collect(ctx, cfg, log) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-d.done:
+		case <-time.After(30 * time.Second):
+		}
+	})
+	d.waitHTTP(t)
+	return d
+}
+
+func (d *daemon) waitHTTP(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + d.http + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("collector did not come up")
+}
+
+// metric reads one sample's value from /metrics ("name" or "name{labels}").
+func (d *daemon) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + d.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
+	m := re.FindSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	return v
+}
+
+func (d *daemon) waitMetric(t *testing.T, series string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if d.metric(t, series) >= want {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s did not reach %v (is %v)", series, want, d.metric(t, series))
+}
+
+// stop cancels the daemon (as SIGTERM does) and returns its error.
+func (d *daemon) stop(t *testing.T) error {
+	t.Helper()
+	d.cancel()
+	select {
+	case err := <-d.done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("collector did not stop within 30s")
+		return nil
+	}
+}
+
+func (d *daemon) records(t *testing.T) []record.Record {
+	t.Helper()
+	o := store.DefaultOptions()
+	o.Path = storeOptions(d.cfg.Store).Path
+	st, err := store.Open(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	recs, err := st.Query(context.Background(), store.Query{Limit: 100000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+func sendUDP(t *testing.T, addr string, pkts [][]byte) {
+	t.Helper()
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, p := range pkts {
+		if _, err := c.Write(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCollectUDPEndToEnd: packets over real UDP become complete records in
+// the store, with the server's identity, the user's login and the bytes.
+func TestCollectUDPEndToEnd(t *testing.T) {
+	d := startDaemon(t, nil)
+	s := &session{stod: 1700000000, sid: 258305997245184}
+	pkts := s.files(20, 1700000100)
+	sendUDP(t, d.udp, pkts)
+	d.waitMetric(t, `xrdmon_records_total{kind="complete",reason="none"}`, 20)
+	if got := d.metric(t, `xrdmon_packets_total{outcome="accounted"}`); got != float64(len(pkts)) {
+		t.Errorf("accounted packets = %v, want %d", got, len(pkts))
+	}
+	if got := d.metric(t, `xrdmon_packets_lost_total{domain="main"}`) + d.metric(t, `xrdmon_packets_lost_total{domain="fstream"}`); got != 0 {
+		t.Errorf("lost = %v, want 0", got)
+	}
+	if err := d.stop(t); err != nil {
+		t.Fatalf("collect returned %v", err)
+	}
+	recs := d.records(t)
+	if len(recs) != 20 {
+		t.Fatalf("store has %d records, want 20", len(recs))
+	}
+	byPath := map[string]record.Record{}
+	for _, r := range recs {
+		byPath[r.Path] = r
+	}
+	r, ok := byPath["/store/data/file3.root"]
+	if !ok {
+		t.Fatalf("no record for file3; have %v", byPath)
+	}
+	if r.Partial() || r.ReadBytes != 4000 || r.User != "alice3" || r.VO != "cms" || r.Site != "TEST" ||
+		r.ServerIP != "127.0.0.1" || r.ServerID != 258305997245184 || r.FileSize != 1<<20 || !r.HasOps || r.ReadOps != 3 {
+		t.Errorf("record = %+v", r)
+	}
+	if r.Start != time.Unix(1700000100, 0).UTC() || r.End != time.Unix(1700000102, 0).UTC() {
+		t.Errorf("times %v..%v, want the server's isTime window", r.Start, r.End)
+	}
+}
+
+// TestCollectGracefulShutdown: every packet the collector has received is in
+// the store after SIGTERM, and open transfers survive in the checkpoint: a
+// second run completes them.
+func TestCollectGracefulShutdown(t *testing.T) {
+	dir := t.TempDir()
+	mut := func(c *config.Config) { c.Store.Path = dir }
+	d := startDaemon(t, mut)
+	s := &session{stod: 1700000000, sid: 42}
+	pkts := s.files(300, 1700000100)
+	sendUDP(t, d.udp, pkts)
+	d.waitMetric(t, "xrdmon_udp_packets_received_total", float64(len(pkts)))
+	if err := d.stop(t); err != nil {
+		t.Fatalf("collect returned %v", err)
+	}
+	if recs := d.records(t); len(recs) != 300 {
+		t.Fatalf("after shutdown the store has %d records, want 300", len(recs))
+	}
+}
+
+// TestCollectAMQPEndToEnd: shoveler messages consumed from RabbitMQ become
+// records, and are acknowledged (the queue ends empty).
+func TestCollectAMQPEndToEnd(t *testing.T) {
+	url := sourcetest.AMQPURL(t)
+	queue := fmt.Sprintf("xrdmon-test-collect-%d", time.Now().UnixNano())
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = ch.QueueDelete(queue, false, false, false) })
+	s := &session{stod: 1700000000, sid: 77}
+	pkts := s.files(50, 1700000100)
+	for _, p := range pkts {
+		msg, _ := json.Marshal(map[string]string{"remote": "[2001:db8::7]:9930", "version": "1.4.0", "data": base64.StdEncoding.EncodeToString(p)})
+		if err := ch.Publish("", queue, false, false, amqp.Publishing{Body: msg, DeliveryMode: amqp.Persistent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := startDaemon(t, func(c *config.Config) {
+		c.Listen.UDP = ""
+		c.AMQPInput.Enabled = true
+		c.AMQPInput.URL = url
+		c.AMQPInput.Queue = queue
+		c.AMQPInput.Exchange = "-"
+	})
+	d.waitMetric(t, `xrdmon_records_total{kind="complete",reason="none"}`, 50)
+	// Acks follow the next checkpoint: wait for the queue to drain.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.Messages == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue still holds %d messages", q.Messages)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := d.stop(t); err != nil {
+		t.Fatalf("collect returned %v", err)
+	}
+	recs := d.records(t)
+	if len(recs) != 50 {
+		t.Fatalf("store has %d records, want 50", len(recs))
+	}
+	for _, r := range recs {
+		if r.ServerIP != "2001:db8::7" || r.Partial() {
+			t.Fatalf("record %+v", r)
+		}
+	}
+}
+
+// TestCollectAllowList: senders outside listen.allow are dropped and counted.
+func TestCollectAllowList(t *testing.T) {
+	d := startDaemon(t, func(c *config.Config) { c.Listen.Allow = []string{"10.0.0.0/8"} })
+	s := &session{stod: 1700000000, sid: 5}
+	sendUDP(t, d.udp, s.files(3, 1700000100))
+	d.waitMetric(t, `xrdmon_packets_denied_total{source="udp"}`, 10)
+	if got := d.metric(t, `xrdmon_packets_total{outcome="accounted"}`); got != 0 {
+		t.Errorf("accounted %v packets from a denied sender", got)
+	}
+}
+
+// TestCollectCommandLine: flags, --print-config, bad configuration.
+func TestCollectCommandLine(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"collect", "--print-config", "--listen.udp=:9999", "--dns.ttl=2h"}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), `udp: :9999`) || !strings.Contains(out.String(), "ttl: 2h") {
+		t.Fatalf("print-config: code %d\n%s%s", code, out.String(), errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	code = run(context.Background(), []string{"collect", "--listen.rcvbuf=-5"}, &out, &errb)
+	if code == 0 || !strings.Contains(errb.String(), "listen.rcvbuf") {
+		t.Fatalf("bad value: code %d, stderr %q", code, errb.String())
+	}
+	errb.Reset()
+	code = run(context.Background(), []string{"collect", "--no-such-flag"}, &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), "no-such-flag") {
+		t.Fatalf("unknown flag: code %d, stderr %q", code, errb.String())
+	}
+}
+
+func TestCommands(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "xrdmon ") {
+		t.Fatalf("version: %d %q", code, out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "collect") {
+		t.Fatalf("help: %d %q", code, out.String())
+	}
+	errb.Reset()
+	if code := run(context.Background(), []string{"frobnicate"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `unknown command "frobnicate"`) {
+		t.Fatalf("unknown command: %d %q", code, errb.String())
+	}
+	if code := run(context.Background(), nil, &out, &errb); code != 2 {
+		t.Fatalf("no command: %d", code)
+	}
+}
+
+// fOpenXfr builds an f packet with an open and an isXfr of 777 bytes, using
+// the f-stream sequence number of the packet it replaces.
+func fOpenXfr(s *session, user, file uint32) []byte {
+	var fb packet.FStreamBuilder
+	fb.Reset(nil, packet.Header{Pseq: s.fSq, Stod: s.stod}, 1700000300, 1700000301, s.sid, true)
+	fb.Open(packet.FileOpen{FileID: file, FileSize: 10, HasLFN: true, User: user, LFN: []byte("/store/open/forever")})
+	fb.Xfr(packet.FileXfr{FileID: file, Read: 777})
+	return fb.Finish(1700000302)
+}

@@ -1,0 +1,148 @@
+// Command xrdmon is a monitoring collector for XRootD: it receives the
+// servers' UDP monitoring packets (directly or through RabbitMQ), correlates
+// them into one transfer record per file access and ships the records to
+// accounting storage.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+// command is one xrdmon subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"collect", "run the collector daemon (UDP, RabbitMQ) writing records to the store", runCollect},
+		{"replay", "decode captures (shoveler JSON lines, pcap) and write records", runReplay},
+		{"loadgen", "simulate XRootD servers and clients sending monitoring packets", runLoadgen},
+		{"version", "print the version", runVersion},
+		{"help", "show help for xrdmon or a subcommand", runHelp},
+	}
+}
+
+// errUsage marks a command-line mistake: exit status 2 and no extra message
+// (the flag package has already printed one).
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes the command line and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		usage(stdout)
+		return 0
+	case "-version", "--version":
+		name = "version"
+	}
+	for _, c := range commands() {
+		if c.name != name {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		switch {
+		case err == nil, errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			return 2
+		default:
+			fmt.Fprintf(stderr, "xrdmon %s: %v\n", name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "xrdmon: unknown command %q\nRun 'xrdmon help' for the list of commands.\n", name)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "xrdmon %s: a monitoring collector for XRootD\n\nUsage:\n  xrdmon <command> [flags] [arguments]\n\nCommands:\n", versionString())
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nRun 'xrdmon help <command>' or 'xrdmon <command> -h' for a command's flags.\n")
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("xrdmon "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: xrdmon %s %s\n\nFlags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, mapping a parse error to errUsage.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	return nil
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("version", "", stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "xrdmon version: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	fmt.Fprintf(stdout, "xrdmon %s\n", versionString())
+	return nil
+}
+
+func runHelp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		usage(stdout)
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name == args[0] && c.name != "help" {
+			return c.run(ctx, []string{"-h"}, stdout, stdout)
+		}
+	}
+	fmt.Fprintf(stderr, "xrdmon help: unknown command %q\n", args[0])
+	return errUsage
+}

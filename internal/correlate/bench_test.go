@@ -1,0 +1,254 @@
+package correlate
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"testing"
+	"unsafe"
+
+	"github.com/xrdmon/xrdmon/internal/packet"
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+// mix is a replayable workload: one pass opens, reads and closes every
+// file of every user of every server. Between passes the sequence numbers
+// are rewritten so the streams continue without gaps.
+type mix struct {
+	pkts    []dgram
+	domains []int // index into seqs per packet (-1: no rewrite)
+	seqs    []uint8
+	records int // records per pass
+}
+
+// newMix builds servers × users × files: per server and pass, a '=' ident,
+// one u and per file one d record, f packets (opens, two xfr rounds,
+// closes with OPS and the disconnects) and one g packet.
+func newMix(servers, users, files int) *mix {
+	m := &mix{}
+	for si := 0; si < servers; si++ {
+		s := newSrv(fmt.Sprintf("10.%d.%d.%d:1094", si>>16&255, si>>8&255, si&255), t0, uint64(1000+si))
+		base := len(m.seqs)
+		m.seqs = append(m.seqs, 0, 0, 1) // main, f, g
+		add := func(d int, data []byte) {
+			m.pkts = append(m.pkts, dgram{data: data, sender: s.addr, at: at(0)})
+			m.domains = append(m.domains, base+d)
+		}
+		add(0, s.ident("SITE"+strconv.Itoa(si%20)))
+		type fileRef struct{ id, user uint32 }
+		var refs []fileRef
+		next := uint32(1)
+		for u := 0; u < users; u++ {
+			uid := s.uid("xroot", "user"+strconv.Itoa(u%50), 1000+u, "wn"+strconv.Itoa(u)+".example.org")
+			ud := next
+			next++
+			add(0, s.login(ud, uid, gsiLogin))
+			for f := 0; f < files; f++ {
+				add(0, s.path(next, uid, "/store/data/run"+strconv.Itoa(u%7)+"/file"+strconv.Itoa(f)+".root"))
+				refs = append(refs, fileRef{next, ud})
+				next++
+			}
+		}
+		// f packets hold up to 64 records each, as a server's buffer does.
+		emit := func(fill func(fb *packet.FStreamBuilder, r fileRef)) {
+			for i := 0; i < len(refs); i += 64 {
+				end := min(i+64, len(refs))
+				add(1, s.f(0, 60, func(fb *packet.FStreamBuilder) {
+					for _, r := range refs[i:end] {
+						fill(fb, r)
+					}
+				}))
+			}
+		}
+		emit(func(fb *packet.FStreamBuilder, r fileRef) {
+			fb.Open(packet.FileOpen{FileID: r.id, FileSize: 1 << 20})
+		})
+		emit(func(fb *packet.FStreamBuilder, r fileRef) { fb.Xfr(packet.FileXfr{FileID: r.id, Read: 4096}) })
+		emit(func(fb *packet.FStreamBuilder, r fileRef) { fb.Xfr(packet.FileXfr{FileID: r.id, Read: 8192}) })
+		emit(func(fb *packet.FStreamBuilder, r fileRef) {
+			fb.Close(packet.FileClose{FileID: r.id, Read: 1 << 20, HasOps: true, Ops: packet.Ops{Read: 256, RdMin: 4096, RdMax: 4096}})
+		})
+		add(2, s.g('R', 0, 60, `{"event":"throttle_update","io_wait":1.5,"io_active":2,"io_total":1000}`))
+		m.records += len(refs)
+	}
+	return m
+}
+
+// pass rewrites sequence numbers for the next pass.
+func (m *mix) pass() {
+	for i, d := range m.domains {
+		m.pkts[i].data[1] = m.seqs[d]
+		m.seqs[d]++
+	}
+}
+
+// BenchmarkCorrelate measures Handle on a realistic mix: 200 servers,
+// 20 users each with 4 files (~75% f-stream packets by count, the rest map
+// records and a g packet per server), records drained as the pipeline
+// does. One op is one datagram.
+//
+//	go test ./internal/correlate -run '^$' -bench 'Correlate$' -benchtime 2000000x
+func BenchmarkCorrelate(b *testing.B) {
+	m := newMix(200, 20, 4)
+	s := NewShard(DefaultConfig())
+	var recs []record.Record
+	var evs []record.Event
+	now := at(0)
+	i := len(m.pkts)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		if i == len(m.pkts) {
+			b.StopTimer()
+			m.pass()
+			i = 0
+			b.StartTimer()
+		}
+		p := &m.pkts[i]
+		s.Handle(p.data, p.sender, now)
+		i++
+		if n&63 == 0 {
+			recs = s.TakeRecords(recs[:0])
+			evs = s.TakeEvents(evs[:0])
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "packets/s")
+	if st := s.Stats(); st.TotalLost() != 0 || st.TotalRejected() != 0 {
+		b.Fatalf("stats: %+v", st)
+	}
+}
+
+// BenchmarkCorrelateOpenFiles measures an f packet of 8 isXfr records for
+// random files while open files are held across 100 servers: the cost must
+// not grow with the number of open files.
+func BenchmarkCorrelateOpenFiles(b *testing.B) {
+	for _, open := range []int{10, 1000, 100000} {
+		b.Run("open="+strconv.Itoa(open), func(b *testing.B) {
+			s := NewShard(DefaultConfig())
+			const nsrv = 100
+			srvs := make([]*srv, nsrv)
+			for i := range srvs {
+				srvs[i] = newSrv(fmt.Sprintf("10.1.%d.%d:1094", i>>8, i&255), t0, uint64(i+1))
+			}
+			now := at(0)
+			for i := 0; i < open; i++ {
+				sv := srvs[i%nsrv]
+				s.Handle(sv.f(0, 1, func(fb *packet.FStreamBuilder) {
+					fb.Open(packet.FileOpen{FileID: uint32(i/nsrv + 1), FileSize: 1})
+				}), sv.addr, now)
+			}
+			// prebuilt packets: 8 xfrs each for random open files of one server
+			rng := rand.New(rand.NewPCG(1, 2))
+			const npk = 4096
+			pk := make([][]byte, npk)
+			who := make([]*srv, npk)
+			for j := range pk {
+				sv := srvs[j%nsrv]
+				perSrv := max(open/nsrv, 1)
+				pk[j] = sv.f(0, 2, func(fb *packet.FStreamBuilder) {
+					for k := 0; k < 8; k++ {
+						fb.Xfr(packet.FileXfr{FileID: uint32(rng.IntN(perSrv) + 1), Read: int64(j)})
+					}
+				})
+				who[j] = sv
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for n := 0; n < b.N; n++ {
+				j := n % npk
+				pk[j][1]++ // keep each server's f sequence moving (duplicates are not applied)
+				s.Handle(pk[j], who[j].addr, now)
+			}
+			b.StopTimer()
+			if st := s.Stats(); st.OpenFiles != max(open, 0) && open >= nsrv {
+				b.Fatalf("open files %d, want %d", st.OpenFiles, open)
+			}
+		})
+	}
+}
+
+// TestHandleAllocs: f-stream packets of a known server do not allocate in
+// steady state: xfr updates, and open/close cycles with interned paths
+// that emit records.
+func TestHandleAllocs(t *testing.T) {
+	s := NewShard(DefaultConfig())
+	sv := newSrv("192.0.2.30:1094", t0, 1)
+	uid := sv.uid("xroot", "a", 1, "h")
+	s.Handle(sv.login(1, uid, gsiLogin), sv.addr, at(0))
+	open := sv.f(0, 1, func(fb *packet.FStreamBuilder) {
+		for i := uint32(2); i < 10; i++ {
+			fb.Open(openLFN(i, 1, "/store/f"+strconv.Itoa(int(i)), 10))
+		}
+	})
+	xfr := sv.f(0, 1, func(fb *packet.FStreamBuilder) {
+		for i := uint32(2); i < 10; i++ {
+			fb.Xfr(packet.FileXfr{FileID: i, Read: 5})
+		}
+	})
+	cls := sv.f(0, 1, func(fb *packet.FStreamBuilder) {
+		for i := uint32(2); i < 10; i++ {
+			fb.Close(packet.FileClose{FileID: i, Read: 10, HasOps: true})
+		}
+	})
+	var recs []record.Record
+	cycle := func() {
+		for _, p := range [][]byte{open, xfr, xfr, cls} {
+			p[1] = sv.fSeq
+			sv.fSeq++
+			s.Handle(p, sv.addr, at(1))
+		}
+		recs = s.TakeRecords(recs[:0])
+	}
+	for i := 0; i < 10; i++ {
+		cycle()
+	}
+	if n := testing.AllocsPerRun(200, cycle); n != 0 {
+		t.Errorf("allocs per open/xfr/close cycle of 8 files: %v", n)
+	}
+	if len(recs) != 8 || recs[0].Reason != record.Complete || recs[0].User != "a" {
+		t.Fatalf("records: %+v", recs)
+	}
+	if st := s.Stats(); st.TotalLost() != 0 || st.Duplicates != 0 {
+		t.Errorf("stats: %+v", st)
+	}
+}
+
+// TestMemoryPerOpenFile measures the heap held per open file (entry, map
+// slot, list links), without path text: 100,000 opens without LFN.
+func TestMemoryPerOpenFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	const n = 100_000
+	sv := newSrv("192.0.2.31:1094", t0, 1)
+	pk := make([][]byte, 0, n/100)
+	for i := 0; i < n; i += 100 {
+		pk = append(pk, sv.f(0, 1, func(fb *packet.FStreamBuilder) {
+			for j := 0; j < 100; j++ {
+				fb.Open(packet.FileOpen{FileID: uint32(i + j + 1), FileSize: 1})
+			}
+		}))
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	cfg := DefaultConfig()
+	s := NewShard(cfg)
+	for _, p := range pk {
+		s.Handle(p, sv.addr, at(0))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if got := s.Stats().OpenFiles; got != n {
+		t.Fatalf("open files %d", got)
+	}
+	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("heap per open file: %.0f bytes (fileEntry %d bytes)", per, unsafe.Sizeof(fileEntry{}))
+	if per > 256 {
+		t.Errorf("heap per open file %.0f bytes > 256", per)
+	}
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(pk)
+}

@@ -1,0 +1,82 @@
+package correlate
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config bounds the correlator's state and sets its timeouts. The zero
+// value is not useful; start from DefaultConfig.
+type Config struct {
+	// OpenTTL is how long an open file may go without any news (xfr)
+	// before it is given up as a partial record with reason timeout.
+	OpenTTL time.Duration
+	// SessionTTL is how long a session (u record) is kept without news
+	// while it has no open file, and how long an idle server incarnation
+	// without state is kept.
+	SessionTTL time.Duration
+	// PendingTTL is how long an unresolved reference waits: a d (path) or
+	// T/U record whose file or user has not appeared, a close whose open
+	// has not been seen (then no_open), and a superseded server
+	// incarnation's leftovers. The shoveler uses 300 s.
+	PendingTTL time.Duration
+
+	// MaxOpenFiles bounds the open files of the shard; MaxOpenFilesPerServer
+	// those of one server incarnation. Beyond a bound the least recently
+	// used file is emitted as a partial record (evicted).
+	MaxOpenFiles          int
+	MaxOpenFilesPerServer int
+	// MaxSessions and MaxSessionsPerServer bound sessions the same way;
+	// an evicted session emits nothing (it is not accounting data), its
+	// open files lose their user fields.
+	MaxSessions          int
+	MaxSessionsPerServer int
+	// MaxPending bounds pending paths and pending user attributes together
+	// (oldest dropped first, counted in Stats.PendingDropped).
+	MaxPending int
+	// MaxServers bounds server incarnations; beyond it the least recently
+	// seen one is closed out (its files emitted as evicted).
+	MaxServers int
+
+	// ReorderWindow is the number of sequence numbers (1..63) a packet may
+	// arrive late without being counted lost.
+	ReorderWindow int
+	// InternMax bounds each string-interning table; a full table is reset.
+	InternMax int
+}
+
+// DefaultConfig returns the defaults: open files time out after 12 h
+// without news, sessions after 12 h, pending references after 300 s; at
+// most 1,000,000 open files and sessions per shard (200,000 per server);
+// a reorder window of 16 packets.
+func DefaultConfig() Config {
+	return Config{
+		OpenTTL:               12 * time.Hour,
+		SessionTTL:            12 * time.Hour,
+		PendingTTL:            300 * time.Second,
+		MaxOpenFiles:          1_000_000,
+		MaxOpenFilesPerServer: 200_000,
+		MaxSessions:           1_000_000,
+		MaxSessionsPerServer:  200_000,
+		MaxPending:            200_000,
+		MaxServers:            10_000,
+		ReorderWindow:         16,
+		InternMax:             100_000,
+	}
+}
+
+// Validate reports the first invalid setting.
+func (c Config) Validate() error {
+	switch {
+	case c.OpenTTL < time.Second || c.SessionTTL < time.Second || c.PendingTTL < time.Second:
+		return fmt.Errorf("correlate config: TTLs must be at least 1s")
+	case c.MaxOpenFiles < 1 || c.MaxOpenFilesPerServer < 1 || c.MaxSessions < 1 ||
+		c.MaxSessionsPerServer < 1 || c.MaxPending < 1 || c.MaxServers < 1:
+		return fmt.Errorf("correlate config: bounds must be positive")
+	case c.ReorderWindow < 1 || c.ReorderWindow > 63:
+		return fmt.Errorf("correlate config: reorder window %d not in 1..63", c.ReorderWindow)
+	case c.InternMax < 1:
+		return fmt.Errorf("correlate config: intern max must be positive")
+	}
+	return nil
+}

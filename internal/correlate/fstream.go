@@ -1,0 +1,347 @@
+package correlate
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/packet"
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+func (s *Shard) handleF(data []byte, addr netip.Addr) {
+	fs, err := packet.DecodeFStream(data)
+	if err != nil {
+		s.rejectDecoded(data, addr, err, DomainF)
+		return
+	}
+	inc := s.resolve(addr, fs.Stod, fs.SID, fs.HasSID)
+	s.accept(packet.KindFStream)
+	if !s.observe(inc, DomainF, uint16(fs.Pseq)) {
+		return
+	}
+	tBeg, tEnd := uint32(fs.TBeg), uint32(fs.TEnd)
+	it := fs.Records()
+	for it.Next() {
+		r := it.Rec()
+		switch r.Type {
+		case packet.RecOpen:
+			s.open(inc, r.Open(), tBeg, tEnd)
+		case packet.RecXfr:
+			s.xfr(inc, r.Xfr(), tBeg, tEnd)
+		case packet.RecClose:
+			c := r.Close()
+			s.close(inc, &c, tBeg, tEnd)
+		case packet.RecDisc:
+			s.disc(inc, r.ID, tEnd)
+		}
+	}
+}
+
+// newFile allocates a file entry for (inc, fileID), making room under the
+// bounds first.
+func (s *Shard) newFile(inc *incarnation, fileID uint32, tBeg, tEnd uint32) int32 {
+	for len(s.fileIdx) >= s.cfg.MaxOpenFiles {
+		if s.lru.head >= 0 {
+			s.evict(&s.lru, fileLRU)
+		} else {
+			i := s.pendFiles.head
+			s.finishFile(i, s.files[i].pend, s.files[i].tLast, nil)
+		}
+	}
+	for inc.files.n >= int32(s.cfg.MaxOpenFilesPerServer) {
+		s.evict(&inc.files, fileInc)
+	}
+	var i int32
+	if n := len(s.fileFree); n > 0 {
+		i = s.fileFree[n-1]
+		s.fileFree = s.fileFree[:n-1]
+	} else {
+		s.files = append(s.files, fileEntry{})
+		i = int32(len(s.files) - 1)
+	}
+	s.files[i] = fileEntry{
+		inc: inc.id, fileID: fileID, sess: -1,
+		tOpen: tBeg, tLast: tEnd, seen: uint32(s.nowS), queued: uint32(s.nowS),
+	}
+	s.fileIdx[dictKey(inc.id, fileID)] = i
+	lpush(s.files, &s.lru, fileLRU, i)
+	lpush(s.files, &inc.files, fileInc, i)
+	return i
+}
+
+// linkSession links file fi to the session of its user dictid, if known.
+func (s *Shard) linkSession(fi int32, inc *incarnation) {
+	f := &s.files[fi]
+	if f.sess >= 0 || f.user == 0 {
+		return
+	}
+	si, ok := s.sessIdx[dictKey(inc.id, f.user)]
+	if !ok {
+		return
+	}
+	f.sess = si
+	lpush(s.files, &s.sess[si].files, fileSess, fi)
+}
+
+// touchFile records news of a file. The LRU lists are not reordered here
+// (that would touch two more entries per record, cache misses with many
+// open files); a list is kept in the order files were queued, and an entry
+// whose seen is later than its queued time gets a second chance (it is
+// queued again) when it reaches the head: see requeue.
+func (s *Shard) touchFile(fi int32, tEnd uint32) {
+	f := &s.files[fi]
+	f.tLast = tEnd
+	f.seen = uint32(s.nowS)
+}
+
+// requeue moves file fi to the tail of its LRU lists, as of its last news.
+func (s *Shard) requeue(fi int32) {
+	f := &s.files[fi]
+	f.queued = f.seen
+	if f.flags&fPending == 0 {
+		ltouch(s.files, &s.lru, fileLRU, fi)
+	}
+	ltouch(s.files, &s.byID[f.inc].files, fileInc, fi)
+}
+
+// evict emits the least recently used file of list l (k: which list) as
+// evicted, giving a bounded number of second chances to files with news
+// since they were queued.
+func (s *Shard) evict(l *list, k int) {
+	for tries := 0; ; tries++ {
+		i := l.head
+		f := &s.files[i]
+		if tries < 8 && f.seen != f.queued && f.flags&fPending == 0 {
+			s.requeue(i)
+			continue
+		}
+		s.finishFile(i, rEvicted, f.tLast, nil)
+		return
+	}
+}
+
+func (s *Shard) open(inc *incarnation, o packet.FileOpen, tBeg, tEnd uint32) {
+	k := dictKey(inc.id, o.FileID)
+	fi, ok := s.fileIdx[k]
+	if ok && s.files[fi].flags&fOpen != 0 {
+		// A second open of a file id we hold open: the first access's close
+		// was never seen. Emit what we know of it, start afresh.
+		s.finishFile(fi, rEvicted, s.files[fi].tLast, nil)
+		ok = false
+	}
+	if !ok {
+		fi = s.newFile(inc, o.FileID, tBeg, tEnd)
+	}
+	f := &s.files[fi]
+	f.flags |= fOpen
+	f.tOpen = tBeg
+	f.size = o.FileSize
+	if o.RW {
+		f.flags |= fRW
+	}
+	if o.HasLFN {
+		f.path = s.pathsI.bytes(o.LFN)
+		f.user = o.User
+	}
+	if p, ok := s.paths[k]; ok {
+		if f.path == "" {
+			f.path = p.path
+		}
+		if f.user == 0 {
+			f.user = p.user
+		}
+		delete(s.paths, k)
+	}
+	s.linkSession(fi, inc)
+	if f.flags&fClosed != 0 { // its close came first: complete now
+		cd := s.closes[fi]
+		s.finishFile(fi, rComplete, cd.tEnd, &cd.c)
+		return
+	}
+	s.touchFile(fi, tEnd)
+}
+
+func (s *Shard) xfr(inc *incarnation, x packet.FileXfr, tBeg, tEnd uint32) {
+	fi, ok := s.fileIdx[dictKey(inc.id, x.FileID)]
+	if !ok { // its open was lost: keep what we learn, the close will say no_open
+		fi = s.newFile(inc, x.FileID, tBeg, tEnd)
+	}
+	f := &s.files[fi]
+	if f.flags&fClosed != 0 {
+		return // a late xfr of a file whose close is waiting for its open
+	}
+	f.read, f.readv, f.wrt = x.Read, x.Readv, x.Write
+	f.flags |= fXfr
+	s.touchFile(fi, tEnd)
+}
+
+func (s *Shard) close(inc *incarnation, c *packet.FileClose, tBeg, tEnd uint32) {
+	fi, ok := s.fileIdx[dictKey(inc.id, c.FileID)]
+	if ok && s.files[fi].flags&fClosed == 0 {
+		r := rComplete
+		if s.files[fi].flags&fOpen == 0 {
+			r = rNoOpen
+		}
+		s.finishFile(fi, r, tEnd, c)
+		return
+	}
+	if ok { // a second close for a waiting one: emit the first
+		cd := s.closes[fi]
+		s.finishFile(fi, rNoOpen, cd.tEnd, &cd.c)
+	}
+	// The open may still come (reordered packets): wait PendingTTL.
+	fi = s.newFile(inc, c.FileID, tBeg, tEnd)
+	f := &s.files[fi]
+	f.flags |= fClosed
+	f.read, f.readv, f.wrt = c.Read, c.Readv, c.Write
+	s.closes[fi] = &closeData{c: *c, tEnd: tEnd}
+	s.pendFile(fi, rNoOpen)
+}
+
+// pendFile moves an open file to the waiting list with reason r.
+func (s *Shard) pendFile(fi int32, r uint8) {
+	f := &s.files[fi]
+	if f.flags&fPending != 0 {
+		return
+	}
+	lremove(s.files, &s.lru, fileLRU, fi)
+	f.flags |= fPending
+	f.pend = r
+	f.queued = uint32(s.nowS)
+	lpush(s.files, &s.pendFiles, fileLRU, fi)
+}
+
+// disc applies an isDisc: the session ended. Files still open wait
+// PendingTTL for a reordered close, then are emitted as disconnect.
+func (s *Shard) disc(inc *incarnation, userID uint32, tEnd uint32) {
+	si, ok := s.sessIdx[dictKey(inc.id, userID)]
+	if !ok {
+		return
+	}
+	ss := &s.sess[si]
+	for fi := ss.files.head; fi >= 0; fi = s.files[fi].ln[fileSess].next {
+		f := &s.files[fi]
+		if f.flags&fPending == 0 {
+			f.tLast = tEnd
+			s.pendFile(fi, rDisconnect)
+		}
+	}
+	if !ss.disc {
+		ss.disc = true
+		lremove(s.sess, &s.sessLRU, sessLRU, si)
+		lpush(s.sess, &s.sessDisc, sessLRU, si)
+	}
+	ss.seen = s.nowS
+}
+
+// finishFile emits file fi as a record with reason r (a pending file keeps
+// its pending reason unless r is rComplete), ending at end (server clock),
+// and forgets it. c is the close, if one was seen.
+func (s *Shard) finishFile(fi int32, r uint8, end uint32, c *packet.FileClose) {
+	f := &s.files[fi]
+	if f.flags&fPending != 0 && r != rComplete && f.pend != rNoOpen {
+		r = f.pend
+	}
+	if f.flags&fClosed != 0 && c == nil {
+		cd := s.closes[fi]
+		c, end = &cd.c, cd.tEnd
+		if r != rComplete {
+			r = rNoOpen
+		}
+	}
+	inc := s.byID[f.inc]
+	s.emit(f, inc, r, end, c)
+	s.removeFile(fi, inc)
+}
+
+func (s *Shard) removeFile(fi int32, inc *incarnation) {
+	f := &s.files[fi]
+	if f.flags&fPending != 0 {
+		lremove(s.files, &s.pendFiles, fileLRU, fi)
+	} else {
+		lremove(s.files, &s.lru, fileLRU, fi)
+	}
+	lremove(s.files, &inc.files, fileInc, fi)
+	if f.sess >= 0 {
+		lremove(s.files, &s.sess[f.sess].files, fileSess, fi)
+	}
+	if f.flags&fClosed != 0 {
+		delete(s.closes, fi)
+	}
+	delete(s.fileIdx, dictKey(f.inc, f.fileID))
+	*f = fileEntry{}
+	s.fileFree = append(s.fileFree, fi)
+}
+
+func unixTime(t uint32) time.Time { return time.Unix(int64(t), 0).UTC() }
+
+// emit appends the record of file f.
+func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *packet.FileClose) {
+	s.out = append(s.out, record.Record{})
+	rec := &s.out[len(s.out)-1]
+	start := unixTime(f.tOpen)
+	if end < f.tOpen {
+		end = f.tOpen
+	}
+	stop := unixTime(end)
+	rec.RecordID = s.recordID(inc, f.fileID, start, stop)
+	rec.Reason = RecordReasons[r]
+	rec.Start, rec.End, rec.Received = start, stop, s.now
+	rec.ServerIP, rec.ServerHost = inc.ip, inc.host
+	rec.ServerID, rec.ServerStod = inc.key.sid, int64(inc.key.stod)
+	rec.Site, rec.Instance, rec.Program, rec.Version = inc.site, inc.inst, inc.pgm, inc.ver
+	rec.UserDictID = f.user
+	si := f.sess
+	if si < 0 && f.user != 0 {
+		if i, ok := s.sessIdx[dictKey(inc.id, f.user)]; ok {
+			si = i
+		}
+	}
+	if si >= 0 {
+		ss := &s.sess[si]
+		rec.Protocol, rec.User, rec.ClientHost = ss.prot, ss.user, ss.host
+		if l := ss.login; l != nil {
+			rec.IPv6 = l.ipv6
+			rec.AuthProtocol, rec.DN, rec.MonInfo = l.authProt, l.dn, l.monInfo
+			rec.VO, rec.Role, rec.Groups = l.vo, l.role, l.groups
+			rec.ClientRelease, rec.AppName, rec.AppInfo = l.release, l.app, l.info
+		}
+		if ss.appInfo != "" {
+			rec.AppInfo = ss.appInfo
+		}
+		if t := ss.token; t != nil {
+			rec.TokenSubject, rec.TokenUser, rec.TokenOrg = t.subject, t.name, t.org
+			rec.TokenRole, rec.TokenGroups = t.role, t.groups
+			if rec.VO == "" {
+				rec.VO = t.org
+			}
+		}
+		if ss.hasUEAC {
+			rec.Experiment, rec.Activity = ss.exp, ss.act
+		}
+	}
+	rec.FileID = f.fileID
+	rec.Path = f.path
+	rec.FileSize = f.size
+	rec.ReadWrite = f.flags&fRW != 0
+	rec.ReadBytes, rec.ReadvBytes, rec.WriteBytes = f.read, f.readv, f.wrt
+	if c != nil {
+		rec.Forced = c.Forced
+		rec.ReadBytes, rec.ReadvBytes, rec.WriteBytes = c.Read, c.Readv, c.Write
+		if c.HasOps {
+			o := &c.Ops
+			rec.HasOps = true
+			rec.ReadOps, rec.ReadvOps, rec.WriteOps = o.Read, o.Readv, o.Write
+			rec.ReadvSegs, rec.ReadvSegsMin, rec.ReadvSegsMax = o.Rsegs, o.RsMin, o.RsMax
+			rec.ReadMin, rec.ReadMax = o.RdMin, o.RdMax
+			rec.ReadvMin, rec.ReadvMax = o.RvMin, o.RvMax
+			rec.WriteMin, rec.WriteMax = o.WrMin, o.WrMax
+		}
+		if c.HasSSQ {
+			q := &c.SSQ
+			rec.HasSSQ = true
+			rec.ReadSqSum, rec.ReadvSqSum, rec.ReadvSegSqSum, rec.WriteSqSum = q.Read, q.Readv, q.ReadvSegs, q.Write
+		}
+	}
+	s.stats.Records[r]++
+}

@@ -1,0 +1,291 @@
+package correlate
+
+import (
+	"bytes"
+	"net/netip"
+
+	"github.com/xrdmon/xrdmon/internal/packet"
+)
+
+func (s *Shard) handleMap(data []byte, addr netip.Addr) {
+	m, err := packet.DecodeMap(data)
+	if err != nil {
+		d := DomainMain
+		if len(data) > 0 && (data[0] == packet.CodePurge || data[0] == packet.CodeXfer) {
+			d = DomainFRM
+		}
+		s.rejectDecoded(data, addr, err, d)
+		return
+	}
+	uid, payload := m.Split()
+	sid, ok := sidFromUserID(uid)
+	inc := s.resolve(addr, m.Stod, sid, ok)
+	d := DomainMain
+	switch m.Code {
+	case packet.CodePurge, packet.CodeXfer:
+		d, inc.frm = DomainFRM, true
+	case packet.CodeIdent:
+		if !bytes.HasPrefix(uid, []byte("=/")) { // FRM daemons send no "=/" (§2.2)
+			d, inc.frm = DomainFRM, true
+		}
+	}
+	// Parse before the sequence check so a bad record is rejected, not
+	// half-applied; its sequence number still counts as received.
+	var (
+		ident packet.ServerIdent
+		tok   packet.Token
+		ueac  packet.UEAC
+	)
+	switch m.Code {
+	case packet.CodeIdent:
+		ident, err = packet.ParseServerIdent(payload)
+	case packet.CodeToken:
+		tok, err = packet.ParseToken(payload)
+	case packet.CodeUEAC:
+		ueac, err = packet.ParseUEAC(payload)
+	case packet.CodePurge:
+		_, err = packet.ParsePurge(payload)
+	case packet.CodeXfer:
+		_, err = packet.ParseFRMXfer(payload)
+	}
+	apply := s.observe(inc, d, uint16(m.Pseq))
+	if err != nil {
+		s.rejectDecoded(nil, addr, err, d) // counts only; sequence done above
+		return
+	}
+	s.accept(packet.KindMap)
+	if !apply {
+		return
+	}
+	switch m.Code {
+	case packet.CodeIdent:
+		inc.site = s.names.bytes(ident.Site)
+		inc.inst = s.names.bytes(ident.Inst)
+		inc.pgm = s.names.bytes(ident.Program)
+		inc.ver = s.names.bytes(ident.Version)
+		if at := bytes.LastIndexByte(uid, '@'); at >= 0 {
+			inc.host = s.names.bytes(uid[at+1:])
+		}
+	case packet.CodeUser:
+		s.login(inc, m.DictID, uid, payload)
+	case packet.CodePath:
+		s.path(inc, m.DictID, uid, payload)
+	case packet.CodeInfo:
+		if i, ok := inc.byText[string(uid)]; ok {
+			ss := &s.sess[i]
+			ss.appInfo = s.names.bytes(payload)
+			s.touchSession(i)
+		}
+	case packet.CodeToken:
+		t := &tokenInfo{
+			subject: s.names.bytes(tok.Subject),
+			name:    s.names.bytes(tok.Name),
+			org:     s.names.bytes(tok.Org),
+			role:    s.names.bytes(tok.Role),
+			groups:  s.names.bytes(tok.Groups),
+		}
+		if i, ok := s.sessIdx[dictKey(inc.id, tok.UserDictID)]; ok {
+			s.sess[i].token = t
+			s.touchSession(i)
+		} else {
+			p := s.pendUser(inc, tok.UserDictID)
+			p.token = t
+		}
+	case packet.CodeUEAC:
+		if i, ok := s.sessIdx[dictKey(inc.id, ueac.UserDictID)]; ok {
+			ss := &s.sess[i]
+			ss.exp, ss.act, ss.hasUEAC = ueac.Experiment, ueac.Activity, true
+			s.touchSession(i)
+		} else {
+			p := s.pendUser(inc, ueac.UserDictID)
+			p.exp, p.act, p.hasUEAC = ueac.Experiment, ueac.Activity, true
+		}
+	case packet.CodePurge, packet.CodeXfer:
+		s.stats.FRMRecords++
+	}
+}
+
+func (s *Shard) pendUser(inc *incarnation, dictID uint32) *pendingUser {
+	k := dictKey(inc.id, dictID)
+	p := s.users[k]
+	if p == nil {
+		s.boundPending()
+		p = &pendingUser{at: s.nowS}
+		s.users[k] = p
+		s.pending.push(fifoEntry{key: k, at: s.nowS, kind: pendUser})
+	}
+	return p
+}
+
+// boundPending makes room for one more pending reference.
+func (s *Shard) boundPending() {
+	for len(s.paths)+len(s.users) >= s.cfg.MaxPending && s.pending.len() > 0 {
+		s.expirePending()
+	}
+}
+
+// expirePending pops the oldest pending reference; a still-unresolved one
+// is dropped and counted.
+func (s *Shard) expirePending() {
+	e := s.pending.front()
+	switch e.kind {
+	case pendPath:
+		if p, ok := s.paths[e.key]; ok && p.at == e.at {
+			delete(s.paths, e.key)
+			s.stats.PendingDropped++
+		}
+	case pendUser:
+		if p, ok := s.users[e.key]; ok && p.at == e.at {
+			delete(s.users, e.key)
+			s.stats.PendingDropped++
+		}
+	}
+	s.pending.pop()
+}
+
+// login applies a u record: a session keyed by (incarnation, dictid).
+func (s *Shard) login(inc *incarnation, dictID uint32, uid, payload []byte) {
+	k := dictKey(inc.id, dictID)
+	i, ok := s.sessIdx[k]
+	if !ok {
+		i = s.newSession(inc, dictID)
+		s.sessIdx[k] = i
+	} else {
+		s.touchSession(i)
+	}
+	ss := &s.sess[i]
+	u := packet.ParseUserID(uid, true)
+	ss.prot = s.names.bytes(u.Prot)
+	ss.user = s.names.bytes(u.User)
+	ss.host = s.names.bytes(u.Host)
+	if ss.userText != string(uid) {
+		if j, ok := inc.byText[ss.userText]; ok && j == i {
+			delete(inc.byText, ss.userText)
+		}
+		ss.userText = string(uid)
+	}
+	inc.byText[ss.userText] = i // the latest session with this text wins
+	ss.login = s.loginInfo(payload)
+	if p := s.users[k]; p != nil {
+		if p.token != nil {
+			ss.token = p.token
+		}
+		if p.hasUEAC {
+			ss.exp, ss.act, ss.hasUEAC = p.exp, p.act, true
+		}
+		delete(s.users, k)
+	}
+}
+
+func (s *Shard) loginInfo(payload []byte) *loginInfo {
+	if li, ok := s.logins[string(payload)]; ok {
+		return li
+	}
+	l := packet.ParseLogin(payload)
+	li := &loginInfo{
+		authProt: s.names.bytes(l.AuthProt),
+		dn:       s.names.bytes(l.Name),
+		host:     s.names.bytes(l.Host),
+		vo:       s.names.bytes(l.Org),
+		role:     s.names.bytes(l.Role),
+		groups:   s.names.bytes(l.Groups),
+		monInfo:  s.names.bytes(l.MonInfo),
+		release:  s.names.bytes(l.Release),
+		app:      s.names.bytes(l.App),
+		info:     s.names.bytes(l.Info),
+		ipv6:     l.IPv == 6,
+	}
+	if len(s.logins) >= s.cfg.InternMax {
+		clear(s.logins)
+	}
+	s.logins[string(payload)] = li
+	return li
+}
+
+func (s *Shard) newSession(inc *incarnation, dictID uint32) int32 {
+	for len(s.sessIdx) >= s.cfg.MaxSessions && s.sessLRU.head >= 0 {
+		s.evictSession(s.sessLRU.head)
+	}
+	for inc.sessions.n >= int32(s.cfg.MaxSessionsPerServer) {
+		s.evictSession(inc.sessions.head)
+	}
+	var i int32
+	if n := len(s.sessFree); n > 0 {
+		i = s.sessFree[n-1]
+		s.sessFree = s.sessFree[:n-1]
+	} else {
+		s.sess = append(s.sess, session{})
+		i = int32(len(s.sess) - 1)
+	}
+	s.sess[i] = session{inc: inc.id, dictID: dictID, seen: s.nowS, files: newList()}
+	lpush(s.sess, &s.sessLRU, sessLRU, i)
+	lpush(s.sess, &inc.sessions, sessInc, i)
+	return i
+}
+
+func (s *Shard) evictSession(i int32) {
+	s.stats.EvictedSess++
+	s.removeSession(i)
+}
+
+func (s *Shard) touchSession(i int32) {
+	ss := &s.sess[i]
+	ss.seen = s.nowS
+	if !ss.disc {
+		ltouch(s.sess, &s.sessLRU, sessLRU, i)
+	}
+	inc := s.byID[ss.inc]
+	ltouch(s.sess, &inc.sessions, sessInc, i)
+}
+
+// removeSession forgets a session; its files stay open without user fields.
+func (s *Shard) removeSession(i int32) {
+	ss := &s.sess[i]
+	for ss.files.head >= 0 {
+		f := ss.files.head
+		lremove(s.files, &ss.files, fileSess, f)
+		s.files[f].sess = -1
+	}
+	if ss.disc {
+		lremove(s.sess, &s.sessDisc, sessLRU, i)
+	} else {
+		lremove(s.sess, &s.sessLRU, sessLRU, i)
+	}
+	if inc := s.byID[ss.inc]; inc != nil {
+		lremove(s.sess, &inc.sessions, sessInc, i)
+		if j, ok := inc.byText[ss.userText]; ok && j == i {
+			delete(inc.byText, ss.userText)
+		}
+	}
+	delete(s.sessIdx, dictKey(ss.inc, ss.dictID))
+	*ss = session{}
+	s.sessFree = append(s.sessFree, i)
+}
+
+// path applies a d record: the path of file dictid. The file may already
+// be open (an isOpen without LFN); otherwise the path waits PendingTTL for
+// the open. The userid text links the file to the latest session with
+// that text, for opens that carry no user dictid.
+func (s *Shard) path(inc *incarnation, dictID uint32, uid, payload []byte) {
+	k := dictKey(inc.id, dictID)
+	var user uint32
+	if i, ok := inc.byText[string(uid)]; ok {
+		user = s.sess[i].dictID
+	}
+	if fi, ok := s.fileIdx[k]; ok {
+		f := &s.files[fi]
+		if f.path == "" {
+			f.path = s.pathsI.bytes(payload)
+		}
+		if f.user == 0 && user != 0 {
+			f.user = user
+			s.linkSession(fi, inc)
+		}
+		return
+	}
+	if _, ok := s.paths[k]; !ok {
+		s.boundPending()
+	}
+	s.paths[k] = pendingPath{path: s.pathsI.bytes(payload), user: user, at: s.nowS}
+	s.pending.push(fifoEntry{key: k, at: s.nowS, kind: pendPath})
+}

@@ -1,0 +1,70 @@
+package correlate
+
+import (
+	"bufio"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/source"
+	"github.com/xrdmon/xrdmon/internal/source/sourcetest"
+)
+
+// The captured packets hold map records only (u, i, d, T from three
+// servers, two of them behind one shoveler address): no f-stream, so no
+// records, but every packet is accounted and the state is as expected.
+func TestRealPackets(t *testing.T) {
+	f, err := os.Open(sourcetest.RealPacketsPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s := NewShard(DefaultConfig())
+	now := time.Unix(1748891940, 0)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	n := 0
+	for sc.Scan() {
+		p, err := source.ParseShoveler(sc.Bytes())
+		if err != nil {
+			t.Fatalf("line %d: %v", n+1, err)
+		}
+		s.Handle(p.Data, p.Sender, now)
+		n++
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.Packets != uint64(n) || st.Accounted != uint64(n) || st.TotalRejected() != 0 {
+		t.Errorf("packets %d accounted %d rejected %v", st.Packets, st.Accounted, st.Rejected)
+	}
+	if st.TotalLost() != 0 || st.Duplicates != 0 || st.Reordered != 0 || st.Stale != 0 {
+		t.Errorf("sequence: %+v", st)
+	}
+	if st.Servers != 3 || st.Sessions != 5 || st.PendingRefs != 2 || st.OpenFiles != 0 {
+		t.Errorf("state: servers %d sessions %d pending %d files %d", st.Servers, st.Sessions, st.PendingRefs, st.OpenFiles)
+	}
+	if len(s.TakeRecords(nil)) != 0 || len(s.TakeEvents(nil)) != 0 {
+		t.Error("records or events from map records")
+	}
+	// The T record (Uc=1995247) and the i record attach to their session.
+	var found bool
+	for _, inc := range s.incList {
+		if i, ok := s.sessIdx[dictKey(inc.id, 1995247)]; ok {
+			found = true
+			ss := &s.sess[i]
+			if ss.token == nil || ss.token.subject != "jacob.lange" || ss.token.org != "https://osdf.igwn.org/cit" ||
+				ss.appInfo != "Go-http-client/1.1" || ss.prot != "https" || ss.login.authProt != "https" {
+				t.Errorf("session: %+v token %+v", ss, ss.token)
+			}
+		}
+	}
+	if !found {
+		t.Error("session 1995247 not found")
+	}
+	s.Flush(now)
+	if st := s.Stats(); st.TotalLost() != 0 || st.TotalRecords() != 0 || st.Servers != 0 {
+		t.Errorf("after flush: %+v", st)
+	}
+}

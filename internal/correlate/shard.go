@@ -1,0 +1,502 @@
+package correlate
+
+import (
+	"bytes"
+	"net/netip"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/packet"
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+const sidMask = 1<<48 - 1
+
+// ShardOf returns the shard, 0 <= shard < n, that handles every packet of
+// sender: a hash of the sender's IP (not the port, which a DNS refresh can
+// change, §7.1), so one server's packets always go to one shard in order.
+//
+// The hash is fixed (FNV-1a over the 16-byte address, then a 64-bit
+// finaliser so that every bit of the result depends on every input bit),
+// not seeded per process: a shard's checkpointed state (Snapshot) is
+// restored into the shard of the same index after a restart, so a server
+// must be routed to the same shard by every process with the same n.
+// TestShardOfStable pins values; changing this function orphans every
+// checkpoint.
+func ShardOf(sender netip.Addr, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return int(addrHash(sender) % uint64(n))
+}
+
+// addrHash is the stable hash of ShardOf.
+func addrHash(a netip.Addr) uint64 {
+	b := a.Unmap().As16()
+	const (
+		offset64 = 14695981039346656037
+		prime64  = 1099511628211
+	)
+	h := uint64(offset64)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= prime64
+	}
+	// murmur3 fmix64
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+type pendingPath struct {
+	path string
+	user uint32 // dictid of the session whose userid text the d record carried
+	at   int64
+}
+
+type pendingUser struct {
+	token    *tokenInfo
+	exp, act int32
+	hasUEAC  bool
+	at       int64
+}
+
+// closeData is a close that arrived before its open; it waits PendingTTL.
+type closeData struct {
+	c    packet.FileClose
+	tEnd uint32
+}
+
+// Shard holds the correlation state of the servers routed to it (see
+// ShardOf) and turns their datagrams into records and events.
+//
+// A Shard is not safe for concurrent use: one goroutine calls Handle, Tick,
+// Flush and Take* in turn. It never reads the wall clock: every method is
+// given the time, so a replay of the same input with the same times gives
+// the same output.
+type Shard struct {
+	cfg     Config
+	win     uint8
+	now     time.Time
+	nowS    int64
+	nextInc uint32
+
+	incs       map[incKey]*incarnation
+	byID       map[uint32]*incarnation
+	byAddrStod map[addrStod]*incarnation
+	latest     map[addrSID]*incarnation
+	incList    []*incarnation // creation order, for deterministic iteration
+	last       *incarnation   // lookup cache
+
+	files     []fileEntry
+	fileFree  []int32
+	fileIdx   map[uint64]int32
+	lru       list // open files, least recently used first
+	pendFiles list // files waiting to be emitted, oldest first
+	closes    map[int32]*closeData
+
+	sess     []session
+	sessFree []int32
+	sessIdx  map[uint64]int32
+	sessLRU  list
+	sessDisc list
+
+	paths   map[uint64]pendingPath
+	users   map[uint64]*pendingUser
+	pending fifo
+
+	names  interner
+	pathsI interner
+	logins map[string]*loginInfo
+
+	out     []record.Record
+	events  []record.Event
+	idArena []byte
+	stats   Stats
+	snap    *snapScratch // Snapshot's buffers, kept between checkpoints
+}
+
+// NewShard returns an empty shard. Check cfg with Validate first: NewShard
+// panics on an invalid configuration (a programming error).
+func NewShard(cfg Config) *Shard {
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
+	return &Shard{
+		cfg:        cfg,
+		win:        uint8(cfg.ReorderWindow),
+		incs:       make(map[incKey]*incarnation),
+		byID:       make(map[uint32]*incarnation),
+		byAddrStod: make(map[addrStod]*incarnation),
+		latest:     make(map[addrSID]*incarnation),
+		fileIdx:    make(map[uint64]int32),
+		lru:        newList(),
+		pendFiles:  newList(),
+		closes:     make(map[int32]*closeData),
+		sessIdx:    make(map[uint64]int32),
+		sessLRU:    newList(),
+		sessDisc:   newList(),
+		paths:      make(map[uint64]pendingPath),
+		users:      make(map[uint64]*pendingUser),
+		names:      newInterner(cfg.InternMax),
+		pathsI:     newInterner(cfg.InternMax),
+		logins:     make(map[string]*loginInfo),
+	}
+}
+
+// TakeRecords appends the records emitted since the last call to dst and
+// returns it. The shard keeps no reference to them.
+func (s *Shard) TakeRecords(dst []record.Record) []record.Record {
+	dst = append(dst, s.out...)
+	clear(s.out)
+	s.out = s.out[:0]
+	return dst
+}
+
+// TakeEvents appends the g-stream events emitted since the last call to
+// dst and returns it.
+func (s *Shard) TakeEvents(dst []record.Event) []record.Event {
+	dst = append(dst, s.events...)
+	clear(s.events)
+	s.events = s.events[:0]
+	return dst
+}
+
+// Stats returns the shard's counters and current state sizes.
+func (s *Shard) Stats() Stats {
+	st := s.stats
+	st.Servers = len(s.incs)
+	st.Sessions = len(s.sessIdx)
+	st.OpenFiles = len(s.fileIdx)
+	st.PendingFiles = int(s.pendFiles.n)
+	st.PendingRefs = len(s.paths) + len(s.users)
+	return st
+}
+
+func (s *Shard) setNow(now time.Time) {
+	s.now = now
+	s.nowS = now.Unix()
+}
+
+func (s *Shard) reject(r packet.Reason) {
+	s.stats.Rejected[r]++
+}
+
+func (s *Shard) accept(k packet.Kind) {
+	s.stats.Accounted++
+	s.stats.ByKind[k]++
+}
+
+// Handle decodes one datagram from sender, received at now (the
+// collector's clock, used only for TTLs and Record.Received), and applies
+// it to the state of its server. data is not retained.
+func (s *Shard) Handle(data []byte, sender netip.AddrPort, now time.Time) {
+	s.stats.Packets++
+	s.setNow(now)
+	addr := sender.Addr().Unmap()
+	kind := packet.Classify(data)
+	switch kind {
+	case packet.KindMap:
+		s.handleMap(data, addr)
+	case packet.KindFStream:
+		s.handleF(data, addr)
+	case packet.KindGStream:
+		s.handleG(data, addr)
+	case packet.KindTrace:
+		s.handleTrace(data, addr)
+	case packet.KindRedir:
+		s.handleRedir(data, addr)
+	case packet.KindTextGStream, packet.KindCGIGStream:
+		s.handleTextG(data, addr, kind)
+	case packet.KindXMLSummary, packet.KindJSONSummary:
+		s.stats.Rejected[RejectSummary]++
+	default:
+		s.reject(packet.ReasonUnknownCode)
+	}
+}
+
+// rejectDecoded counts a rejected binary packet; when its header is sound
+// and its server known, its sequence number still counts as received, so
+// that it is not also counted lost.
+func (s *Shard) rejectDecoded(data []byte, addr netip.Addr, err error, d Domain) {
+	r := packet.ReasonOf(err)
+	if r == 0 {
+		r = packet.ReasonSyntax
+	}
+	s.reject(r)
+	h, herr := packet.ParseHeader(data)
+	if herr != nil {
+		return
+	}
+	if inc := s.byAddrStod[addrStod{addr, h.Stod}]; inc != nil && d != DomainG {
+		inc.seq[d].observe(uint16(h.Pseq), 256, s.win)
+	}
+}
+
+// resolve returns the incarnation of (addr, stod, sid), creating it (and
+// noticing a restart) when new. Without a sID (pre-v4.4 isTime, t-stream
+// without window mark, unparseable userid) the latest incarnation of
+// (addr, stod) is used, or one with sID 0.
+func (s *Shard) resolve(addr netip.Addr, stod uint32, sid uint64, hasSID bool) *incarnation {
+	if !hasSID {
+		if inc := s.byAddrStod[addrStod{addr, stod}]; inc != nil {
+			inc.seen = s.nowS
+			return inc
+		}
+		sid = 0
+	}
+	k := incKey{addr, stod, sid & sidMask}
+	if l := s.last; l != nil && l.key == k {
+		l.seen = s.nowS
+		return l
+	}
+	inc := s.incs[k]
+	if inc == nil {
+		inc = s.newIncarnation(k, hasSID)
+	}
+	inc.seen = s.nowS
+	s.last = inc
+	return inc
+}
+
+func (s *Shard) newIncarnation(k incKey, hasSID bool) *incarnation {
+	if len(s.incs) >= s.cfg.MaxServers {
+		var old *incarnation
+		for _, c := range s.incList {
+			if old == nil || c.seen < old.seen {
+				old = c
+			}
+		}
+		s.dropIncarnation(old, rEvicted)
+	}
+	s.nextInc++
+	inc := &incarnation{
+		id:       s.nextInc,
+		key:      k,
+		ip:       k.addr.String(),
+		hasSID:   hasSID,
+		files:    newList(),
+		sessions: newList(),
+		byText:   make(map[string]int32),
+	}
+	s.incs[k] = inc
+	s.byID[inc.id] = inc
+	s.byAddrStod[addrStod{k.addr, k.stod}] = inc
+	s.incList = append(s.incList, inc)
+	as := addrSID{k.addr, k.sid}
+	prev := s.latest[as]
+	switch {
+	case prev == nil:
+		s.latest[as] = inc
+	case int32(k.stod-prev.key.stod) > 0: // a restart
+		s.latest[as] = inc
+		s.stats.Restarts++
+		prev.superseded = true
+		for prev.files.head >= 0 {
+			s.finishFile(prev.files.head, rRestart, s.files[prev.files.head].tLast, nil)
+		}
+	}
+	return inc
+}
+
+// dropIncarnation removes an incarnation and all its state; its open files
+// are emitted with reason r (or their pending reason).
+func (s *Shard) dropIncarnation(inc *incarnation, r uint8) {
+	for inc.files.head >= 0 {
+		i := inc.files.head
+		s.finishFile(i, r, s.files[i].tLast, nil)
+	}
+	for inc.sessions.head >= 0 {
+		s.removeSession(inc.sessions.head)
+	}
+	for d := range inc.seq {
+		inc.lost[d] += inc.seq[d].holes(s.win)
+		s.stats.Lost[d] += inc.seq[d].holes(s.win)
+	}
+	for i := range inc.gseq {
+		h := inc.gseq[i].t.holes(s.win)
+		inc.lost[DomainG] += h
+		s.stats.Lost[DomainG] += h
+	}
+	delete(s.incs, inc.key)
+	delete(s.byID, inc.id)
+	if s.byAddrStod[addrStod{inc.key.addr, inc.key.stod}] == inc {
+		delete(s.byAddrStod, addrStod{inc.key.addr, inc.key.stod})
+	}
+	if s.latest[addrSID{inc.key.addr, inc.key.sid}] == inc {
+		delete(s.latest, addrSID{inc.key.addr, inc.key.sid})
+	}
+	for i, c := range s.incList {
+		if c == inc {
+			s.incList = append(s.incList[:i], s.incList[i+1:]...)
+			break
+		}
+	}
+	if s.last == inc {
+		s.last = nil
+	}
+}
+
+// observe applies the sequence check of domain d and reports whether the
+// packet should be applied (false for duplicates).
+func (s *Shard) observe(inc *incarnation, d Domain, pseq uint16) bool {
+	return s.observeT(inc, &inc.seq[d], d, pseq, 256)
+}
+
+func (s *Shard) observeT(inc *incarnation, t *seqTracker, d Domain, pseq, mod uint16) bool {
+	res, lost := t.observe(pseq, mod, s.win)
+	if lost > 0 {
+		inc.lost[d] += lost
+		s.stats.Lost[d] += lost
+	}
+	switch res {
+	case seqDuplicate:
+		s.stats.Duplicates++
+		return false
+	case seqReordered:
+		s.stats.Reordered++
+	case seqStale:
+		s.stats.Stale++
+	}
+	return true
+}
+
+func (s *Shard) gTracker(inc *incarnation, prov byte) *seqTracker {
+	for i := range inc.gseq {
+		if inc.gseq[i].prov == prov {
+			return &inc.gseq[i].t
+		}
+	}
+	inc.gseq = append(inc.gseq, provSeq{prov: prov})
+	return &inc.gseq[len(inc.gseq)-1].t
+}
+
+// sidFromUserID extracts the decimal sID from a userid: the text between
+// the last ':' before the first '@' and that '@'. This covers
+// `prot/user.pid:sid@host`, the FRM forms without "prot/" and
+// `frm_purged:sid@localhost`.
+func sidFromUserID(uid []byte) (uint64, bool) {
+	at := bytes.IndexByte(uid, '@')
+	if at < 0 {
+		return 0, false
+	}
+	c := bytes.LastIndexByte(uid[:at], ':')
+	if c < 0 {
+		return 0, false
+	}
+	d := uid[c+1 : at]
+	if len(d) == 0 || len(d) > 20 {
+		return 0, false
+	}
+	var v uint64
+	for _, ch := range d {
+		if ch < '0' || ch > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(ch-'0')
+	}
+	return v & sidMask, true
+}
+
+func (s *Shard) handleTrace(data []byte, addr netip.Addr) {
+	t, err := packet.DecodeTrace(data)
+	if err != nil {
+		s.rejectDecoded(data, addr, err, DomainMain)
+		return
+	}
+	var sid uint64
+	hasSID := false
+	if t.Len() > 0 {
+		if e := t.Entry(0); e.Kind() == packet.TraceWindow {
+			sid, _, _ = e.Window()
+			hasSID = true
+		}
+	}
+	inc := s.resolve(addr, t.Stod, sid, hasSID)
+	s.accept(packet.KindTrace)
+	s.observe(inc, DomainMain, uint16(t.Pseq))
+}
+
+func (s *Shard) handleRedir(data []byte, addr netip.Addr) {
+	r, err := packet.DecodeRedir(data)
+	if err != nil {
+		s.rejectDecoded(data, addr, err, DomainMain)
+		return
+	}
+	inc := s.resolve(addr, r.Stod, r.SID, true)
+	s.accept(packet.KindRedir)
+	s.observe(inc, DomainMain, uint16(r.Pseq))
+}
+
+var providerNames [256]string
+
+func init() {
+	for i := range providerNames {
+		providerNames[i] = string(rune(i))
+	}
+}
+
+func (s *Shard) handleG(data []byte, addr netip.Addr) {
+	g, err := packet.DecodeGStream(data)
+	if err != nil {
+		s.rejectDecoded(data, addr, err, DomainG)
+		return
+	}
+	inc := s.resolve(addr, g.Stod, g.SID, true)
+	s.accept(packet.KindGStream)
+	if !s.observeT(inc, s.gTracker(inc, g.Provider&0x7F), DomainG, uint16(g.Pseq), 256) {
+		return
+	}
+	it := g.Lines()
+	s.emitEvents(inc, g.Provider, g.Pseq, int64(uint32(g.TEnd)), &it)
+}
+
+func (s *Shard) handleTextG(data []byte, addr netip.Addr, kind packet.Kind) {
+	t, err := packet.DecodeTextGStream(data)
+	if err != nil {
+		r := packet.ReasonOf(err)
+		if r == 0 {
+			r = packet.ReasonSyntax
+		}
+		s.reject(r)
+		return
+	}
+	inc := s.resolve(addr, t.Stod, t.SID, true)
+	s.accept(kind)
+	if t.Code != 'g' {
+		return // ident and dict records of text streams carry nothing we keep
+	}
+	if !s.observeT(inc, s.gTracker(inc, t.Provider|0x80), DomainG, t.Pseq, 1000) {
+		return
+	}
+	it := t.Lines()
+	s.emitEvents(inc, t.Provider, uint8(t.Pseq), int64(t.TEnd), &it)
+}
+
+func (s *Shard) emitEvents(inc *incarnation, prov byte, pseq uint8, tEnd int64, it *packet.LineIter) {
+	at := time.Unix(tEnd, 0).UTC()
+	for i := 0; it.Next(); i++ {
+		line := it.Line()
+		typ, raw, valid := record.ParseEvent(prov, line)
+		s.events = append(s.events, record.Event{
+			EventID:    record.EventID(inc.ip, int64(inc.key.stod), inc.key.sid, prov, pseq, tEnd, i, line),
+			Type:       typ,
+			Provider:   providerNames[prov],
+			Time:       at,
+			Received:   s.now,
+			ServerIP:   inc.ip,
+			ServerHost: inc.host,
+			ServerID:   inc.key.sid,
+			ServerStod: int64(inc.key.stod),
+			Site:       inc.site,
+			Data:       raw,
+			Valid:      valid,
+		})
+		s.stats.Events++
+		if !valid {
+			s.stats.InvalidEvents++
+		}
+	}
+}

@@ -1,0 +1,942 @@
+package correlate
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Checkpoint format (Snapshot, RestoreShard). All integers are
+// encoding/binary varints (uvarint; zig-zag varint where marked "v"),
+// unless sized. Byte by byte:
+//
+//	magic    8 bytes "XRDMCSNP"
+//	version  uvarint, snapVersion (1)
+//	shard    v nowS, nextInc
+//	stats    11 scalar counters; then Rejected, ByKind, Lost, Records,
+//	         each as a count n and n counters (n may be smaller than the
+//	         array of a later release, never larger)
+//	incs     count; per incarnation, in creation order: id, addr (byte 4
+//	         or 16 + bytes, zone str), stod, sid, flags (hasSID, frm,
+//	         superseded), site inst pgm ver host (str), v seen, 4 trackers,
+//	         count + (prov byte, tracker) of g trackers, 4 lost counters
+//	         tracker: seen (window bitmap), next (expected pseq), init byte
+//	indexes  count + incarnation ids of byAddrStod, then of latest
+//	sessions count; per session, active (sessLRU) ones first in LRU order,
+//	         then disconnected ones (sessDisc): inc id, dictID, userText
+//	         prot user host (str), login ref, token ref, appInfo (str),
+//	         v exp, v act, flags (hasUEAC, disc), v seen
+//	files    count; per file, open ones (lru) first in LRU order, then
+//	         waiting ones (pendFiles): inc id, fileID, user, path (str),
+//	         v size, v read, v readv, v write, tOpen, tLast, seen, queued,
+//	         flags byte, pend byte; when flags has fClosed the waiting close:
+//	         fileID, flags (forced, ops, ssq), v read/readv/write, the 12 OPS
+//	         fields (v), 4 SSQ float64 (8 bytes LE each), tEnd
+//	lists    per incarnation: its files (count + positions in the files
+//	         section, in list order), its sessions (count + positions), its
+//	         byText index (count + (str text, session position), by text);
+//	         per session: its files (count + positions)
+//	pending  paths (count + (key, str path, user, v at), by key); users
+//	         (count + (key, token ref, v exp, v act, hasUEAC byte, v at), by
+//	         key); the fifo (count + (key, v at, kind byte))
+//	crc      4 bytes LE: CRC-32C of everything before it
+//
+// A str is 0 for "", 1 followed by uvarint length and bytes for a string
+// not seen before in the snapshot (it gets the next index), or 2+i for
+// the string of index i. Login and token refs work the same way, with
+// their fields (10 str and an IPv6 byte; 5 str) in place of the bytes.
+//
+// Slab indices are not kept: sessions and files are numbered by their
+// position in the snapshot. Records and events not yet taken, the
+// interning tables and the login-payload cache are not part of it (the
+// tables are refilled from the restored strings).
+const (
+	snapMagic   = "XRDMCSNP"
+	snapVersion = 1
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// snapScratch holds the buffers of Snapshot, kept between checkpoints so
+// that a periodic snapshot does not allocate in proportion to the state.
+type snapScratch struct {
+	buf      []byte
+	strs     map[string]uint32
+	logins   map[*loginInfo]uint32
+	tokens   map[*tokenInfo]uint32
+	filePos  []int32 // slab index -> position in the snapshot
+	sessPos  []int32
+	keys     []uint64
+	texts    []string
+	nStrings uint32
+}
+
+// Snapshot writes the shard's complete correlation state to w in a
+// compact versioned binary format: server incarnations, sessions, open
+// and waiting files (with their LRU order), pending references, sequence
+// trackers and the counters (Stats), so that RestoreShard gives a shard
+// that behaves as this one would. Take records and events first: those
+// not yet taken are not included. Snapshot does not change the state; its
+// buffers are kept for the next call.
+func (s *Shard) Snapshot(w io.Writer) error {
+	if s.snap == nil {
+		s.snap = &snapScratch{
+			strs:   make(map[string]uint32),
+			logins: make(map[*loginInfo]uint32),
+			tokens: make(map[*tokenInfo]uint32),
+		}
+	}
+	e := s.snap
+	defer e.reset()
+	e.buf = append(e.buf[:0], snapMagic...)
+	e.uv(snapVersion)
+	e.v(s.nowS)
+	e.uv(uint64(s.nextInc))
+
+	st := s.stats
+	for _, p := range statScalars(&st) {
+		e.uv(*p)
+	}
+	for _, a := range statArrays(&st) {
+		e.uv(uint64(len(a)))
+		for _, v := range a {
+			e.uv(v)
+		}
+	}
+
+	// incarnations
+	e.uv(uint64(len(s.incList)))
+	for _, inc := range s.incList {
+		e.uv(uint64(inc.id))
+		a := inc.key.addr
+		if a.Is4() {
+			b := a.As4()
+			e.buf = append(e.buf, 4)
+			e.buf = append(e.buf, b[:]...)
+		} else {
+			b := a.As16()
+			e.buf = append(e.buf, 16)
+			e.buf = append(e.buf, b[:]...)
+		}
+		e.str(a.Zone())
+		e.uv(uint64(inc.key.stod))
+		e.uv(inc.key.sid)
+		e.buf = append(e.buf, b2u(inc.hasSID)|b2u(inc.frm)<<1|b2u(inc.superseded)<<2)
+		e.str(inc.site)
+		e.str(inc.inst)
+		e.str(inc.pgm)
+		e.str(inc.ver)
+		e.str(inc.host)
+		e.v(inc.seen)
+		for d := range inc.seq {
+			e.tracker(&inc.seq[d])
+		}
+		e.uv(uint64(len(inc.gseq)))
+		for i := range inc.gseq {
+			e.buf = append(e.buf, inc.gseq[i].prov)
+			e.tracker(&inc.gseq[i].t)
+		}
+		for _, l := range inc.lost {
+			e.uv(l)
+		}
+	}
+	n := 0
+	for _, inc := range s.incList {
+		if s.byAddrStod[addrStod{inc.key.addr, inc.key.stod}] == inc {
+			n++
+		}
+	}
+	e.uv(uint64(n))
+	for _, inc := range s.incList {
+		if s.byAddrStod[addrStod{inc.key.addr, inc.key.stod}] == inc {
+			e.uv(uint64(inc.id))
+		}
+	}
+	n = 0
+	for _, inc := range s.incList {
+		if s.latest[addrSID{inc.key.addr, inc.key.sid}] == inc {
+			n++
+		}
+	}
+	e.uv(uint64(n))
+	for _, inc := range s.incList {
+		if s.latest[addrSID{inc.key.addr, inc.key.sid}] == inc {
+			e.uv(uint64(inc.id))
+		}
+	}
+
+	// sessions, numbered in snapshot order
+	e.sessPos = slices.Grow(e.sessPos[:0], len(s.sess))[:len(s.sess)]
+	e.uv(uint64(len(s.sessIdx)))
+	pos := int32(0)
+	for _, l := range [2]*list{&s.sessLRU, &s.sessDisc} {
+		for i := l.head; i >= 0; i = s.sess[i].ln[sessLRU].next {
+			e.sessPos[i] = pos
+			pos++
+			ss := &s.sess[i]
+			e.uv(uint64(ss.inc))
+			e.uv(uint64(ss.dictID))
+			e.str(ss.userText)
+			e.str(ss.prot)
+			e.str(ss.user)
+			e.str(ss.host)
+			e.login(ss.login)
+			e.token(ss.token)
+			e.str(ss.appInfo)
+			e.v(int64(ss.exp))
+			e.v(int64(ss.act))
+			e.buf = append(e.buf, b2u(ss.hasUEAC)|b2u(ss.disc)<<1)
+			e.v(ss.seen)
+		}
+	}
+	if int(pos) != len(s.sessIdx) {
+		return fmt.Errorf("snapshot: %d sessions listed, %d indexed", pos, len(s.sessIdx))
+	}
+
+	// files, numbered in snapshot order
+	e.filePos = slices.Grow(e.filePos[:0], len(s.files))[:len(s.files)]
+	e.uv(uint64(len(s.fileIdx)))
+	pos = 0
+	for _, l := range [2]*list{&s.lru, &s.pendFiles} {
+		for i := l.head; i >= 0; i = s.files[i].ln[fileLRU].next {
+			e.filePos[i] = pos
+			pos++
+			f := &s.files[i]
+			e.uv(uint64(f.inc))
+			e.uv(uint64(f.fileID))
+			e.uv(uint64(f.user))
+			e.str(f.path)
+			e.v(f.size)
+			e.v(f.read)
+			e.v(f.readv)
+			e.v(f.wrt)
+			e.uv(uint64(f.tOpen))
+			e.uv(uint64(f.tLast))
+			e.uv(uint64(f.seen))
+			e.uv(uint64(f.queued))
+			e.buf = append(e.buf, f.flags, f.pend)
+			if f.flags&fClosed != 0 {
+				cd := s.closes[i]
+				if cd == nil {
+					return fmt.Errorf("snapshot: file %d closed without close data", f.fileID)
+				}
+				e.close(cd)
+			}
+		}
+	}
+	if int(pos) != len(s.fileIdx) {
+		return fmt.Errorf("snapshot: %d files listed, %d indexed", pos, len(s.fileIdx))
+	}
+
+	// lists
+	for _, inc := range s.incList {
+		e.uv(uint64(inc.files.n))
+		for i := inc.files.head; i >= 0; i = s.files[i].ln[fileInc].next {
+			e.uv(uint64(e.filePos[i]))
+		}
+		e.uv(uint64(inc.sessions.n))
+		for i := inc.sessions.head; i >= 0; i = s.sess[i].ln[sessInc].next {
+			e.uv(uint64(e.sessPos[i]))
+		}
+		e.texts = e.texts[:0]
+		for t := range inc.byText {
+			e.texts = append(e.texts, t)
+		}
+		slices.Sort(e.texts)
+		e.uv(uint64(len(e.texts)))
+		for _, t := range e.texts {
+			e.str(t)
+			e.uv(uint64(e.sessPos[inc.byText[t]]))
+		}
+	}
+	for _, l := range [2]*list{&s.sessLRU, &s.sessDisc} {
+		for i := l.head; i >= 0; i = s.sess[i].ln[sessLRU].next {
+			ss := &s.sess[i]
+			e.uv(uint64(ss.files.n))
+			for fi := ss.files.head; fi >= 0; fi = s.files[fi].ln[fileSess].next {
+				e.uv(uint64(e.filePos[fi]))
+			}
+		}
+	}
+
+	// pending references
+	e.keys = e.keys[:0]
+	for k := range s.paths {
+		e.keys = append(e.keys, k)
+	}
+	slices.Sort(e.keys)
+	e.uv(uint64(len(e.keys)))
+	for _, k := range e.keys {
+		p := s.paths[k]
+		e.uv(k)
+		e.str(p.path)
+		e.uv(uint64(p.user))
+		e.v(p.at)
+	}
+	e.keys = e.keys[:0]
+	for k := range s.users {
+		e.keys = append(e.keys, k)
+	}
+	slices.Sort(e.keys)
+	e.uv(uint64(len(e.keys)))
+	for _, k := range e.keys {
+		p := s.users[k]
+		e.uv(k)
+		e.token(p.token)
+		e.v(int64(p.exp))
+		e.v(int64(p.act))
+		e.buf = append(e.buf, b2u(p.hasUEAC))
+		e.v(p.at)
+	}
+	q := s.pending.q[s.pending.head:]
+	e.uv(uint64(len(q)))
+	for i := range q {
+		e.uv(q[i].key)
+		e.v(q[i].at)
+		e.buf = append(e.buf, q[i].kind)
+	}
+
+	e.buf = binary.LittleEndian.AppendUint32(e.buf, crc32.Checksum(e.buf, crcTable))
+	if _, err := w.Write(e.buf); err != nil {
+		return fmt.Errorf("write snapshot: %w", err)
+	}
+	return nil
+}
+
+// reset forgets the references of the last snapshot (keeping capacity),
+// so the scratch does not keep dead strings alive.
+func (e *snapScratch) reset() {
+	clear(e.strs)
+	clear(e.logins)
+	clear(e.tokens)
+	clear(e.texts)
+	e.nStrings = 0
+	if cap(e.buf) > 64<<20 { // an exceptional peak: do not hold it
+		e.buf = nil
+	}
+}
+
+func b2u(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (e *snapScratch) uv(x uint64) { e.buf = binary.AppendUvarint(e.buf, x) }
+func (e *snapScratch) v(x int64)   { e.buf = binary.AppendVarint(e.buf, x) }
+
+func (e *snapScratch) str(s string) {
+	if s == "" {
+		e.buf = append(e.buf, 0)
+		return
+	}
+	if i, ok := e.strs[s]; ok {
+		e.uv(uint64(i) + 2)
+		return
+	}
+	e.strs[s] = e.nStrings
+	e.nStrings++
+	e.buf = append(e.buf, 1)
+	e.uv(uint64(len(s)))
+	e.buf = append(e.buf, s...)
+}
+
+func (e *snapScratch) login(l *loginInfo) {
+	if l == nil {
+		e.buf = append(e.buf, 0)
+		return
+	}
+	if i, ok := e.logins[l]; ok {
+		e.uv(uint64(i) + 2)
+		return
+	}
+	e.logins[l] = uint32(len(e.logins))
+	e.buf = append(e.buf, 1)
+	for _, s := range [...]string{l.authProt, l.dn, l.host, l.vo, l.role, l.groups, l.monInfo, l.release, l.app, l.info} {
+		e.str(s)
+	}
+	e.buf = append(e.buf, b2u(l.ipv6))
+}
+
+func (e *snapScratch) token(t *tokenInfo) {
+	if t == nil {
+		e.buf = append(e.buf, 0)
+		return
+	}
+	if i, ok := e.tokens[t]; ok {
+		e.uv(uint64(i) + 2)
+		return
+	}
+	e.tokens[t] = uint32(len(e.tokens))
+	e.buf = append(e.buf, 1)
+	for _, s := range [...]string{t.subject, t.name, t.org, t.role, t.groups} {
+		e.str(s)
+	}
+}
+
+func (e *snapScratch) tracker(t *seqTracker) {
+	e.uv(t.seen)
+	e.uv(uint64(t.next))
+	e.buf = append(e.buf, b2u(t.init))
+}
+
+func (e *snapScratch) close(cd *closeData) {
+	c := &cd.c
+	e.uv(uint64(c.FileID))
+	e.buf = append(e.buf, b2u(c.Forced)|b2u(c.HasOps)<<1|b2u(c.HasSSQ)<<2)
+	e.v(c.Read)
+	e.v(c.Readv)
+	e.v(c.Write)
+	o := &c.Ops
+	for _, x := range [...]int64{int64(o.Read), int64(o.Readv), int64(o.Write), int64(o.RsMin), int64(o.RsMax),
+		o.Rsegs, int64(o.RdMin), int64(o.RdMax), int64(o.RvMin), int64(o.RvMax), int64(o.WrMin), int64(o.WrMax)} {
+		e.v(x)
+	}
+	for _, f := range [...]float64{c.SSQ.Read, c.SSQ.Readv, c.SSQ.ReadvSegs, c.SSQ.Write} {
+		e.buf = binary.LittleEndian.AppendUint64(e.buf, math.Float64bits(f))
+	}
+	e.uv(uint64(cd.tEnd))
+}
+
+func statScalars(st *Stats) [11]*uint64 {
+	return [...]*uint64{&st.Packets, &st.Accounted, &st.Duplicates, &st.Reordered, &st.Stale, &st.Events,
+		&st.InvalidEvents, &st.FRMRecords, &st.Restarts, &st.PendingDropped, &st.EvictedSess}
+}
+
+func statArrays(st *Stats) [4][]uint64 {
+	return [...][]uint64{st.Rejected[:], st.ByKind[:], st.Lost[:], st.Records[:]}
+}
+
+// ErrBadSnapshot is wrapped by every RestoreShard error about the
+// content of a snapshot (as opposed to reading it).
+var ErrBadSnapshot = errors.New("bad correlation snapshot")
+
+// RestoreShard reads a snapshot written by Snapshot and returns a shard
+// equal in behaviour to the one snapshotted, with cfg (check it with
+// Validate first; RestoreShard returns its error). Corrupt, truncated or
+// inconsistent input is an error wrapping ErrBadSnapshot, never a panic.
+// A configuration with tighter bounds than the snapshot's state applies
+// them as new state arrives.
+func RestoreShard(cfg Config, r io.Reader) (*Shard, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var data []byte
+	if br, ok := r.(*bytes.Reader); ok {
+		data = make([]byte, br.Len())
+		if _, err := io.ReadFull(br, data); err != nil {
+			return nil, fmt.Errorf("read snapshot: %w", err)
+		}
+	} else {
+		var err error
+		if data, err = io.ReadAll(r); err != nil {
+			return nil, fmt.Errorf("read snapshot: %w", err)
+		}
+	}
+	s := NewShard(cfg)
+	if err := s.restore(data); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
+	}
+	return s, nil
+}
+
+// decoder reads a snapshot body; the first error sticks and every later
+// read returns zero values.
+type decoder struct {
+	b      []byte
+	err    error
+	strs   []string
+	logins []*loginInfo
+	tokens []*tokenInfo
+	s      *Shard
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf(format, args...)
+	}
+}
+
+func (d *decoder) uv() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	x, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("truncated or overlong varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return x
+}
+
+func (d *decoder) v() int64 {
+	if d.err != nil {
+		return 0
+	}
+	x, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("truncated or overlong varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return x
+}
+
+func (d *decoder) u32() uint32 {
+	x := d.uv()
+	if x > math.MaxUint32 {
+		d.fail("value %d out of range", x)
+		return 0
+	}
+	return uint32(x)
+}
+
+func (d *decoder) i32() int32 {
+	x := d.v()
+	if x < math.MinInt32 || x > math.MaxInt32 {
+		d.fail("value %d out of range", x)
+		return 0
+	}
+	return int32(x)
+}
+
+func (d *decoder) i16() int16 {
+	x := d.v()
+	if x < math.MinInt16 || x > math.MaxInt16 {
+		d.fail("value %d out of range", x)
+		return 0
+	}
+	return int16(x)
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) == 0 {
+		d.fail("truncated")
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) bytes(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(d.b) {
+		d.fail("truncated")
+		return nil
+	}
+	p := d.b[:n]
+	d.b = d.b[n:]
+	return p
+}
+
+// count reads an element count; every element takes at least one byte,
+// so a count beyond the remaining input is corrupt (and is not allowed to
+// size an allocation).
+func (d *decoder) count() int {
+	x := d.uv()
+	if x > uint64(len(d.b)) || x > math.MaxInt32 {
+		d.fail("count %d beyond input", x)
+		return 0
+	}
+	return int(x)
+}
+
+// index reads a position below n.
+func (d *decoder) index(n int) int32 {
+	x := d.uv()
+	if x >= uint64(n) {
+		d.fail("index %d out of range %d", x, n)
+		return 0
+	}
+	return int32(x)
+}
+
+// str reads a string reference; in is the interning table it belongs to
+// (nil: kept as is, e.g. raw userid text).
+func (d *decoder) str(in *interner) string {
+	switch x := d.uv(); {
+	case d.err != nil || x == 0:
+		return ""
+	case x == 1:
+		n := d.uv()
+		if n > uint64(len(d.b)) {
+			d.fail("truncated string")
+			return ""
+		}
+		raw := string(d.bytes(int(n)))
+		d.strs = append(d.strs, raw)
+		if in != nil {
+			return in.str(raw)
+		}
+		return raw
+	default:
+		if x-2 >= uint64(len(d.strs)) {
+			d.fail("string reference %d out of range", x-2)
+			return ""
+		}
+		if in != nil {
+			return in.str(d.strs[x-2])
+		}
+		return d.strs[x-2]
+	}
+}
+
+// str interns s (a copy the caller gives up), as bytes does.
+func (in *interner) str(s string) string {
+	if s == "" {
+		return ""
+	}
+	if v, ok := in.m[s]; ok {
+		return v
+	}
+	v := s
+	if !utf8.ValidString(s) {
+		v = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(in.m) >= in.max {
+		clear(in.m)
+	}
+	in.m[s] = v
+	return v
+}
+
+func (d *decoder) login() *loginInfo {
+	switch x := d.uv(); {
+	case d.err != nil || x == 0:
+		return nil
+	case x == 1:
+		n := &d.s.names
+		l := &loginInfo{authProt: d.str(n), dn: d.str(n), host: d.str(n), vo: d.str(n), role: d.str(n),
+			groups: d.str(n), monInfo: d.str(n), release: d.str(n), app: d.str(n), info: d.str(n)}
+		l.ipv6 = d.byte() != 0
+		d.logins = append(d.logins, l)
+		return l
+	default:
+		if x-2 >= uint64(len(d.logins)) {
+			d.fail("login reference %d out of range", x-2)
+			return nil
+		}
+		return d.logins[x-2]
+	}
+}
+
+func (d *decoder) token() *tokenInfo {
+	switch x := d.uv(); {
+	case d.err != nil || x == 0:
+		return nil
+	case x == 1:
+		n := &d.s.names
+		t := &tokenInfo{subject: d.str(n), name: d.str(n), org: d.str(n), role: d.str(n), groups: d.str(n)}
+		d.tokens = append(d.tokens, t)
+		return t
+	default:
+		if x-2 >= uint64(len(d.tokens)) {
+			d.fail("token reference %d out of range", x-2)
+			return nil
+		}
+		return d.tokens[x-2]
+	}
+}
+
+func (d *decoder) tracker(t *seqTracker) {
+	t.seen = d.uv()
+	next := d.uv()
+	if next >= 1000 {
+		d.fail("sequence %d out of range", next)
+	}
+	t.next = uint16(next)
+	t.init = d.byte() != 0
+}
+
+func (d *decoder) close() *closeData {
+	cd := &closeData{}
+	c := &cd.c
+	c.FileID = d.u32()
+	fl := d.byte()
+	c.Forced, c.HasOps, c.HasSSQ = fl&1 != 0, fl&2 != 0, fl&4 != 0
+	c.Read, c.Readv, c.Write = d.v(), d.v(), d.v()
+	o := &c.Ops
+	o.Read, o.Readv, o.Write = d.i32(), d.i32(), d.i32()
+	o.RsMin, o.RsMax = d.i16(), d.i16()
+	o.Rsegs = d.v()
+	o.RdMin, o.RdMax, o.RvMin, o.RvMax, o.WrMin, o.WrMax = d.i32(), d.i32(), d.i32(), d.i32(), d.i32(), d.i32()
+	for _, p := range [...]*float64{&c.SSQ.Read, &c.SSQ.Readv, &c.SSQ.ReadvSegs, &c.SSQ.Write} {
+		if b := d.bytes(8); b != nil {
+			*p = math.Float64frombits(binary.LittleEndian.Uint64(b))
+		}
+	}
+	cd.tEnd = d.u32()
+	return cd
+}
+
+// restore fills the new shard s from data.
+func (s *Shard) restore(data []byte) error {
+	if len(data) < len(snapMagic)+4 || string(data[:len(snapMagic)]) != snapMagic {
+		return errors.New("not a correlation snapshot (bad magic)")
+	}
+	body := data[:len(data)-4]
+	if crc32.Checksum(body, crcTable) != binary.LittleEndian.Uint32(data[len(data)-4:]) {
+		return errors.New("checksum mismatch (truncated or corrupt)")
+	}
+	d := &decoder{b: body[len(snapMagic):], s: s}
+	if v := d.uv(); d.err == nil && v != snapVersion {
+		return fmt.Errorf("unsupported snapshot version %d (want %d)", v, snapVersion)
+	}
+	s.setNow(time.Unix(d.v(), 0).UTC())
+	s.nextInc = d.u32()
+
+	for _, p := range statScalars(&s.stats) {
+		*p = d.uv()
+	}
+	for _, a := range statArrays(&s.stats) {
+		n := d.count()
+		if n > len(a) {
+			d.fail("%d counters, at most %d known", n, len(a))
+			break
+		}
+		for i := 0; i < n; i++ {
+			a[i] = d.uv()
+		}
+	}
+
+	// incarnations
+	nInc := d.count()
+	s.incList = make([]*incarnation, 0, nInc)
+	for k := 0; k < nInc && d.err == nil; k++ {
+		inc := &incarnation{files: newList(), sessions: newList(), byText: make(map[string]int32)}
+		inc.id = d.u32()
+		var addr netip.Addr
+		switch n := d.byte(); n {
+		case 4:
+			if b := d.bytes(4); b != nil {
+				addr = netip.AddrFrom4([4]byte(b))
+			}
+		case 16:
+			if b := d.bytes(16); b != nil {
+				addr = netip.AddrFrom16([16]byte(b))
+			}
+		default:
+			d.fail("address length %d", n)
+		}
+		if z := d.str(nil); z != "" && addr.Is6() {
+			addr = addr.WithZone(z)
+		}
+		inc.key = incKey{addr: addr, stod: d.u32(), sid: d.uv()}
+		fl := d.byte()
+		inc.hasSID, inc.frm, inc.superseded = fl&1 != 0, fl&2 != 0, fl&4 != 0
+		inc.site, inc.inst, inc.pgm = d.str(&s.names), d.str(&s.names), d.str(&s.names)
+		inc.ver, inc.host = d.str(&s.names), d.str(&s.names)
+		inc.seen = d.v()
+		for i := range inc.seq {
+			d.tracker(&inc.seq[i])
+		}
+		ng := d.count()
+		if ng > 256 {
+			d.fail("%d g-stream trackers", ng)
+			break
+		}
+		for i := 0; i < ng && d.err == nil; i++ {
+			p := provSeq{prov: d.byte()}
+			d.tracker(&p.t)
+			inc.gseq = append(inc.gseq, p)
+		}
+		for i := range inc.lost {
+			inc.lost[i] = d.uv()
+		}
+		if d.err != nil {
+			break
+		}
+		if inc.id == 0 || inc.id > s.nextInc || s.byID[inc.id] != nil || s.incs[inc.key] != nil {
+			d.fail("incarnation %d duplicated or out of range", inc.id)
+			break
+		}
+		inc.ip = addr.String()
+		s.incs[inc.key] = inc
+		s.byID[inc.id] = inc
+		s.incList = append(s.incList, inc)
+	}
+	for n, i := d.count(), 0; i < n && d.err == nil; i++ {
+		inc := s.byID[d.u32()]
+		if inc == nil || s.byAddrStod[addrStod{inc.key.addr, inc.key.stod}] != nil {
+			d.fail("bad server index entry")
+			break
+		}
+		s.byAddrStod[addrStod{inc.key.addr, inc.key.stod}] = inc
+	}
+	for n, i := d.count(), 0; i < n && d.err == nil; i++ {
+		inc := s.byID[d.u32()]
+		if inc == nil || s.latest[addrSID{inc.key.addr, inc.key.sid}] != nil {
+			d.fail("bad latest-server entry")
+			break
+		}
+		s.latest[addrSID{inc.key.addr, inc.key.sid}] = inc
+	}
+
+	// sessions
+	nSess := d.count()
+	s.sess = make([]session, nSess)
+	s.sessIdx = make(map[uint64]int32, nSess)
+	for i := 0; i < nSess && d.err == nil; i++ {
+		ss := &s.sess[i]
+		ss.inc = d.u32()
+		ss.dictID = d.u32()
+		ss.userText = d.str(nil)
+		ss.prot, ss.user, ss.host = d.str(&s.names), d.str(&s.names), d.str(&s.names)
+		ss.login = d.login()
+		ss.token = d.token()
+		ss.appInfo = d.str(&s.names)
+		ss.exp, ss.act = d.i32(), d.i32()
+		fl := d.byte()
+		ss.hasUEAC, ss.disc = fl&1 != 0, fl&2 != 0
+		ss.seen = d.v()
+		ss.files = newList()
+		k := dictKey(ss.inc, ss.dictID)
+		if _, dup := s.sessIdx[k]; dup || s.byID[ss.inc] == nil {
+			d.fail("session %d: unknown server or duplicate", ss.dictID)
+			break
+		}
+		s.sessIdx[k] = int32(i)
+		if ss.disc {
+			lpush(s.sess, &s.sessDisc, sessLRU, int32(i))
+		} else {
+			lpush(s.sess, &s.sessLRU, sessLRU, int32(i))
+		}
+	}
+
+	// files
+	nFiles := d.count()
+	s.files = make([]fileEntry, nFiles)
+	s.fileIdx = make(map[uint64]int32, nFiles)
+	if len(s.pathsI.m) == 0 {
+		s.pathsI.m = make(map[string]string, min(nFiles, s.pathsI.max))
+	}
+	for i := 0; i < nFiles && d.err == nil; i++ {
+		f := &s.files[i]
+		f.inc = d.u32()
+		f.fileID = d.u32()
+		f.user = d.u32()
+		f.path = d.str(&s.pathsI)
+		f.size, f.read, f.readv, f.wrt = d.v(), d.v(), d.v(), d.v()
+		f.tOpen, f.tLast, f.seen, f.queued = d.u32(), d.u32(), d.u32(), d.u32()
+		f.flags, f.pend = d.byte(), d.byte()
+		f.sess = -1
+		if f.flags&fClosed != 0 {
+			s.closes[int32(i)] = d.close()
+		}
+		k := dictKey(f.inc, f.fileID)
+		if _, dup := s.fileIdx[k]; dup || s.byID[f.inc] == nil || f.pend >= numRecordReasons {
+			d.fail("file %d: unknown server, duplicate or bad reason", f.fileID)
+			break
+		}
+		s.fileIdx[k] = int32(i)
+		if f.flags&fPending != 0 {
+			lpush(s.files, &s.pendFiles, fileLRU, int32(i))
+		} else {
+			lpush(s.files, &s.lru, fileLRU, int32(i))
+		}
+	}
+
+	// lists: every file and session in its server's list exactly once
+	const inIncList, inSessList = 1, 2
+	var placed []uint8
+	if d.err == nil {
+		placed = make([]uint8, max(nFiles, nSess))
+	}
+	nf, ns := 0, 0
+	for _, inc := range s.incList {
+		if d.err != nil {
+			break
+		}
+		for n, j := d.count(), 0; j < n && d.err == nil; j++ {
+			fi := d.index(nFiles)
+			if d.err == nil && (s.files[fi].inc != inc.id || placed[fi]&inIncList != 0) {
+				d.fail("file list of server %d", inc.id)
+			}
+			if d.err == nil {
+				placed[fi] |= inIncList
+				lpush(s.files, &inc.files, fileInc, fi)
+				nf++
+			}
+		}
+		for n, j := d.count(), 0; j < n && d.err == nil; j++ {
+			si := d.index(nSess)
+			if d.err == nil && (s.sess[si].inc != inc.id || placed[si]&inSessList != 0) {
+				d.fail("session list of server %d", inc.id)
+			}
+			if d.err == nil {
+				placed[si] |= inSessList
+				lpush(s.sess, &inc.sessions, sessInc, si)
+				ns++
+			}
+		}
+		for n, j := d.count(), 0; j < n && d.err == nil; j++ {
+			t := d.str(nil)
+			si := d.index(nSess)
+			if d.err == nil && s.sess[si].inc != inc.id {
+				d.fail("userid index of server %d", inc.id)
+			}
+			inc.byText[t] = si
+		}
+	}
+	if d.err == nil && (nf != nFiles || ns != nSess) {
+		d.fail("%d of %d files and %d of %d sessions in server lists", nf, nFiles, ns, nSess)
+	}
+	for si := 0; si < nSess && d.err == nil; si++ {
+		ss := &s.sess[si]
+		for n, j := d.count(), 0; j < n && d.err == nil; j++ {
+			fi := d.index(nFiles)
+			if d.err == nil && (s.files[fi].inc != ss.inc || s.files[fi].sess >= 0) {
+				d.fail("file list of session %d", ss.dictID)
+			}
+			if d.err == nil {
+				s.files[fi].sess = int32(si)
+				lpush(s.files, &ss.files, fileSess, fi)
+			}
+		}
+	}
+
+	// pending references
+	for n, i := d.count(), 0; i < n && d.err == nil; i++ {
+		k := d.uv()
+		s.paths[k] = pendingPath{path: d.str(&s.pathsI), user: d.u32(), at: d.v()}
+	}
+	for n, i := d.count(), 0; i < n && d.err == nil; i++ {
+		k := d.uv()
+		p := &pendingUser{token: d.token(), exp: d.i32(), act: d.i32()}
+		p.hasUEAC = d.byte() != 0
+		p.at = d.v()
+		s.users[k] = p
+	}
+	nq := d.count()
+	if d.err == nil {
+		s.pending.q = make([]fifoEntry, 0, nq)
+	}
+	for i := 0; i < nq && d.err == nil; i++ {
+		e := fifoEntry{key: d.uv(), at: d.v(), kind: d.byte()}
+		if e.kind > pendUser {
+			d.fail("pending kind %d", e.kind)
+		}
+		s.pending.q = append(s.pending.q, e)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d bytes of trailing data", len(d.b))
+	}
+	return d.err
+}

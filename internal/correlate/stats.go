@@ -1,0 +1,160 @@
+package correlate
+
+import (
+	"github.com/xrdmon/xrdmon/internal/packet"
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+// RejectReason is why the correlator did not account a datagram. Values
+// 1..NumPacketReasons-1 are the decoder's packet.Reason values unchanged;
+// the correlator adds RejectSummary. The set is closed.
+type RejectReason uint8
+
+// The correlator's own rejection reasons, after the decoder's.
+const (
+	// NumPacketReasons is one more than the largest packet.Reason.
+	NumPacketReasons RejectReason = RejectReason(packet.ReasonSyntax) + 1
+	// RejectSummary: summary monitoring (XML or JSON), not a detailed stream.
+	RejectSummary = NumPacketReasons
+	// NumRejectReasons sizes Stats.Rejected.
+	NumRejectReasons = RejectSummary + 1
+)
+
+// String returns the reason's metric label value.
+func (r RejectReason) String() string {
+	if r == RejectSummary {
+		return "summary"
+	}
+	return packet.Reason(r).String()
+}
+
+// RejectReasons lists every rejection reason, for initialising counters.
+func RejectReasons() []RejectReason {
+	rs := make([]RejectReason, 0, NumRejectReasons-1)
+	for r := RejectReason(1); r < NumRejectReasons; r++ {
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// RecordReasons lists the record reasons in the order Stats.Records counts
+// them: Complete first, then record.Reasons.
+var RecordReasons = [...]record.Reason{
+	record.Complete, record.Timeout, record.Disconnect, record.ServerRestart,
+	record.Evicted, record.NoOpen, record.EndOfInput,
+}
+
+// Indices into RecordReasons.
+const (
+	rComplete uint8 = iota
+	rTimeout
+	rDisconnect
+	rRestart
+	rEvicted
+	rNoOpen
+	rEndOfInput
+	numRecordReasons
+)
+
+// NumKinds sizes Stats.ByKind: one more than the largest packet.Kind.
+const NumKinds = int(packet.KindCGIGStream) + 1
+
+// Stats are a shard's counters (monotonic) and state sizes (gauges). The
+// pipeline sums shards with Add and exports them. Every handled datagram
+// is counted once in Packets and once in either Accounted or Rejected.
+type Stats struct {
+	Packets   uint64                   // datagrams handed to Handle
+	Accounted uint64                   // valid and applied (or recognised as duplicates)
+	Rejected  [NumRejectReasons]uint64 // by RejectReason; index 0 unused
+	ByKind    [NumKinds]uint64         // accounted datagrams by packet.Kind
+
+	// Sequence accounting per counter domain (§7.4).
+	Lost       [NumDomains]uint64 // missing packets: gaps not filled within the window
+	Duplicates uint64             // accounted but not applied: seen before
+	Reordered  uint64             // arrived late within the window (not loss)
+	Stale      uint64             // arrived later than the window allows (already counted lost, or an old duplicate)
+
+	Records        [numRecordReasons]uint64 // emitted records, indexed like RecordReasons
+	Events         uint64                   // emitted g-stream events
+	InvalidEvents  uint64                   // events whose line was not valid JSON
+	FRMRecords     uint64                   // FRM p/x records accounted
+	Restarts       uint64                   // server restarts seen (new stod)
+	PendingDropped uint64                   // pending references dropped by TTL or bound, never resolved
+	EvictedSess    uint64                   // sessions evicted by the bound
+
+	// Gauges: state held at the time of the Stats call.
+	Servers      int // server incarnations
+	Sessions     int
+	OpenFiles    int // includes files waiting (disconnect, close without open)
+	PendingRefs  int // pending paths and user attributes
+	PendingFiles int // files waiting to be emitted or completed
+}
+
+// TotalLost sums Lost over the domains.
+func (s *Stats) TotalLost() uint64 {
+	var n uint64
+	for _, v := range s.Lost {
+		n += v
+	}
+	return n
+}
+
+// TotalRejected sums Rejected over the reasons.
+func (s *Stats) TotalRejected() uint64 {
+	var n uint64
+	for _, v := range s.Rejected {
+		n += v
+	}
+	return n
+}
+
+// TotalRecords sums Records over the reasons.
+func (s *Stats) TotalRecords() uint64 {
+	var n uint64
+	for _, v := range s.Records {
+		n += v
+	}
+	return n
+}
+
+// RecordsFor returns the number of records emitted with reason r.
+func (s *Stats) RecordsFor(r record.Reason) uint64 {
+	for i, rr := range RecordReasons {
+		if rr == r {
+			return s.Records[i]
+		}
+	}
+	return 0
+}
+
+// Add adds o's counters and gauges to s.
+func (s *Stats) Add(o *Stats) {
+	s.Packets += o.Packets
+	s.Accounted += o.Accounted
+	for i := range s.Rejected {
+		s.Rejected[i] += o.Rejected[i]
+	}
+	for i := range s.ByKind {
+		s.ByKind[i] += o.ByKind[i]
+	}
+	for i := range s.Lost {
+		s.Lost[i] += o.Lost[i]
+	}
+	s.Duplicates += o.Duplicates
+	s.Reordered += o.Reordered
+	s.Stale += o.Stale
+	for i := range s.Records {
+		s.Records[i] += o.Records[i]
+	}
+	s.Events += o.Events
+	s.InvalidEvents += o.InvalidEvents
+	s.FRMRecords += o.FRMRecords
+	s.Restarts += o.Restarts
+	s.PendingDropped += o.PendingDropped
+	s.EvictedSess += o.EvictedSess
+	s.Servers += o.Servers
+	s.Sessions += o.Sessions
+	s.OpenFiles += o.OpenFiles
+	s.PendingRefs += o.PendingRefs
+	s.PendingFiles += o.PendingFiles
+}

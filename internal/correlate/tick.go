@@ -1,0 +1,136 @@
+package correlate
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"time"
+	"unsafe"
+)
+
+// Tick expires what has waited too long at now (the collector's clock):
+// open files without news for OpenTTL (timeout), waiting files after
+// PendingTTL (their pending reason: disconnect or no_open), pending
+// references after PendingTTL, idle sessions after SessionTTL,
+// disconnected sessions after PendingTTL, superseded incarnations after
+// PendingTTL and idle empty ones after SessionTTL. Call it every few
+// seconds; its cost is proportional to what expires plus the number of
+// server incarnations.
+func (s *Shard) Tick(now time.Time) {
+	s.setNow(now)
+	n := s.nowS
+	openTTL := int64(s.cfg.OpenTTL / time.Second)
+	pendTTL := int64(s.cfg.PendingTTL / time.Second)
+	sessTTL := int64(s.cfg.SessionTTL / time.Second)
+	for s.pendFiles.head >= 0 {
+		i := s.pendFiles.head
+		f := &s.files[i]
+		if int64(f.queued)+pendTTL > n {
+			break
+		}
+		s.finishFile(i, f.pend, f.tLast, nil)
+	}
+	for s.lru.head >= 0 {
+		i := s.lru.head
+		f := &s.files[i]
+		if int64(f.queued)+openTTL > n {
+			break
+		}
+		if int64(f.seen)+openTTL > n { // news since queued: queue again
+			s.requeue(i)
+			continue
+		}
+		s.finishFile(i, rTimeout, f.tLast, nil)
+	}
+	for s.pending.len() > 0 && s.pending.front().at+pendTTL <= n {
+		s.expirePending()
+	}
+	for s.sessDisc.head >= 0 && s.sess[s.sessDisc.head].seen+pendTTL <= n {
+		i := s.sessDisc.head
+		if s.sess[i].files.head >= 0 { // files still waiting: give them time
+			s.sess[i].seen = n
+			ltouch(s.sess, &s.sessDisc, sessLRU, i)
+			break
+		}
+		s.removeSession(i)
+	}
+	for rounds := s.sessLRU.n; s.sessLRU.head >= 0 && rounds > 0; rounds-- {
+		i := s.sessLRU.head
+		ss := &s.sess[i]
+		if ss.seen+sessTTL > n {
+			break
+		}
+		if ss.files.head >= 0 { // in use by an open file: keep
+			ss.seen = n
+			ltouch(s.sess, &s.sessLRU, sessLRU, i)
+			continue
+		}
+		s.removeSession(i)
+	}
+	for i := 0; i < len(s.incList); {
+		inc := s.incList[i]
+		idle := n - inc.seen
+		if (inc.superseded && idle >= pendTTL) ||
+			(inc.files.n == 0 && inc.sessions.n == 0 && idle >= sessTTL) {
+			r := rTimeout
+			if inc.superseded {
+				r = rRestart
+			}
+			s.dropIncarnation(inc, r) // removes it from incList
+			continue
+		}
+		i++
+	}
+}
+
+// Flush ends the input at now: every file still open is emitted as a
+// partial record (end_of_input, or its pending reason: disconnect,
+// no_open), sequence holes still in the reorder windows are counted lost,
+// and all state is dropped. Counters are kept; the shard may be used
+// again as if new.
+func (s *Shard) Flush(now time.Time) {
+	s.setNow(now)
+	for s.pendFiles.head >= 0 {
+		i := s.pendFiles.head
+		s.finishFile(i, s.files[i].pend, s.files[i].tLast, nil)
+	}
+	for s.lru.head >= 0 {
+		i := s.lru.head
+		s.finishFile(i, rEndOfInput, s.files[i].tLast, nil)
+	}
+	for len(s.incList) > 0 {
+		s.dropIncarnation(s.incList[0], rEndOfInput)
+	}
+	clear(s.paths)
+	clear(s.users)
+	s.pending = fifo{}
+}
+
+// recordID is record.RecordID written into a shared arena, so that an
+// emitted record costs no allocation for its id (one allocation per
+// idArenaSize/32 records). The arena is never written twice.
+func (s *Shard) recordID(inc *incarnation, fileID uint32, start, end time.Time) string {
+	var buf [128]byte
+	b := append(buf[:0], "xrdmon/record/v1\x00"...)
+	ip := inc.ip
+	if len(ip) > 64 {
+		ip = ip[:64]
+	}
+	b = append(b, byte(len(ip)))
+	b = append(b, ip...)
+	b = binary.BigEndian.AppendUint64(b, uint64(int64(inc.key.stod)))
+	b = binary.BigEndian.AppendUint64(b, inc.key.sid&sidMask)
+	b = binary.BigEndian.AppendUint32(b, fileID)
+	b = binary.BigEndian.AppendUint64(b, uint64(start.UnixNano()))
+	b = binary.BigEndian.AppendUint64(b, uint64(end.UnixNano()))
+	sum := sha256.Sum256(b)
+	if len(s.idArena)+32 > cap(s.idArena) {
+		s.idArena = make([]byte, 0, idArenaSize)
+	}
+	off := len(s.idArena)
+	s.idArena = s.idArena[:off+32]
+	hex.Encode(s.idArena[off:], sum[:16])
+	return unsafe.String(&s.idArena[off], 32)
+}
+
+const idArenaSize = 32 * 512

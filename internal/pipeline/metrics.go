@@ -1,0 +1,125 @@
+package pipeline
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xrdmon/xrdmon/internal/correlate"
+	"github.com/xrdmon/xrdmon/internal/packet"
+)
+
+// metrics are the pipeline's own instruments plus a collector that exports
+// the correlator shards' counters as of their last barrier.
+type metrics struct {
+	commitSeconds    prometheus.Histogram
+	commitErrors     prometheus.Counter
+	ackErrors        prometheus.Counter
+	recordsCommitted prometheus.Counter
+	eventsCommitted  prometheus.Counter
+}
+
+func newMetrics(p *Pipeline, reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "xrdmon_pipeline_commit_duration_seconds",
+			Help:    "Time to name (DNS), store and acknowledge one commit of records.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_pipeline_commit_errors_total",
+			Help: "Commits to the store that failed and were retried.",
+		}),
+		ackErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_pipeline_ack_errors_total",
+			Help: "Input acknowledgements that failed (the input will be redelivered).",
+		}),
+		recordsCommitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_pipeline_records_committed_total",
+			Help: "Transfer records committed to the store (before deduplication).",
+		}),
+		eventsCommitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_pipeline_events_committed_total",
+			Help: "g-stream events committed to the store (before deduplication).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.commitSeconds, m.commitErrors, m.ackErrors, m.recordsCommitted, m.eventsCommitted,
+			&statsCollector{p: p})
+	}
+	return m
+}
+
+var (
+	descPackets = prometheus.NewDesc("xrdmon_packets_total",
+		"Datagrams handled by the correlator, by outcome (accounted or rejected).", []string{"outcome"}, nil)
+	descRejected = prometheus.NewDesc("xrdmon_packets_rejected_total",
+		"Datagrams rejected, by reason.", []string{"reason"}, nil)
+	descKind = prometheus.NewDesc("xrdmon_packets_accounted_total",
+		"Datagrams accounted, by kind of packet.", []string{"kind"}, nil)
+	descLost = prometheus.NewDesc("xrdmon_packets_lost_total",
+		"Packets missing from the servers' sequence counters (gaps not filled within the reorder window), by counter domain.", []string{"domain"}, nil)
+	descDup = prometheus.NewDesc("xrdmon_packets_duplicate_total",
+		"Datagrams seen twice (accounted once, applied once).", nil, nil)
+	descReordered = prometheus.NewDesc("xrdmon_packets_reordered_total",
+		"Datagrams that arrived late but within the reorder window (not loss).", nil, nil)
+	descStale = prometheus.NewDesc("xrdmon_packets_stale_total",
+		"Datagrams that arrived after the reorder window (already counted lost).", nil, nil)
+	descRecords = prometheus.NewDesc("xrdmon_records_total",
+		"Transfer records emitted, by kind (complete or partial) and reason.", []string{"kind", "reason"}, nil)
+	descEvents = prometheus.NewDesc("xrdmon_events_total",
+		"g-stream events emitted, by validity of their JSON.", []string{"valid"}, nil)
+	descRestarts = prometheus.NewDesc("xrdmon_server_restarts_total",
+		"XRootD server restarts seen (a new stod from a known server).", nil, nil)
+	descPendingDropped = prometheus.NewDesc("xrdmon_pending_references_dropped_total",
+		"References (paths, user attributes) that waited for their record past the TTL or the bound.", nil, nil)
+	descState = prometheus.NewDesc("xrdmon_state_entries",
+		"Correlation state held, by kind of entry.", []string{"kind"}, nil)
+)
+
+// statsCollector exports the shards' Stats.
+type statsCollector struct{ p *Pipeline }
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPackets, descRejected, descKind, descLost, descDup, descReordered,
+		descStale, descRecords, descEvents, descRestarts, descPendingDropped, descState} {
+		ch <- d
+	}
+}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.p.Stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v int, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+	}
+	counter(descPackets, s.Accounted, "accounted")
+	counter(descPackets, s.TotalRejected(), "rejected")
+	for _, r := range correlate.RejectReasons() {
+		counter(descRejected, s.Rejected[r], r.String())
+	}
+	for k := packet.KindMap; int(k) < correlate.NumKinds; k++ {
+		counter(descKind, s.ByKind[k], k.String())
+	}
+	for d := correlate.Domain(0); d < correlate.NumDomains; d++ {
+		counter(descLost, s.Lost[d], d.String())
+	}
+	counter(descDup, s.Duplicates)
+	counter(descReordered, s.Reordered)
+	counter(descStale, s.Stale)
+	for i, r := range correlate.RecordReasons {
+		kind, reason := "partial", string(r)
+		if r == "" {
+			kind, reason = "complete", "none"
+		}
+		counter(descRecords, s.Records[i], kind, reason)
+	}
+	counter(descEvents, s.Events-s.InvalidEvents, "true")
+	counter(descEvents, s.InvalidEvents, "false")
+	counter(descRestarts, s.Restarts)
+	counter(descPendingDropped, s.PendingDropped)
+	gauge(descState, s.Servers, "servers")
+	gauge(descState, s.Sessions, "sessions")
+	gauge(descState, s.OpenFiles, "open_files")
+	gauge(descState, s.PendingRefs, "pending_references")
+}

@@ -1,0 +1,501 @@
+// Package pipeline wires xrdmon's stages together: batches of datagrams from
+// the sources are correlated on per-server shards, the records they produce
+// are named by reverse DNS and committed to the store, and only then is the
+// input acknowledged.
+//
+// # Shape
+//
+// One dispatcher goroutine reads batches and hands each batch to every shard
+// goroutine; a shard handles only the packets whose sender hashes to it
+// (correlate.ShardOf), so one server's packets are always applied in order by
+// one goroutine and different servers spread over cores without a lock.
+//
+// Every FlushInterval the dispatcher sends a barrier down each shard's queue.
+// Because queues are FIFO, when every shard has answered the barrier every
+// batch dispatched before it has been applied. The shards' answers (records,
+// events, and at checkpoints a snapshot of their state) go to one writer
+// goroutine, which waits a bounded time for DNS names, appends to the store
+// in one transaction and then acknowledges the batches covered by the
+// barrier. The hot path (dispatch and correlation) never waits on DNS or
+// disk: the writer runs beside it, and a slow writer only delays the next
+// barrier, which is the pipeline's backpressure.
+//
+// # Acknowledgement
+//
+// A batch with an Ack (RabbitMQ) is acknowledged only after a checkpoint
+// barrier that follows it has been written: its records are in the store and
+// the correlation state it changed is in the store's checkpoint. A crash at
+// any moment therefore loses nothing: unacknowledged input is redelivered and
+// applied to the restored state, and records it produces again carry the same
+// record_id, which the store deduplicates.
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xrdmon/xrdmon/internal/correlate"
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/source"
+)
+
+// Store is what the pipeline needs of the durable store.
+type Store interface {
+	Append(ctx context.Context, recs []record.Record, evs []record.Event) error
+	PutState(ctx context.Context, key string, blob []byte) error
+	GetState(ctx context.Context, key string) ([]byte, error)
+}
+
+// Namer names addresses by reverse DNS without blocking (dnscache.Cache).
+type Namer interface {
+	// Lookup returns the cached name of addr, starting a lookup if needed.
+	Lookup(addr netip.Addr) (string, bool)
+}
+
+// Options configure a Pipeline. Start from DefaultOptions.
+type Options struct {
+	// Shards is the number of correlation goroutines (default GOMAXPROCS).
+	Shards int
+	// FlushInterval is how often records are committed to the store.
+	FlushInterval time.Duration
+	// CheckpointInterval is how often the correlation state is checkpointed
+	// and acknowledgeable input acknowledged. It is rounded up to a multiple
+	// of FlushInterval. RabbitMQ prefetch must cover this much input.
+	CheckpointInterval time.Duration
+	// DNSMaxWait is how long a commit waits for reverse-DNS names before
+	// records go out with the address.
+	DNSMaxWait time.Duration
+	// Queue is the number of batches buffered per shard.
+	Queue int
+	// Correlate configures the correlator shards.
+	Correlate correlate.Config
+	// StateKey is the store key of the checkpoint ("" disables checkpoints).
+	StateKey string
+	// FlushOnExit emits every still-open file as a partial record
+	// (end_of_input) when the input ends, instead of checkpointing it. Replay
+	// sets it; the daemon keeps state across restarts instead.
+	FlushOnExit bool
+}
+
+// DefaultOptions returns the daemon's defaults.
+func DefaultOptions() Options {
+	return Options{
+		Shards:             runtime.GOMAXPROCS(0),
+		FlushInterval:      200 * time.Millisecond,
+		CheckpointInterval: 2 * time.Second,
+		DNSMaxWait:         250 * time.Millisecond,
+		Queue:              64,
+		Correlate:          correlate.DefaultConfig(),
+		StateKey:           "correlate",
+	}
+}
+
+// Pipeline correlates batches of datagrams and commits what they produce.
+type Pipeline struct {
+	opts  Options
+	store Store
+	namer Namer
+	log   *slog.Logger
+	m     *metrics
+
+	shards []*shard
+
+	statsMu sync.Mutex
+	stats   []correlate.Stats // last stats reported by each shard
+
+	ready atomic.Bool
+}
+
+// New returns a pipeline writing to st and naming hosts with namer (nil: no
+// names). It restores the correlation state checkpointed in st, if any.
+func New(ctx context.Context, opts Options, st Store, namer Namer, log *slog.Logger, reg prometheus.Registerer) (*Pipeline, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Shards <= 0 {
+		opts.Shards = runtime.GOMAXPROCS(0)
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = DefaultOptions().FlushInterval
+	}
+	if opts.CheckpointInterval < opts.FlushInterval {
+		opts.CheckpointInterval = opts.FlushInterval
+	}
+	if opts.Queue <= 0 {
+		opts.Queue = DefaultOptions().Queue
+	}
+	p := &Pipeline{opts: opts, store: st, namer: namer, log: log}
+	p.shards = make([]*shard, opts.Shards)
+	p.stats = make([]correlate.Stats, opts.Shards)
+	restored := 0
+	for i := range p.shards {
+		c, n, err := p.restoreShard(ctx, i)
+		if err != nil {
+			return nil, err
+		}
+		restored += n
+		p.shards[i] = &shard{id: i, n: opts.Shards, c: c, in: make(chan shardMsg, opts.Queue)}
+	}
+	if restored > 0 {
+		log.Info("Restored correlation state", "open_files", restored, "shards", opts.Shards)
+	}
+	p.m = newMetrics(p, reg)
+	return p, nil
+}
+
+func (p *Pipeline) stateKey(i int) string {
+	return fmt.Sprintf("%s/%d-of-%d", p.opts.StateKey, i, p.opts.Shards)
+}
+
+func (p *Pipeline) restoreShard(ctx context.Context, i int) (*correlate.Shard, int, error) {
+	if p.opts.StateKey == "" || p.store == nil {
+		return correlate.NewShard(p.opts.Correlate), 0, nil
+	}
+	blob, err := p.store.GetState(ctx, p.stateKey(i))
+	if err != nil || len(blob) == 0 {
+		// No checkpoint for this layout (first start, or the shard count
+		// changed: then the old state cannot be split and is dropped).
+		return correlate.NewShard(p.opts.Correlate), 0, nil //nolint:nilerr // absent state is normal
+	}
+	c, err := correlate.RestoreShard(p.opts.Correlate, bytes.NewReader(blob))
+	if err != nil {
+		p.log.Warn("Correlation checkpoint unreadable; starting empty", "shard", i, "err", err)
+		return correlate.NewShard(p.opts.Correlate), 0, nil
+	}
+	return c, c.Stats().OpenFiles, nil
+}
+
+// Ready reports whether the pipeline is running and its last commit
+// succeeded, for /readyz.
+func (p *Pipeline) Ready() error {
+	if !p.ready.Load() {
+		return errors.New("pipeline not committing")
+	}
+	return nil
+}
+
+// Stats returns the sum of the shards' counters as of their last barrier.
+func (p *Pipeline) Stats() correlate.Stats {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	var sum correlate.Stats
+	for i := range p.stats {
+		sum.Add(&p.stats[i])
+	}
+	return sum
+}
+
+// shardMsg is a batch to apply, or (batch nil) a barrier.
+type shardMsg struct {
+	batch   *tracked
+	barrier *barrier
+}
+
+// tracked is a batch with a count of shards still applying it.
+type tracked struct {
+	b       *source.Batch
+	pending atomic.Int32
+}
+
+func (t *tracked) done() {
+	if t.pending.Add(-1) == 0 && t.b.Free != nil {
+		t.b.Free()
+	}
+}
+
+// barrier collects the shards' output at a commit point.
+type barrier struct {
+	now        time.Time
+	checkpoint bool
+	flush      bool // end of input: flush open files as partial records
+	wg         sync.WaitGroup
+	mu         sync.Mutex
+	recs       []record.Record
+	evs        []record.Event
+	states     map[int][]byte
+	err        error
+	acks       []func() error // acks of batches dispatched before this barrier
+}
+
+type shard struct {
+	id, n int
+	c     *correlate.Shard
+	in    chan shardMsg
+	recs  []record.Record
+	evs   []record.Event
+	snap  bytes.Buffer
+}
+
+func (s *shard) run(p *Pipeline) {
+	for msg := range s.in {
+		if msg.batch != nil {
+			b := msg.batch.b
+			for i := range b.Packets {
+				pk := &b.Packets[i]
+				if correlate.ShardOf(pk.Sender.Addr(), s.n) == s.id {
+					s.c.Handle(pk.Data, pk.Sender, pk.Received)
+				}
+			}
+			msg.batch.done()
+			continue
+		}
+		s.answer(p, msg.barrier)
+	}
+}
+
+func (s *shard) answer(p *Pipeline, br *barrier) {
+	defer br.wg.Done()
+	if br.flush {
+		s.c.Flush(br.now)
+	} else {
+		s.c.Tick(br.now)
+	}
+	s.recs = s.c.TakeRecords(s.recs[:0])
+	s.evs = s.c.TakeEvents(s.evs[:0])
+	var state []byte
+	var err error
+	if br.checkpoint {
+		s.snap.Reset()
+		if err = s.c.Snapshot(&s.snap); err == nil {
+			state = bytes.Clone(s.snap.Bytes())
+		}
+	}
+	st := s.c.Stats()
+	p.statsMu.Lock()
+	p.stats[s.id] = st
+	p.statsMu.Unlock()
+
+	br.mu.Lock()
+	br.recs = append(br.recs, s.recs...)
+	br.evs = append(br.evs, s.evs...)
+	if state != nil {
+		br.states[s.id] = state
+	}
+	if err != nil && br.err == nil {
+		br.err = fmt.Errorf("snapshot shard %d: %w", s.id, err)
+	}
+	br.mu.Unlock()
+	clear(s.recs)
+	clear(s.evs)
+}
+
+// Run applies batches from in until in is closed (its owner closes it after
+// every source has stopped), then commits everything and returns. Batches
+// are acknowledged after the checkpoint that covers them is durable. Run
+// returns an error only when the store fails for good.
+func (p *Pipeline) Run(ctx context.Context, in <-chan *source.Batch) error {
+	var wg sync.WaitGroup
+	for _, s := range p.shards {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.run(p) }()
+	}
+	commits := make(chan *barrier, 2)
+	writerErr := make(chan error, 1)
+	go func() { writerErr <- p.writer(commits) }()
+
+	ticker := time.NewTicker(p.opts.FlushInterval)
+	defer ticker.Stop()
+	perCheckpoint := int((p.opts.CheckpointInterval + p.opts.FlushInterval - 1) / p.opts.FlushInterval)
+	ticks := 0
+	var acks []func() error
+	var err error
+	p.ready.Store(true)
+
+	send := func(br *barrier) {
+		br.states = make(map[int][]byte)
+		br.wg.Add(len(p.shards))
+		for _, s := range p.shards {
+			s.in <- shardMsg{barrier: br}
+		}
+		if br.checkpoint || p.opts.StateKey == "" {
+			br.acks, acks = acks, nil
+		}
+		select {
+		case commits <- br:
+		case err = <-writerErr:
+		}
+	}
+
+loop:
+	for err == nil {
+		select {
+		case b, ok := <-in:
+			if !ok {
+				break loop
+			}
+			t := &tracked{b: b}
+			t.pending.Store(int32(len(p.shards)))
+			for _, s := range p.shards {
+				s.in <- shardMsg{batch: t}
+			}
+			if b.Ack != nil {
+				acks = append(acks, b.Ack)
+			}
+		case now := <-ticker.C:
+			ticks++
+			send(&barrier{now: now, checkpoint: p.opts.StateKey != "" && ticks%perCheckpoint == 0})
+		case err = <-writerErr:
+		}
+	}
+	if err == nil {
+		// Input ended: one last commit, with a checkpoint (daemon) or a flush
+		// of everything still open (replay).
+		send(&barrier{now: time.Now(), checkpoint: p.opts.StateKey != "" && !p.opts.FlushOnExit, flush: p.opts.FlushOnExit})
+	}
+	for _, s := range p.shards {
+		close(s.in)
+	}
+	wg.Wait()
+	close(commits)
+	if werr := <-writerErr; err == nil {
+		err = werr
+	}
+	p.ready.Store(false)
+	return err
+}
+
+// writer commits barriers in order until commits is closed.
+func (p *Pipeline) writer(commits <-chan *barrier) error {
+	var failed error
+	for br := range commits {
+		br.wg.Wait()
+		if failed != nil {
+			continue // drain so the dispatcher never blocks
+		}
+		if err := p.commit(br); err != nil {
+			failed = err
+			p.ready.Store(false)
+		}
+	}
+	return failed
+}
+
+// commit names, stores and acknowledges one barrier's output. Store errors
+// are retried with backoff: records are never dropped and input is not
+// acknowledged until they are durable.
+func (p *Pipeline) commit(br *barrier) error {
+	start := time.Now()
+	if br.err != nil {
+		p.log.Error("Checkpoint failed; input stays unacknowledged", "err", br.err)
+		br.acks = nil
+	}
+	p.name(br.recs, br.evs)
+	backoff := 100 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		err := p.write(br)
+		if err == nil {
+			break
+		}
+		p.ready.Store(false)
+		p.m.commitErrors.Inc()
+		if attempt%10 == 0 {
+			p.log.Warn("Store commit failed; retrying", "err", err, "records", len(br.recs), "attempt", attempt+1)
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	p.ready.Store(true)
+	for _, ack := range br.acks {
+		if err := ack(); err != nil {
+			p.m.ackErrors.Inc()
+		}
+	}
+	p.m.commitSeconds.Observe(time.Since(start).Seconds())
+	p.m.recordsCommitted.Add(float64(len(br.recs)))
+	p.m.eventsCommitted.Add(float64(len(br.evs)))
+	return nil
+}
+
+func (p *Pipeline) write(br *barrier) error {
+	ctx := context.Background()
+	if p.store == nil {
+		return nil
+	}
+	if len(br.recs) > 0 || len(br.evs) > 0 {
+		if err := p.store.Append(ctx, br.recs, br.evs); err != nil {
+			return fmt.Errorf("append records: %w", err)
+		}
+	}
+	for id, blob := range br.states {
+		if err := p.store.PutState(ctx, p.stateKey(id), blob); err != nil {
+			return fmt.Errorf("checkpoint shard %d: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// name fills server and client host names from the DNS cache, waiting at most
+// DNSMaxWait in total for names still being looked up.
+func (p *Pipeline) name(recs []record.Record, evs []record.Event) {
+	if p.namer == nil || len(recs)+len(evs) == 0 {
+		return
+	}
+	deadline := time.Now().Add(p.opts.DNSMaxWait)
+	for {
+		missing := false
+		for i := range recs {
+			r := &recs[i]
+			if r.ServerHost == "" {
+				if n, ok := p.lookup(r.ServerIP); ok {
+					r.ServerHost = n
+				} else {
+					missing = true
+				}
+			}
+			if r.ClientName == "" && r.ClientHost != "" {
+				if n, ok := p.lookup(r.ClientHost); ok {
+					r.ClientName = n
+				} else if isAddr(r.ClientHost) {
+					missing = true
+				}
+			}
+		}
+		for i := range evs {
+			e := &evs[i]
+			if e.ServerHost == "" {
+				if n, ok := p.lookup(e.ServerIP); ok {
+					e.ServerHost = n
+				} else {
+					missing = true
+				}
+			}
+		}
+		if !missing || !time.Now().Before(deadline) {
+			return
+		}
+		time.Sleep(min(10*time.Millisecond, time.Until(deadline)))
+	}
+}
+
+// lookup names an address text (an IP, maybe in brackets, maybe
+// IPv4-mapped); a text that is not an address is already a name.
+func (p *Pipeline) lookup(text string) (string, bool) {
+	a, ok := parseAddr(text)
+	if !ok {
+		return "", false
+	}
+	return p.namer.Lookup(a)
+}
+
+func isAddr(text string) bool { _, ok := parseAddr(text); return ok }
+
+func parseAddr(text string) (netip.Addr, bool) {
+	if len(text) > 2 && text[0] == '[' && text[len(text)-1] == ']' {
+		text = text[1 : len(text)-1]
+	}
+	a, err := netip.ParseAddr(text)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
+}

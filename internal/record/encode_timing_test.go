@@ -1,0 +1,64 @@
+package record
+
+import "testing"
+
+// Run with:
+//
+//	go test ./internal/record -run XXX -bench . -benchmem
+func BenchmarkEncode(b *testing.B) {
+	r := goldenRecord()
+	for _, name := range []string{SchemaNative, SchemaGRACC, SchemaWLCG} {
+		enc, err := Encoder(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("schema="+name, func(b *testing.B) {
+			buf := enc(nil, r)
+			b.SetBytes(int64(len(buf)))
+			b.ReportAllocs()
+			for b.Loop() {
+				buf = enc(buf[:0], r)
+			}
+		})
+	}
+}
+
+func BenchmarkAppendEventJSON(b *testing.B) {
+	typ, data, valid := ParseEvent('P', []byte(tpcLine))
+	e := &Event{EventID: "0123456789abcdef0123456789abcdef", Type: typ, Provider: "P", ServerIP: "192.0.2.1", Data: data, Valid: valid}
+	buf := AppendEventJSON(nil, e)
+	b.SetBytes(int64(len(buf)))
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendEventJSON(buf[:0], e)
+	}
+}
+
+func BenchmarkParseEvent(b *testing.B) {
+	for _, c := range []struct {
+		name     string
+		provider byte
+		line     string
+	}{
+		{"C", 'C', pfcLine},
+		{"P", 'P', tpcLine},
+		{"C-repair", 'C', `{"event":"file_close","lfn":"/a\b"c","size":1,"remotes":[]}`},
+	} {
+		b.Run("provider="+c.name, func(b *testing.B) {
+			line := []byte(c.line)
+			b.SetBytes(int64(len(line)))
+			b.ReportAllocs()
+			for b.Loop() {
+				ParseEvent(c.provider, line)
+			}
+		})
+	}
+}
+
+func BenchmarkRecordID(b *testing.B) {
+	r := goldenRecord()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = RecordID(r.ServerIP, r.ServerStod, r.ServerID, r.FileID, r.Start, r.End)
+	}
+}

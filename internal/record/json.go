@@ -1,0 +1,288 @@
+package record
+
+import (
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// This file holds the hand-written JSON appenders. They write exactly what
+// encoding/json writes for the same values (HTML-safe string escaping,
+// invalid UTF-8 replaced by U+FFFD, the same float formatting), but without
+// reflection and without allocating when dst has room.
+
+const hexDigits = "0123456789abcdef"
+
+// safeASCII[b] is true for the ASCII bytes that encoding/json writes
+// unescaped (it escapes <, > and & for HTML safety).
+var safeASCII = func() (t [utf8.RuneSelf]bool) {
+	for b := 0x20; b < utf8.RuneSelf; b++ {
+		switch b {
+		case '"', '\\', '<', '>', '&':
+		default:
+			t[b] = true
+		}
+	}
+	return t
+}()
+
+// appendString appends s as a quoted JSON string.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	dst = appendEscaped(dst, s)
+	return append(dst, '"')
+}
+
+// appendEscaped appends the JSON-escaped content of s, without quotes.
+func appendEscaped(dst []byte, s string) []byte {
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if safeASCII[b] {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	return append(dst, s[start:]...)
+}
+
+// appendTime appends t in UTC as a quoted RFC 3339 string with as many
+// fractional digits as needed (time.RFC3339Nano), as encoding/json does for
+// a UTC time.
+func appendTime(dst []byte, t time.Time) []byte {
+	dst = append(dst, '"')
+	dst = t.UTC().AppendFormat(dst, time.RFC3339Nano)
+	return append(dst, '"')
+}
+
+// appendFloat appends f the way encoding/json formats a float64. JSON has
+// no NaN or infinity; those are written as 0.
+func appendFloat(dst []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(dst, '0')
+	}
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	dst = strconv.AppendFloat(dst, f, format, -1, 64)
+	if format == 'e' {
+		// Turn e-09 into e-9, as encoding/json does.
+		n := len(dst)
+		if n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
+			dst[n-2] = dst[n-1]
+			dst = dst[:n-1]
+		}
+	}
+	return dst
+}
+
+func appendBool(dst []byte, v bool) []byte {
+	if v {
+		return append(dst, "true"...)
+	}
+	return append(dst, "false"...)
+}
+
+// The opt* helpers append `key` and the value unless the value is the zero
+// value (omitempty). key includes the leading comma, quotes and colon.
+
+func optString(dst []byte, key, v string) []byte {
+	if v == "" {
+		return dst
+	}
+	dst = append(dst, key...)
+	return appendString(dst, v)
+}
+
+func optInt(dst []byte, key string, v int64) []byte {
+	if v == 0 {
+		return dst
+	}
+	dst = append(dst, key...)
+	return strconv.AppendInt(dst, v, 10)
+}
+
+func optUint(dst []byte, key string, v uint64) []byte {
+	if v == 0 {
+		return dst
+	}
+	dst = append(dst, key...)
+	return strconv.AppendUint(dst, v, 10)
+}
+
+func optBool(dst []byte, key string, v bool) []byte {
+	if !v {
+		return dst
+	}
+	return append(append(dst, key...), "true"...)
+}
+
+func optFloat(dst []byte, key string, v float64) []byte {
+	if v == 0 {
+		return dst
+	}
+	dst = append(dst, key...)
+	return appendFloat(dst, v)
+}
+
+// AppendJSON appends the native JSON encoding of r (docs/records.md) to dst
+// and returns the extended slice. The output is byte-for-byte what
+// encoding/json.Marshal gives for r when r's times are in UTC (times are
+// always written in UTC). It does not allocate when dst has room.
+func AppendJSON(dst []byte, r *Record) []byte {
+	dst = append(dst, `{"record_id":`...)
+	dst = appendString(dst, r.RecordID)
+	dst = optString(dst, `,"reason":`, string(r.Reason))
+	dst = append(dst, `,"start":`...)
+	dst = appendTime(dst, r.Start)
+	dst = append(dst, `,"end":`...)
+	dst = appendTime(dst, r.End)
+	dst = append(dst, `,"received":`...)
+	dst = appendTime(dst, r.Received)
+
+	dst = append(dst, `,"server_ip":`...)
+	dst = appendString(dst, r.ServerIP)
+	dst = optString(dst, `,"server_host":`, r.ServerHost)
+	dst = append(dst, `,"server_id":`...)
+	dst = strconv.AppendUint(dst, r.ServerID, 10)
+	dst = append(dst, `,"server_stod":`...)
+	dst = strconv.AppendInt(dst, r.ServerStod, 10)
+	dst = optString(dst, `,"site":`, r.Site)
+	dst = optString(dst, `,"instance":`, r.Instance)
+	dst = optString(dst, `,"program":`, r.Program)
+	dst = optString(dst, `,"version":`, r.Version)
+
+	dst = optString(dst, `,"protocol":`, r.Protocol)
+	dst = optString(dst, `,"user":`, r.User)
+	dst = optUint(dst, `,"user_dictid":`, uint64(r.UserDictID))
+	dst = optString(dst, `,"client_host":`, r.ClientHost)
+	dst = optString(dst, `,"client_name":`, r.ClientName)
+	dst = optBool(dst, `,"ipv6":`, r.IPv6)
+	dst = optString(dst, `,"auth_protocol":`, r.AuthProtocol)
+	dst = optString(dst, `,"dn":`, r.DN)
+	dst = optString(dst, `,"mon_info":`, r.MonInfo)
+	dst = optString(dst, `,"vo":`, r.VO)
+	dst = optString(dst, `,"role":`, r.Role)
+	dst = optString(dst, `,"groups":`, r.Groups)
+	dst = optString(dst, `,"client_release":`, r.ClientRelease)
+	dst = optString(dst, `,"app_name":`, r.AppName)
+	dst = optString(dst, `,"app_info":`, r.AppInfo)
+	dst = optString(dst, `,"token_subject":`, r.TokenSubject)
+	dst = optString(dst, `,"token_user":`, r.TokenUser)
+	dst = optString(dst, `,"token_org":`, r.TokenOrg)
+	dst = optString(dst, `,"token_role":`, r.TokenRole)
+	dst = optString(dst, `,"token_groups":`, r.TokenGroups)
+	dst = optInt(dst, `,"experiment":`, int64(r.Experiment))
+	dst = optInt(dst, `,"activity":`, int64(r.Activity))
+
+	dst = append(dst, `,"file_id":`...)
+	dst = strconv.AppendUint(dst, uint64(r.FileID), 10)
+	dst = optString(dst, `,"path":`, r.Path)
+	dst = append(dst, `,"file_size":`...)
+	dst = strconv.AppendInt(dst, r.FileSize, 10)
+	dst = optBool(dst, `,"read_write":`, r.ReadWrite)
+	dst = optBool(dst, `,"forced":`, r.Forced)
+
+	dst = append(dst, `,"read_bytes":`...)
+	dst = strconv.AppendInt(dst, r.ReadBytes, 10)
+	dst = append(dst, `,"readv_bytes":`...)
+	dst = strconv.AppendInt(dst, r.ReadvBytes, 10)
+	dst = append(dst, `,"write_bytes":`...)
+	dst = strconv.AppendInt(dst, r.WriteBytes, 10)
+
+	dst = optBool(dst, `,"has_ops":`, r.HasOps)
+	dst = optInt(dst, `,"read_ops":`, int64(r.ReadOps))
+	dst = optInt(dst, `,"readv_ops":`, int64(r.ReadvOps))
+	dst = optInt(dst, `,"write_ops":`, int64(r.WriteOps))
+	dst = optInt(dst, `,"readv_segs":`, r.ReadvSegs)
+	dst = optInt(dst, `,"readv_segs_min":`, int64(r.ReadvSegsMin))
+	dst = optInt(dst, `,"readv_segs_max":`, int64(r.ReadvSegsMax))
+	dst = optInt(dst, `,"read_min":`, int64(r.ReadMin))
+	dst = optInt(dst, `,"read_max":`, int64(r.ReadMax))
+	dst = optInt(dst, `,"readv_min":`, int64(r.ReadvMin))
+	dst = optInt(dst, `,"readv_max":`, int64(r.ReadvMax))
+	dst = optInt(dst, `,"write_min":`, int64(r.WriteMin))
+	dst = optInt(dst, `,"write_max":`, int64(r.WriteMax))
+	dst = optBool(dst, `,"has_ssq":`, r.HasSSQ)
+	dst = optFloat(dst, `,"read_sq_sum":`, r.ReadSqSum)
+	dst = optFloat(dst, `,"readv_sq_sum":`, r.ReadvSqSum)
+	dst = optFloat(dst, `,"readv_seg_sq_sum":`, r.ReadvSegSqSum)
+	dst = optFloat(dst, `,"write_sq_sum":`, r.WriteSqSum)
+	return append(dst, '}')
+}
+
+// AppendEventJSON appends the native JSON encoding of e to dst and returns
+// the extended slice. e.Data is written as is and must be valid, compact
+// JSON as ParseEvent returns it (an empty Data is written as null). For such
+// events the output equals encoding/json.Marshal's when the times are in
+// UTC. It does not allocate when dst has room.
+func AppendEventJSON(dst []byte, e *Event) []byte {
+	dst = append(dst, `{"event_id":`...)
+	dst = appendString(dst, e.EventID)
+	dst = append(dst, `,"type":`...)
+	dst = appendString(dst, string(e.Type))
+	dst = append(dst, `,"provider":`...)
+	dst = appendString(dst, e.Provider)
+	dst = append(dst, `,"time":`...)
+	dst = appendTime(dst, e.Time)
+	dst = append(dst, `,"received":`...)
+	dst = appendTime(dst, e.Received)
+	dst = append(dst, `,"server_ip":`...)
+	dst = appendString(dst, e.ServerIP)
+	dst = optString(dst, `,"server_host":`, e.ServerHost)
+	dst = append(dst, `,"server_id":`...)
+	dst = strconv.AppendUint(dst, e.ServerID, 10)
+	dst = append(dst, `,"server_stod":`...)
+	dst = strconv.AppendInt(dst, e.ServerStod, 10)
+	dst = optString(dst, `,"site":`, e.Site)
+	dst = append(dst, `,"data":`...)
+	if len(e.Data) == 0 {
+		dst = append(dst, "null"...)
+	} else {
+		dst = append(dst, e.Data...)
+	}
+	dst = append(dst, `,"valid":`...)
+	dst = appendBool(dst, e.Valid)
+	return append(dst, '}')
+}

@@ -1,0 +1,242 @@
+// Package amqp is the RabbitMQ sink: it reads records and events from the
+// store's log, from its own persisted cursor, and publishes them to AMQP
+// exchanges in the formats the OSG xrootd-monitoring-collector publishes, so
+// existing GRACC and WLCG consumers work unchanged.
+//
+// # Delivery
+//
+// Messages are persistent (delivery mode 2) and published on a channel in
+// confirm mode. A batch of up to Options.BatchSize log entries is published
+// with all its messages in flight, then every publisher confirm is awaited;
+// only when all are acks does the cursor move. A nack, a closed channel, a
+// lost connection or a confirm timeout fails the whole batch, which is
+// published again after a backoff on a new connection: delivery is at least
+// once, and consumers drop duplicates by message id (the record_id).
+//
+// # Routing
+//
+// The defaults follow the OSG collector (Collectors/DetailedCollector.py and
+// connection.sample.conf):
+//
+//	what                          exchange (OSG default)   routing key    body
+//	record                        xrd.detailed             file-close     GRACC JSON (record.AppendGRACC)
+//	record matching WLCGMatcher   xrd.wlcg_format          file-close     WLCG JSON (record.AppendWLCG)
+//	event cache_file_close        xrd.cache.stash          file-close     native event JSON (record.AppendEventJSON)
+//	event tpc                     xrd.tpc                  tpc            native event JSON
+//	any other event               (none in OSG)            <event type>   native event JSON
+//
+// An empty exchange name in the configuration means that kind is not
+// published. Unlike the OSG collector, which sends a WLCG-matching record
+// only to the WLCG exchange, xrdmon sends it to both unless
+// Options.WLCGOnly is set. Event bodies are xrdmon's native event JSON, not
+// the OSG collector's renamed fields.
+//
+// Every message has content type application/json, the app id "xrdmon", its
+// type ("gracc", "wlcg" or the event type) and, as message id, the record_id
+// or event_id of its (first) entry. With RecordsPerMessage > 1 up to that
+// many entries of the same exchange share one message, a JSON array, and the
+// header "x-xrdmon-count" holds how many.
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+// The OSG collector's exchange names (connection.sample.conf), for
+// configurations that want its layout. DefaultExchanges returns them.
+const (
+	OSGRecordsExchange = "xrd.detailed"
+	OSGWLCGExchange    = "xrd.wlcg_format"
+	OSGCacheExchange   = "xrd.cache.stash"
+	OSGTPCExchange     = "xrd.tpc"
+)
+
+// Routing keys, as the OSG collector uses them. Events on the events
+// exchange are routed by their type (record.EventType).
+const (
+	RoutingKeyFileClose = "file-close"
+	RoutingKeyTPC       = "tpc"
+)
+
+// DefaultExchanges returns the OSG collector's exchange names. It has no
+// events exchange: the OSG collector publishes no such events.
+func DefaultExchanges() config.Exchanges {
+	return config.Exchanges{
+		Records: OSGRecordsExchange,
+		WLCG:    OSGWLCGExchange,
+		Cache:   OSGCacheExchange,
+		TPC:     OSGTPCExchange,
+	}
+}
+
+// Options tune the sink beyond config.AMQPOutput. Start from
+// DefaultOptions.
+type Options struct {
+	// Name is the sink's cursor name in the store and its metric label.
+	Name string
+	// BatchSize is the number of log entries published per confirm round.
+	BatchSize int
+	// PollInterval is how often the store is polled when nothing is new.
+	PollInterval time.Duration
+	// MinBackoff and MaxBackoff bound the exponential retry delay.
+	MinBackoff, MaxBackoff time.Duration
+	// DrainTimeout bounds the delivery of the backlog after Run's context
+	// is cancelled.
+	DrainTimeout time.Duration
+	// ConfirmTimeout bounds the wait for the confirms of one batch; on
+	// expiry the connection is dropped and the batch published again.
+	ConfirmTimeout time.Duration
+	// DialTimeout bounds the TCP connect and AMQP handshake.
+	DialTimeout time.Duration
+	// Heartbeat is the AMQP heartbeat interval (a dead peer is noticed
+	// after about two of them).
+	Heartbeat time.Duration
+	// DeclareExchanges declares each configured exchange (durable, of
+	// kind ExchangeKind) at every connect. Off by default: in OSG the
+	// exchanges exist and belong to the broker's operators.
+	DeclareExchanges bool
+	// ExchangeKind is the kind used by DeclareExchanges ("topic").
+	ExchangeKind string
+	// WLCG selects the records also published in the WLCG format
+	// (nil: record.DefaultWLCGMatcher).
+	WLCG *record.WLCGMatcher
+	// WLCGOnly sends WLCG-matching records only to the WLCG exchange, as
+	// the OSG collector does, instead of to both exchanges.
+	WLCGOnly bool
+}
+
+// DefaultOptions returns the defaults: cursor name "amqp", 1000 entries
+// per confirm round, 100 ms polling, backoff from 200 ms to 30 s, 10 s
+// drain, 30 s confirm timeout.
+func DefaultOptions() Options {
+	return Options{
+		Name:           "amqp",
+		BatchSize:      1000,
+		PollInterval:   100 * time.Millisecond,
+		MinBackoff:     200 * time.Millisecond,
+		MaxBackoff:     30 * time.Second,
+		DrainTimeout:   10 * time.Second,
+		ConfirmTimeout: 30 * time.Second,
+		DialTimeout:    10 * time.Second,
+		Heartbeat:      10 * time.Second,
+		ExchangeKind:   "topic",
+	}
+}
+
+func (o *Options) fill() {
+	d := DefaultOptions()
+	if o.Name == "" {
+		o.Name = d.Name
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = d.BatchSize
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = d.PollInterval
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = d.MinBackoff
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(d.MaxBackoff, o.MinBackoff)
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = d.DrainTimeout
+	}
+	if o.ConfirmTimeout <= 0 {
+		o.ConfirmTimeout = d.ConfirmTimeout
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = d.DialTimeout
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = d.Heartbeat
+	}
+	if o.ExchangeKind == "" {
+		o.ExchangeKind = d.ExchangeKind
+	}
+	if o.WLCG == nil {
+		o.WLCG = record.DefaultWLCGMatcher()
+	}
+}
+
+// Sink publishes the store's log to RabbitMQ. Create it with New and call
+// Run once.
+type Sink struct {
+	loop *loop
+	pub  *publisher
+}
+
+// New returns a sink for cfg with DefaultOptions. See NewWithOptions.
+func New(cfg config.AMQPOutput, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
+	return NewWithOptions(cfg, DefaultOptions(), st, log, reg)
+}
+
+// NewWithOptions returns a sink publishing the log of st as cfg says. It
+// does not connect: Run does, and keeps retrying while the broker is down.
+// Metrics are registered on reg (nil: not registered); a nil log discards.
+func NewWithOptions(cfg config.AMQPOutput, opts Options, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
+	if st == nil {
+		return nil, errors.New("new amqp sink: nil store")
+	}
+	if cfg.URL == "" {
+		return nil, errors.New("new amqp sink: empty url")
+	}
+	e := cfg.Exchanges
+	if e.Records == "" && e.WLCG == "" && e.Cache == "" && e.TPC == "" && e.Events == "" {
+		return nil, errors.New("new amqp sink: no exchange configured")
+	}
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	opts.fill()
+	tlsConf, err := tlsConfig(cfg.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("new amqp sink: %w", err)
+	}
+	m, err := newLoopMetrics(reg, opts.Name)
+	if err != nil {
+		return nil, fmt.Errorf("new amqp sink: %w", err)
+	}
+	p := &publisher{cfg: cfg, opts: opts, tls: tlsConf, log: log.With("sink", opts.Name)}
+	p.perMsg = max(cfg.RecordsPerMessage, 1)
+	s := &Sink{pub: p}
+	s.loop = &loop{
+		o: loopOptions{
+			name:         opts.Name,
+			batchSize:    opts.BatchSize,
+			pollInterval: opts.PollInterval,
+			minBackoff:   opts.MinBackoff,
+			maxBackoff:   opts.MaxBackoff,
+			drainTimeout: opts.DrainTimeout,
+		},
+		st:      st,
+		log:     log,
+		m:       m,
+		deliver: p.deliver,
+	}
+	return s, nil
+}
+
+// Run publishes until ctx is cancelled, then publishes what is left of
+// the backlog within Options.DrainTimeout, closes the connection and
+// returns. Failures are retried forever; Run returns an error only when it
+// cannot start (the cursor cannot be read).
+func (s *Sink) Run(ctx context.Context) error {
+	defer s.pub.close()
+	if err := s.loop.run(ctx); err != nil {
+		return fmt.Errorf("amqp sink %s: %w", s.loop.o.name, err)
+	}
+	return nil
+}

@@ -1,0 +1,467 @@
+package amqp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+func TestBackoff(t *testing.T) {
+	const lo, hi = 100 * time.Millisecond, 2 * time.Second
+	for _, tc := range []struct {
+		attempt int
+		want    time.Duration // upper bound; the delay is in [want/2, want)
+	}{
+		{1, 100 * time.Millisecond},
+		{2, 200 * time.Millisecond},
+		{4, 800 * time.Millisecond},
+		{5, 1600 * time.Millisecond},
+		{6, 2 * time.Second},
+		{60, 2 * time.Second},
+	} {
+		for range 50 {
+			d := backoff(tc.attempt, lo, hi)
+			if d < tc.want/2 || d >= tc.want {
+				t.Fatalf("backoff(%d) = %s, want in [%s, %s)", tc.attempt, d, tc.want/2, tc.want)
+			}
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	st := openStore(t)
+	good := config.AMQPOutput{URL: "amqp://127.0.0.1:1/", Exchanges: config.Exchanges{Records: "x"}}
+	for name, tc := range map[string]struct {
+		cfg  config.AMQPOutput
+		want string
+	}{
+		"no url":       {config.AMQPOutput{Exchanges: good.Exchanges}, "empty url"},
+		"no exchanges": {config.AMQPOutput{URL: good.URL}, "no exchange"},
+		"bad ca":       {config.AMQPOutput{URL: good.URL, Exchanges: good.Exchanges, TLS: config.TLS{CA: "/nonexistent"}}, "read tls ca"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := New(tc.cfg, st, nil, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := New(good, st, nil, nil); err != nil {
+		t.Fatalf("good config: %v", err)
+	}
+}
+
+func TestReadToken(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(p, []byte("  eyJhbGciOi.payload.sig\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := readToken(p)
+	if err != nil || tok != "eyJhbGciOi.payload.sig" {
+		t.Fatalf("readToken = %q, %v", tok, err)
+	}
+	if err := os.WriteFile(p, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readToken(p); err == nil {
+		t.Fatal("empty token file accepted")
+	}
+}
+
+// TestTokenIsPassword: the token file's content is the password; a wrong
+// one fails to connect, the right one (re-read at the next connect) works.
+func TestTokenIsPassword(t *testing.T) {
+	u := testURL(t)
+	uri, _ := amqp.ParseURI(u)
+	tokFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokFile, []byte("wrong"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	uri.Password = ""
+	p := &publisher{cfg: config.AMQPOutput{URL: uri.String(), TokenFile: tokFile}, opts: fastOptions()}
+	p.log = discard()
+	if err := p.connect(); err == nil {
+		p.close()
+		t.Fatal("connected with a wrong token")
+	}
+	if err := os.WriteFile(tokFile, []byte(testPassword(t, u)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.connect(); err != nil {
+		t.Fatalf("connect with the right token: %v", err)
+	}
+	p.close()
+}
+
+func testPassword(t *testing.T, u string) string {
+	uri, err := amqp.ParseURI(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uri.Password
+}
+
+// TestPublish checks routing, formats and properties, one record per
+// message and packed.
+func TestPublish(t *testing.T) {
+	u := testURL(t)
+	for _, perMsg := range []int{1, 7} {
+		t.Run("per_message="+string(rune('0'+perMsg)), func(t *testing.T) {
+			t.Parallel()
+			ex := testExchanges(t, u)
+			cons := consume(t, u, exchangeNames(ex)...)
+			st := openStore(t)
+			const n = 250
+			recs := testRecords(0, n)
+			evs := []record.Event{
+				testEvent(1, record.EventCacheFileClose), testEvent(2, record.EventCacheFileClose),
+				testEvent(3, record.EventTPC), testEvent(4, record.EventThrottle), testEvent(5, record.EventOSS),
+			}
+			if err := st.Append(context.Background(), recs[:100], evs); err != nil {
+				t.Fatal(err)
+			}
+			opts := fastOptions()
+			opts.BatchSize = 64
+			s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: ex, RecordsPerMessage: perMsg}, opts, st, discard(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runSink(t, s)
+			if err := st.Append(context.Background(), recs[100:], nil); err != nil {
+				t.Fatal(err)
+			}
+			nWLCG := (n + 2) / 3
+			waitFor(t, "all messages", 20*time.Second, func() bool {
+				return cons.entries(ex.Records) == n && cons.entries(ex.WLCG) == nWLCG &&
+					cons.entries(ex.Cache) == 2 && cons.entries(ex.TPC) == 1 && cons.entries(ex.Events) == 2
+			})
+			waitFor(t, "cursor at end", 5*time.Second, func() bool { return cursor(t, st, opts.Name) == lastSeq(t, st) })
+
+			wantGRACC := map[string]string{}
+			wantWLCG := map[string]string{}
+			for i := range recs {
+				wantGRACC[string(record.AppendGRACC(nil, &recs[i]))] = recs[i].RecordID
+				if i%3 == 0 {
+					wantWLCG[string(record.AppendWLCG(nil, &recs[i]))] = recs[i].RecordID
+				}
+			}
+			ids := map[string]bool{}
+			for _, m := range cons.snapshot() {
+				if m.mode != amqp.Persistent || m.contentType != "application/json" {
+					t.Fatalf("message on %s: delivery mode %d, content type %q", m.exchange, m.mode, m.contentType)
+				}
+				if perMsg == 1 && len(m.entries) != 1 || len(m.entries) > perMsg {
+					t.Fatalf("message on %s has %d entries, per message %d", m.exchange, len(m.entries), perMsg)
+				}
+				switch m.exchange {
+				case ex.Records, ex.WLCG:
+					want := wantGRACC
+					if m.exchange == ex.WLCG {
+						want = wantWLCG
+					}
+					if m.key != RoutingKeyFileClose {
+						t.Errorf("routing key %q on %s", m.key, m.exchange)
+					}
+					for j, e := range m.entries {
+						id, ok := want[string(e)]
+						if !ok {
+							t.Fatalf("unexpected body on %s: %s", m.exchange, e)
+						}
+						if j == 0 && m.id != id {
+							t.Errorf("message id %q, want %q", m.id, id)
+						}
+						if m.exchange == ex.Records {
+							ids[id] = true
+						}
+					}
+				case ex.Cache, ex.TPC, ex.Events:
+					var ev record.Event
+					if err := json.Unmarshal(m.entries[0], &ev); err != nil {
+						t.Fatal(err)
+					}
+					wantKey := map[record.EventType]string{record.EventCacheFileClose: RoutingKeyFileClose,
+						record.EventTPC: RoutingKeyTPC}[ev.Type]
+					if wantKey == "" {
+						wantKey = string(ev.Type)
+					}
+					if m.key != wantKey || m.typ != string(ev.Type) {
+						t.Errorf("event %s: key %q type %q", ev.Type, m.key, m.typ)
+					}
+				}
+			}
+			if len(ids) != n {
+				t.Fatalf("%d distinct records on %s, want %d", len(ids), ex.Records, n)
+			}
+		})
+	}
+}
+
+// TestWLCGOnly: matching records go only to the WLCG exchange.
+func TestWLCGOnly(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	ex := testExchanges(t, u)
+	ex.Cache, ex.TPC, ex.Events = "", "", ""
+	cons := consume(t, u, ex.Records, ex.WLCG)
+	st := openStore(t)
+	if err := st.Append(context.Background(), testRecords(0, 30), nil); err != nil {
+		t.Fatal(err)
+	}
+	opts := fastOptions()
+	opts.WLCGOnly = true
+	s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: ex, RecordsPerMessage: 1}, opts, st, discard(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSink(t, s)
+	waitFor(t, "cursor at end", 10*time.Second, func() bool { return cursor(t, st, opts.Name) == lastSeq(t, st) })
+	waitFor(t, "messages", 5*time.Second, func() bool { return cons.entries(ex.Records)+cons.entries(ex.WLCG) == 30 })
+	if got := cons.entries(ex.WLCG); got != 10 {
+		t.Fatalf("%d on wlcg, want 10", got)
+	}
+}
+
+// TestCursorMovesOnlyAfterConfirms holds back everything the broker sends
+// (so confirms cannot arrive) and checks that messages reach the queue but
+// the cursor stays until the confirms are let through.
+func TestCursorMovesOnlyAfterConfirms(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	ex := testExchanges(t, u)
+	cons := consume(t, u, ex.Records)
+	st := openStore(t)
+	px := newProxy(t, freeAddr(t), brokerAddr(t, u))
+	px.start()
+
+	opts := fastOptions()
+	s, err := NewWithOptions(config.AMQPOutput{URL: withAddr(t, u, px.addr), Exchanges: config.Exchanges{Records: ex.Records}, RecordsPerMessage: 1}, opts, st, discard(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSink(t, s)
+	// Let it connect, then hold the broker's replies.
+	if err := st.Append(context.Background(), testRecords(0, 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "first record", 10*time.Second, func() bool { return cursor(t, st, opts.Name) == 1 })
+	px.pause()
+	if err := st.Append(context.Background(), testRecords(1, 200), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "messages in the queue", 10*time.Second, func() bool { return cons.entries(ex.Records) == 201 })
+	time.Sleep(200 * time.Millisecond) // give a wrong implementation the chance to move
+	if c := cursor(t, st, opts.Name); c != 1 {
+		t.Fatalf("cursor moved to %d before confirms arrived", c)
+	}
+	px.resume()
+	waitFor(t, "cursor after confirms", 10*time.Second, func() bool { return cursor(t, st, opts.Name) == 201 })
+}
+
+// TestMissingExchange: publishing to an exchange that does not exist fails
+// (the broker closes the channel); the cursor stays and the errors are
+// counted until the exchange appears.
+func TestMissingExchange(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	name := uniq("xrdmon-test-missing")
+	st := openStore(t)
+	if err := st.Append(context.Background(), testRecords(0, 10), nil); err != nil {
+		t.Fatal(err)
+	}
+	opts := fastOptions()
+	s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: config.Exchanges{Records: name}, RecordsPerMessage: 1}, opts, st, discard(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSink(t, s)
+	waitFor(t, "failed attempts", 10*time.Second, func() bool { return counterValue(s.loop.m.errors) >= 2 })
+	if c := cursor(t, st, opts.Name); c != 0 {
+		t.Fatalf("cursor %d with the exchange missing", c)
+	}
+	c, err := amqp.Dial(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ch, _ := c.Channel()
+	if err := ch.ExchangeDeclare(name, "topic", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer ch.ExchangeDelete(name, false, false)
+	waitFor(t, "delivery", 10*time.Second, func() bool { return cursor(t, st, opts.Name) == 10 })
+	if got := counterValue(s.loop.m.delivered); got != 10 {
+		t.Fatalf("delivered_total = %v, want 10", got)
+	}
+}
+
+// TestOutage: the broker is unreachable at start (nothing listens), then
+// reachable through a proxy that is cut twice mid-stream. Every record
+// arrives; duplicates (at least once) are counted.
+func TestOutage(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	ex := testExchanges(t, u)
+	cons := consume(t, u, ex.Records)
+	st := openStore(t)
+	px := newProxy(t, freeAddr(t), brokerAddr(t, u))
+
+	opts := fastOptions()
+	opts.BatchSize = 100
+	s, err := NewWithOptions(config.AMQPOutput{URL: withAddr(t, u, px.addr), Exchanges: config.Exchanges{Records: ex.Records}, RecordsPerMessage: 1}, opts, st, discard(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSink(t, s)
+	const n = 20000
+	if err := st.Append(context.Background(), testRecords(0, n/4), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "failed connects", 10*time.Second, func() bool { return counterValue(s.loop.m.errors) >= 2 })
+	if c := cursor(t, st, opts.Name); c != 0 {
+		t.Fatalf("cursor %d while the broker is unreachable", c)
+	}
+	px.start()
+	for k := 1; k < 4; k++ {
+		if err := st.Append(context.Background(), testRecords(k*n/4, n/4), nil); err != nil {
+			t.Fatal(err)
+		}
+		if k < 3 {
+			target := int64(k * n / 4)
+			waitFor(t, "progress", 20*time.Second, func() bool { return cursor(t, st, opts.Name) >= target })
+			px.cut() // mid-stream: a backlog is still being published
+			time.Sleep(100 * time.Millisecond)
+			px.start()
+		}
+	}
+	waitFor(t, "cursor at end", 60*time.Second, func() bool { return cursor(t, st, opts.Name) == n })
+	waitFor(t, "all messages", 20*time.Second, func() bool { return distinct(cons, ex.Records) == n })
+	total := cons.entries(ex.Records)
+	t.Logf("outage: %d records, %d messages received, %d duplicates (at least once), %v failed attempts",
+		n, total, total-n, counterValue(s.loop.m.errors))
+}
+
+func distinct(c *consumer, exchange string) int {
+	ids := map[string]bool{}
+	for _, m := range c.snapshot() {
+		if m.exchange == exchange {
+			ids[m.id] = true
+		}
+	}
+	return len(ids)
+}
+
+// TestBrokerRestart stops the RabbitMQ application for 30 s while records
+// are published. It disturbs every other user of the broker, so it runs only
+// with XRDMON_TEST_RESTART_SERVICES=1.
+func TestBrokerRestart(t *testing.T) {
+	if os.Getenv("XRDMON_TEST_RESTART_SERVICES") != "1" {
+		t.Skip("restarts the shared broker: set XRDMON_TEST_RESTART_SERVICES=1")
+	}
+	u := testURL(t)
+	st := openStore(t)
+	base := uniq("xrdmon-test-restart")
+	// Durable exchange and queue, so they survive the restart.
+	c, err := amqp.Dial(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, _ := c.Channel()
+	if err := ch.ExchangeDeclare(base, "topic", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(base, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(base, "#", base, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	t.Cleanup(func() {
+		_ = exec.Command("rabbitmqctl", "start_app").Run()
+		if c, err := amqp.Dial(u); err == nil {
+			ch, _ := c.Channel()
+			_, _ = ch.QueueDelete(base, false, false, false)
+			_ = ch.ExchangeDelete(base, false, false)
+			c.Close()
+		}
+	})
+
+	opts := fastOptions()
+	opts.MaxBackoff = 2 * time.Second
+	s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: config.Exchanges{Records: base}, RecordsPerMessage: 1}, opts, st, discard(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSink(t, s)
+	const n = 50000
+	ctx := context.Background()
+	go func() {
+		for i := 0; i < n; i += 1000 {
+			if err := st.Append(ctx, testRecords(i, 1000), nil); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(40 * time.Millisecond)
+		}
+	}()
+	waitFor(t, "progress", 30*time.Second, func() bool { return cursor(t, st, opts.Name) > 5000 })
+	if out, err := exec.Command("rabbitmqctl", "stop_app").CombinedOutput(); err != nil {
+		t.Fatalf("stop_app: %v\n%s", err, out)
+	}
+	time.Sleep(30 * time.Second)
+	if out, err := exec.Command("rabbitmqctl", "start_app").CombinedOutput(); err != nil {
+		t.Fatalf("start_app: %v\n%s", err, out)
+	}
+	waitFor(t, "cursor at end", 120*time.Second, func() bool { return cursor(t, st, opts.Name) == n })
+	// Drain the durable queue and count.
+	c, err = amqp.Dial(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ch, _ = c.Channel()
+	d, err := ch.Consume(base, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]int{}
+	total := 0
+	timeout := time.After(60 * time.Second)
+	for len(ids) < n {
+		select {
+		case m := <-d:
+			ids[m.MessageId]++
+			total++
+		case <-timeout:
+			t.Fatalf("only %d of %d records arrived", len(ids), n)
+		}
+	}
+	t.Logf("broker restart: %d records, %d messages, %d duplicates", n, total, total-n)
+}
+
+func TestTLSConfig(t *testing.T) {
+	c, err := tlsConfig(config.TLS{})
+	if err != nil || c != nil {
+		t.Fatalf("empty TLS: %v, %v", c, err)
+	}
+	c, err = tlsConfig(config.TLS{Insecure: true})
+	if err != nil || c == nil || !c.InsecureSkipVerify {
+		t.Fatalf("insecure TLS: %v, %v", c, err)
+	}
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	_ = os.WriteFile(ca, []byte("not a pem"), 0o600)
+	if _, err := tlsConfig(config.TLS{CA: ca}); err == nil || !bytes.Contains([]byte(err.Error()), []byte("no certificate")) {
+		t.Fatalf("bad CA accepted: %v", err)
+	}
+}

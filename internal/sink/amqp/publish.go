@@ -1,0 +1,333 @@
+package amqp
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+// errNack is returned when the broker refused (nacked) a message.
+var errNack = errors.New("broker nacked a message")
+
+// publisher owns the connection. It is used by the loop goroutine only.
+type publisher struct {
+	cfg    config.AMQPOutput
+	opts   Options
+	tls    *tls.Config
+	log    *slog.Logger
+	perMsg int
+
+	conn   *amqp.Connection
+	ch     *amqp.Channel
+	closed chan *amqp.Error // the connection's close notification
+
+	// per-batch scratch, reused
+	groups  [numKinds]group
+	pending []*amqp.DeferredConfirmation
+}
+
+// kind indexes the message groups of a batch.
+type kind int
+
+const (
+	kindRecords kind = iota
+	kindWLCG
+	kindCache
+	kindTPC
+	kindEvents
+	numKinds
+)
+
+// group accumulates the entries of one exchange into one message body.
+type group struct {
+	body    []byte
+	n       int    // entries in body
+	firstID string // message id
+	typ     string // message type
+	key     string // routing key of the message in body
+}
+
+func (p *publisher) exchange(k kind) string {
+	e := p.cfg.Exchanges
+	switch k {
+	case kindRecords:
+		return e.Records
+	case kindWLCG:
+		return e.WLCG
+	case kindCache:
+		return e.Cache
+	case kindTPC:
+		return e.TPC
+	default:
+		return e.Events
+	}
+}
+
+// connect dials the broker and opens a confirm-mode channel. The token
+// file, when configured, is read again at each connect: the token is
+// rotated by an external agent.
+func (p *publisher) connect() error {
+	uri, err := amqp.ParseURI(p.cfg.URL)
+	if err != nil {
+		return fmt.Errorf("parse url: %w", err)
+	}
+	conf := amqp.Config{
+		Heartbeat:       p.opts.Heartbeat,
+		Locale:          "en_US",
+		Dial:            amqp.DefaultDial(p.opts.DialTimeout),
+		TLSClientConfig: p.tls,
+		Properties:      amqp.Table{"product": "xrdmon", "connection_name": "xrdmon sink " + p.opts.Name},
+	}
+	if p.tls != nil {
+		conf.TLSClientConfig = p.tls.Clone()
+	}
+	if p.cfg.TokenFile != "" {
+		tok, err := readToken(p.cfg.TokenFile)
+		if err != nil {
+			return err
+		}
+		conf.SASL = []amqp.Authentication{&amqp.PlainAuth{Username: uri.Username, Password: tok}}
+	}
+	conn, err := amqp.DialConfig(p.cfg.URL, conf)
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", redact(uri), err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		conn.Close()
+		return fmt.Errorf("enable confirms: %w", err)
+	}
+	if p.opts.DeclareExchanges {
+		for k := range numKinds {
+			name := p.exchange(k)
+			if name == "" {
+				continue
+			}
+			if err := ch.ExchangeDeclare(name, p.opts.ExchangeKind, true, false, false, false, nil); err != nil {
+				conn.Close()
+				return fmt.Errorf("declare exchange %s: %w", name, err)
+			}
+		}
+	}
+	p.conn, p.ch = conn, ch
+	p.closed = conn.NotifyClose(make(chan *amqp.Error, 1))
+	p.log.Debug("AMQP sink connected", "url", redact(uri))
+	return nil
+}
+
+func (p *publisher) close() {
+	if p.conn != nil {
+		_ = p.conn.Close()
+	}
+	p.conn, p.ch, p.closed = nil, nil, nil
+}
+
+// deliver publishes every message of batch and waits for all confirms.
+// On any failure the connection is dropped; the next call reconnects.
+func (p *publisher) deliver(ctx context.Context, batch []store.Entry) error {
+	if p.conn == nil || p.conn.IsClosed() {
+		p.close()
+		if err := p.connect(); err != nil {
+			return err
+		}
+	}
+	if err := p.publishBatch(ctx, batch); err != nil {
+		p.close()
+		return err
+	}
+	return nil
+}
+
+func (p *publisher) publishBatch(ctx context.Context, batch []store.Entry) error {
+	p.pending = p.pending[:0]
+	for i := range p.groups {
+		p.groups[i].n = 0
+	}
+	var err error
+	for i := range batch {
+		e := &batch[i]
+		switch {
+		case e.Record != nil:
+			r := e.Record
+			wlcg := p.cfg.Exchanges.WLCG != "" && p.opts.WLCG.Match(r)
+			if wlcg {
+				if err = p.add(ctx, kindWLCG, RoutingKeyFileClose, "wlcg", r.RecordID, func(b []byte) []byte { return record.AppendWLCG(b, r) }); err != nil {
+					return err
+				}
+			}
+			if p.cfg.Exchanges.Records != "" && !(wlcg && p.opts.WLCGOnly) {
+				if err = p.add(ctx, kindRecords, RoutingKeyFileClose, "gracc", r.RecordID, func(b []byte) []byte { return record.AppendGRACC(b, r) }); err != nil {
+					return err
+				}
+			}
+		case e.Event != nil:
+			ev := e.Event
+			k, key := kindEvents, string(ev.Type)
+			switch ev.Type {
+			case record.EventCacheFileClose:
+				k, key = kindCache, RoutingKeyFileClose
+			case record.EventTPC:
+				k, key = kindTPC, RoutingKeyTPC
+			}
+			if p.exchange(k) == "" {
+				continue
+			}
+			if err = p.add(ctx, k, key, string(ev.Type), ev.EventID, func(b []byte) []byte { return record.AppendEventJSON(b, ev) }); err != nil {
+				return err
+			}
+		}
+	}
+	for k := range numKinds {
+		if err := p.flush(ctx, k); err != nil {
+			return err
+		}
+	}
+	return p.wait(ctx)
+}
+
+// add appends one entry to group k, publishing the group first when it is
+// full or its routing key differs.
+func (p *publisher) add(ctx context.Context, k kind, key, typ, id string, enc func([]byte) []byte) error {
+	g := &p.groups[k]
+	if g.n > 0 && (g.n >= p.perMsg || g.key != key) {
+		if err := p.flush(ctx, k); err != nil {
+			return err
+		}
+	}
+	if g.n == 0 {
+		g.body = g.body[:0]
+		g.firstID, g.key, g.typ = id, key, typ
+		if p.perMsg > 1 {
+			g.body = append(g.body, '[')
+		}
+	} else {
+		g.body = append(g.body, ',')
+	}
+	g.body = enc(g.body)
+	g.n++
+	return nil
+}
+
+// flush publishes group k's message, if any. The body buffer is reused at
+// once: Publish has written it to the connection when it returns.
+func (p *publisher) flush(ctx context.Context, k kind) error {
+	g := &p.groups[k]
+	if g.n == 0 {
+		return nil
+	}
+	if p.perMsg > 1 {
+		g.body = append(g.body, ']')
+	}
+	msg := amqp.Publishing{
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    g.firstID,
+		Type:         g.typ,
+		AppId:        "xrdmon",
+		Body:         g.body,
+	}
+	if p.perMsg > 1 {
+		msg.Headers = amqp.Table{"x-xrdmon-count": int32(g.n)}
+	}
+	g.n = 0
+	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange(k), g.key, false, false, msg)
+	if err != nil {
+		return fmt.Errorf("publish to %s: %w", p.exchange(k), err)
+	}
+	p.pending = append(p.pending, dc)
+	return nil
+}
+
+// wait waits for every pending confirm of the batch.
+func (p *publisher) wait(ctx context.Context) error {
+	if len(p.pending) == 0 {
+		return nil
+	}
+	t := time.NewTimer(p.opts.ConfirmTimeout)
+	defer t.Stop()
+	for _, dc := range p.pending {
+		select {
+		case <-dc.Done():
+			if !dc.Acked() {
+				if err := p.ch.IsClosed(); err {
+					return errors.New("channel closed before all confirms arrived")
+				}
+				return errNack
+			}
+		case err := <-p.closed:
+			if err != nil {
+				return fmt.Errorf("connection closed awaiting confirms: %w", err)
+			}
+			return errors.New("connection closed awaiting confirms")
+		case <-t.C:
+			return fmt.Errorf("confirms not received within %s", p.opts.ConfirmTimeout)
+		case <-ctx.Done():
+			return fmt.Errorf("await confirms: %w", ctx.Err())
+		}
+	}
+	p.pending = p.pending[:0]
+	return nil
+}
+
+// readToken returns the JWT in path, without surrounding white space.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read token: %w", err)
+	}
+	tok := string(bytes.TrimSpace(b))
+	if tok == "" {
+		return "", fmt.Errorf("read token %s: empty file", path)
+	}
+	return tok, nil
+}
+
+// tlsConfig builds the client TLS configuration; nil when cfg sets
+// nothing (amqps:// then uses the system roots).
+func tlsConfig(cfg config.TLS) (*tls.Config, error) {
+	if cfg == (config.TLS{}) {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.Insecure} //nolint:gosec // opt-in, testing only
+	if cfg.CA != "" {
+		pem, err := os.ReadFile(cfg.CA)
+		if err != nil {
+			return nil, fmt.Errorf("read tls ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("read tls ca %s: no certificate found", cfg.CA)
+		}
+		c.RootCAs = pool
+	}
+	if cfg.Cert != "" || cfg.Key != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
+		if err != nil {
+			return nil, fmt.Errorf("load tls client certificate: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// redact returns the URI without its password, for logs and errors.
+func redact(u amqp.URI) string {
+	u.Password = ""
+	return u.String()
+}

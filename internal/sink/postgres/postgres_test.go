@@ -1,0 +1,278 @@
+package postgres
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+func TestBackoff(t *testing.T) {
+	const lo, hi = 100 * time.Millisecond, 2 * time.Second
+	for _, tc := range []struct {
+		attempt int
+		want    time.Duration
+	}{{1, 100 * time.Millisecond}, {3, 400 * time.Millisecond}, {6, 2 * time.Second}, {99, 2 * time.Second}} {
+		for range 50 {
+			if d := backoff(tc.attempt, lo, hi); d < tc.want/2 || d >= tc.want {
+				t.Fatalf("backoff(%d) = %s, want in [%s, %s)", tc.attempt, d, tc.want/2, tc.want)
+			}
+		}
+	}
+}
+
+func TestClean(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"plain /store/x", "plain /store/x"},
+		{"héllo", "héllo"},
+		{"a\x00b", "a\uFFFDb"},
+		{"bad \xff utf8", "bad \uFFFD utf8"},
+	} {
+		if got := clean(tc.in); got != tc.want {
+			t.Errorf("clean(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	if got := cleanJSON([]byte(`{"a":"x\u0000y"}`)); got != `{"a":"x\ufffdy"}` {
+		t.Errorf("cleanJSON = %s", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = clean("/store/data/file.root") }); n != 0 {
+		t.Errorf("clean allocates %v times on a valid string", n)
+	}
+}
+
+func TestPartitionOf(t *testing.T) {
+	ts := time.Date(2026, 3, 31, 23, 59, 59, 0, time.FixedZone("x", -3600))
+	for _, tc := range []struct {
+		by, suffix, from, to string
+	}{
+		{PartitionDay, "20260401", "2026-04-01T00:00:00Z", "2026-04-02T00:00:00Z"},
+		{PartitionMonth, "202604", "2026-04-01T00:00:00Z", "2026-05-01T00:00:00Z"},
+	} {
+		s, f, to := partitionOf(ts, tc.by)
+		if s != tc.suffix || f.Format(time.RFC3339) != tc.from || to.Format(time.RFC3339) != tc.to {
+			t.Errorf("%s: %s [%s, %s)", tc.by, s, f, to)
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	st := openStore(t)
+	if _, err := New(config.PostgresOutput{}, st, nil, nil); err == nil || !strings.Contains(err.Error(), "empty url") {
+		t.Fatalf("empty url: %v", err)
+	}
+	o := DefaultOptions()
+	o.Partition = "week"
+	if _, err := NewWithOptions(config.PostgresOutput{URL: "postgres://x@127.0.0.1/db"}, o, st, nil, nil); err == nil {
+		t.Fatal("bad partition accepted")
+	}
+}
+
+// TestLoad: records and events arrive with their values, partitions are
+// created, and a redelivery after the cursor is moved back stores nothing
+// twice.
+func TestLoad(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	st := openStore(t)
+	ctx := context.Background()
+	const n = 3000 // 3000 minutes: three days
+	recs := testRecords(0, n)
+	recs[5].User = "bad\x00name"
+	recs[6].Start = time.Time{}
+	evs := []record.Event{testEvent(1, record.EventCacheFileClose), testEvent(2, record.EventTPC)}
+	evs[1].Data = []byte(`"raw text"`)
+	evs[1].Valid = false
+	if err := st.Append(ctx, recs, evs); err != nil {
+		t.Fatal(err)
+	}
+	opts := fastOptions(schema)
+	opts.BatchSize = 700
+	stop := runSink(t, newSink(t, u, opts, st))
+	waitFor(t, "cursor at end", 30*time.Second, func() bool { return cursor(t, st, opts.Name) == lastSeq(t, st) })
+	stop()
+
+	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
+		t.Fatalf("%d records, want %d", got, n)
+	}
+	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".events"); got != 2 {
+		t.Fatalf("%d events, want 2", got)
+	}
+	// Partitions: one per day of the records (Mar 1..3) and today's and
+	// tomorrow's.
+	parts := query[[]string](t, u, `SELECT array_agg(c.relname::text ORDER BY c.relname) FROM pg_inherits i
+		JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = '`+schema+`.records'::regclass`)
+	for _, want := range []string{"records_p20260301", "records_p20260302", "records_p20260303",
+		"records_p" + time.Now().UTC().Format("20060102")} {
+		if !strings.Contains(strings.Join(parts, ","), want) {
+			t.Errorf("partition %s missing from %v", want, parts)
+		}
+	}
+	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records_p20260302"); got != 1440 {
+		t.Errorf("%d records in the partition of Mar 2, want 1440", got)
+	}
+	// Values.
+	r := recs[1234]
+	var got struct {
+		end, start     time.Time
+		user, path, vo string
+		read, size     int64
+		readMax        int32
+	}
+	c, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if err := c.QueryRow(ctx, "SELECT end_time, start_time, user_name, path, vo, read_bytes, file_size, read_max FROM "+schema+".records WHERE record_id = $1", r.RecordID).
+		Scan(&got.end, &got.start, &got.user, &got.path, &got.vo, &got.read, &got.size, &got.readMax); err != nil {
+		t.Fatal(err)
+	}
+	if !got.end.Equal(r.End) || !got.start.Equal(r.Start) || got.user != r.User || got.path != r.Path || got.vo != r.VO ||
+		got.read != r.ReadBytes || got.size != r.FileSize || got.readMax != r.ReadMax {
+		t.Errorf("row %+v differs from record", got)
+	}
+	if u5 := query[string](t, u, "SELECT user_name FROM "+schema+".records WHERE record_id = $1", recs[5].RecordID); u5 != "bad\uFFFDname" {
+		t.Errorf("NUL not replaced: %q", u5)
+	}
+	if s6 := query[*time.Time](t, u, "SELECT start_time FROM "+schema+".records WHERE record_id = $1", recs[6].RecordID); s6 != nil {
+		t.Errorf("zero start stored as %v, want NULL", s6)
+	}
+	if lfn := query[string](t, u, "SELECT data->>'lfn' FROM "+schema+".events WHERE event_id = $1", evs[0].EventID); lfn != "/store/f1" {
+		t.Errorf("event data lfn = %q", lfn)
+	}
+	if v := query[int32](t, u, "SELECT max(version) FROM "+schema+".schema_version"); v != SchemaVersion {
+		t.Errorf("schema version %d", v)
+	}
+
+	// Redelivery: move the cursor back, append a duplicate-free tail, run
+	// again: every row exactly once.
+	if err := st.SetCursor(ctx, opts.Name, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Append(ctx, testRecords(n, 10), nil); err != nil {
+		t.Fatal(err)
+	}
+	runSink(t, newSink(t, u, opts, st))
+	waitFor(t, "cursor at end again", 30*time.Second, func() bool { return cursor(t, st, opts.Name) == lastSeq(t, st) })
+	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n+10 {
+		t.Fatalf("%d records after redelivery, want %d", got, n+10)
+	}
+}
+
+// TestDuplicateAppend: the same record appended to two stores (as after a
+// store loss and replay) and loaded by both is stored once.
+func TestDuplicateAppend(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	ctx := context.Background()
+	for range 2 {
+		st := openStore(t)
+		if err := st.Append(ctx, testRecords(0, 100), nil); err != nil {
+			t.Fatal(err)
+		}
+		opts := fastOptions(schema)
+		stop := runSink(t, newSink(t, u, opts, st))
+		waitFor(t, "cursor at end", 20*time.Second, func() bool { return cursor(t, st, opts.Name) == 100 })
+		stop()
+	}
+	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != 100 {
+		t.Fatalf("%d records, want 100", got)
+	}
+}
+
+// TestOutage loads through a loopback proxy that is down at first, then
+// cut twice mid-stream: every row arrives exactly once.
+func TestOutage(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	st := openStore(t)
+	ctx := context.Background()
+	px := newProxy(t, freeAddr(t), dbAddr(t, u))
+	opts := fastOptions(schema)
+	opts.BatchSize = 500
+	s := newSink(t, withAddr(t, u, px.addr), opts, st)
+	runSink(t, s)
+	const n = 40000
+	if err := st.Append(ctx, testRecords(0, n/4), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "failed connects", 10*time.Second, func() bool { return counterValue(s.loop.m.errors) >= 2 })
+	if c := cursor(t, st, opts.Name); c != 0 {
+		t.Fatalf("cursor %d while the database is unreachable", c)
+	}
+	px.start()
+	for k := 1; k < 4; k++ {
+		if err := st.Append(ctx, testRecords(k*n/4, n/4), nil); err != nil {
+			t.Fatal(err)
+		}
+		if k < 3 {
+			target := int64(k * n / 4)
+			waitFor(t, "progress", 30*time.Second, func() bool { return cursor(t, st, opts.Name) >= target })
+			px.cut()
+			time.Sleep(100 * time.Millisecond)
+			px.start()
+		}
+	}
+	waitFor(t, "cursor at end", 60*time.Second, func() bool { return cursor(t, st, opts.Name) == n })
+	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
+		t.Fatalf("%d rows, want %d", got, n)
+	}
+	if got := query[int64](t, u, "SELECT count(DISTINCT record_id) FROM "+schema+".records"); got != n {
+		t.Fatalf("%d distinct ids, want %d", got, n)
+	}
+	t.Logf("outage: %d rows exactly once, %v failed attempts", n, counterValue(s.loop.m.errors))
+}
+
+// TestServerRestart restarts the PostgreSQL cluster while loading. It
+// disturbs every other user, so it runs only with
+// XRDMON_TEST_RESTART_SERVICES=1.
+func TestServerRestart(t *testing.T) {
+	if os.Getenv("XRDMON_TEST_RESTART_SERVICES") != "1" {
+		t.Skip("restarts the shared database: set XRDMON_TEST_RESTART_SERVICES=1")
+	}
+	u := testURL(t)
+	schema := testSchema(t, u)
+	st := openStore(t)
+	ctx := context.Background()
+	opts := fastOptions(schema)
+	opts.MaxBackoff = 2 * time.Second
+	runSink(t, newSink(t, u, opts, st))
+	restart := func() error {
+		out, err := exec.Command("sh", "-c", "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main restart").CombinedOutput()
+		if err != nil {
+			t.Logf("restart: %v\n%s", err, out)
+		}
+		return err
+	}
+	const n = 100000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < n; i += 1000 {
+			if err := st.Append(ctx, testRecords(i, 1000), nil); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	waitFor(t, "progress", 30*time.Second, func() bool { return cursor(t, st, opts.Name) > 10000 })
+	if err := restart(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	waitFor(t, "cursor at end", 120*time.Second, func() bool { return cursor(t, st, opts.Name) == n })
+	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
+		t.Fatalf("%d rows, want %d", got, n)
+	}
+}

@@ -1,0 +1,85 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+// BenchmarkLoad loads batches of new records (COPY to staging, INSERT ...
+// ON CONFLICT, COMMIT) into a real database and reports records/s. The
+// records are already read from the store: this is the sink's own cost.
+//
+//	go test ./internal/sink/postgres -run '^$' -bench Load -benchtime 40x
+func BenchmarkLoad(b *testing.B) {
+	u := testURL(b)
+	for _, size := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			schema := testSchema(b, u)
+			w, err := newWriter(u, fastOptions(schema), discard())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.close()
+			ctx := context.Background()
+			next := 0
+			mk := func() []store.Entry {
+				batch := make([]store.Entry, size)
+				for i := range batch {
+					r := testRecord(next)
+					next++
+					batch[i] = store.Entry{Seq: int64(next), Record: &r}
+				}
+				return batch
+			}
+			if err := w.deliver(ctx, mk()); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			var elapsed time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				batch := mk()
+				b.StartTimer()
+				start := time.Now()
+				if err := w.deliver(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+				elapsed += time.Since(start)
+			}
+			b.ReportMetric(float64(b.N*size)/elapsed.Seconds(), "records/s")
+		})
+	}
+}
+
+// BenchmarkSink measures the whole sink: records appended to a store are
+// read back, loaded and the cursor moved, in records/s.
+//
+//	go test ./internal/sink/postgres -run '^$' -bench Sink -benchtime 200000x
+func BenchmarkSink(b *testing.B) {
+	u := testURL(b)
+	schema := testSchema(b, u)
+	st := openStore(b)
+	ctx := context.Background()
+	for i := 0; i < b.N; i += 1000 {
+		if err := st.Append(ctx, testRecords(i, min(1000, b.N-i)), nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	opts := fastOptions(schema)
+	s := newSink(b, u, opts, st)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	stop := runSink(b, s)
+	last := lastSeq(b, st)
+	for cursor(b, st, opts.Name) < last {
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
+	b.StopTimer()
+	stop()
+}

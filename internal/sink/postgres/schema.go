@@ -1,0 +1,190 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// SchemaVersion is the version of the schema this package writes;
+// docs/postgres.md documents each version.
+const SchemaVersion = 1
+
+// migrations[i] brings a schema from version i to i+1. "{{S}}" is replaced
+// by the quoted schema name. Version 1 is the initial schema.
+var migrations = []string{`
+CREATE TABLE {{S}}.records (
+	record_id       text        NOT NULL,
+	end_time        timestamptz NOT NULL,
+	start_time      timestamptz,
+	received        timestamptz NOT NULL,
+	reason          text        NOT NULL,
+	server_ip       text        NOT NULL,
+	server_host     text        NOT NULL,
+	server_id       bigint      NOT NULL,
+	server_stod     bigint      NOT NULL,
+	site            text        NOT NULL,
+	instance        text        NOT NULL,
+	program         text        NOT NULL,
+	version         text        NOT NULL,
+	protocol        text        NOT NULL,
+	user_name       text        NOT NULL,
+	user_dictid     bigint      NOT NULL,
+	client_host     text        NOT NULL,
+	client_name     text        NOT NULL,
+	ipv6            boolean     NOT NULL,
+	auth_protocol   text        NOT NULL,
+	dn              text        NOT NULL,
+	mon_info        text        NOT NULL,
+	vo              text        NOT NULL,
+	role            text        NOT NULL,
+	groups          text        NOT NULL,
+	client_release  text        NOT NULL,
+	app_name        text        NOT NULL,
+	app_info        text        NOT NULL,
+	token_subject   text        NOT NULL,
+	token_user      text        NOT NULL,
+	token_org       text        NOT NULL,
+	token_role      text        NOT NULL,
+	token_groups    text        NOT NULL,
+	experiment      integer     NOT NULL,
+	activity        integer     NOT NULL,
+	file_id         bigint      NOT NULL,
+	path            text        NOT NULL,
+	file_size       bigint      NOT NULL,
+	read_write      boolean     NOT NULL,
+	forced          boolean     NOT NULL,
+	read_bytes      bigint      NOT NULL,
+	readv_bytes     bigint      NOT NULL,
+	write_bytes     bigint      NOT NULL,
+	has_ops         boolean     NOT NULL,
+	read_ops        integer     NOT NULL,
+	readv_ops       integer     NOT NULL,
+	write_ops       integer     NOT NULL,
+	readv_segs      bigint      NOT NULL,
+	readv_segs_min  smallint    NOT NULL,
+	readv_segs_max  smallint    NOT NULL,
+	read_min        integer     NOT NULL,
+	read_max        integer     NOT NULL,
+	readv_min       integer     NOT NULL,
+	readv_max       integer     NOT NULL,
+	write_min       integer     NOT NULL,
+	write_max       integer     NOT NULL,
+	has_ssq         boolean     NOT NULL,
+	read_sq_sum     double precision NOT NULL,
+	readv_sq_sum    double precision NOT NULL,
+	readv_seg_sq_sum double precision NOT NULL,
+	write_sq_sum    double precision NOT NULL,
+	PRIMARY KEY (record_id, end_time)
+) PARTITION BY RANGE (end_time);
+
+CREATE TABLE {{S}}.events (
+	event_id    text        PRIMARY KEY,
+	time        timestamptz NOT NULL,
+	received    timestamptz NOT NULL,
+	type        text        NOT NULL,
+	provider    text        NOT NULL,
+	server_ip   text        NOT NULL,
+	server_host text        NOT NULL,
+	server_id   bigint      NOT NULL,
+	server_stod bigint      NOT NULL,
+	site        text        NOT NULL,
+	data        jsonb,
+	valid       boolean     NOT NULL
+);
+CREATE INDEX events_time ON {{S}}.events (time);
+`}
+
+// recordColumns are the records table's columns in table order; rowOf
+// writes the values in this order.
+var recordColumns = []string{
+	"record_id", "end_time", "start_time", "received", "reason",
+	"server_ip", "server_host", "server_id", "server_stod", "site", "instance", "program", "version",
+	"protocol", "user_name", "user_dictid", "client_host", "client_name", "ipv6", "auth_protocol", "dn",
+	"mon_info", "vo", "role", "groups", "client_release", "app_name", "app_info",
+	"token_subject", "token_user", "token_org", "token_role", "token_groups", "experiment", "activity",
+	"file_id", "path", "file_size", "read_write", "forced",
+	"read_bytes", "readv_bytes", "write_bytes",
+	"has_ops", "read_ops", "readv_ops", "write_ops", "readv_segs", "readv_segs_min", "readv_segs_max",
+	"read_min", "read_max", "readv_min", "readv_max", "write_min", "write_max",
+	"has_ssq", "read_sq_sum", "readv_sq_sum", "readv_seg_sq_sum", "write_sq_sum",
+}
+
+var eventColumns = []string{
+	"event_id", "time", "received", "type", "provider", "server_ip", "server_host",
+	"server_id", "server_stod", "site", "data", "valid",
+}
+
+// migrate creates the schema or brings it to SchemaVersion, under a
+// transaction-scoped advisory lock so concurrent collectors do not race.
+func migrate(ctx context.Context, conn *pgx.Conn, schema string) error {
+	s := pgx.Identifier{schema}.Sanitize()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('xrdmon schema ' || $1))`, schema); err != nil {
+		return fmt.Errorf("migrate: lock: %w", err)
+	}
+	for _, q := range []string{
+		`CREATE SCHEMA IF NOT EXISTS ` + s,
+		`CREATE TABLE IF NOT EXISTS ` + s + `.schema_version (
+			version    integer PRIMARY KEY,
+			applied_at timestamptz NOT NULL DEFAULT now())`,
+	} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+	}
+	var v int
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+s+`.schema_version`).Scan(&v); err != nil {
+		return fmt.Errorf("migrate: read version: %w", err)
+	}
+	if v > SchemaVersion {
+		return fmt.Errorf("migrate: schema %s is at version %d, newer than this xrdmon's %d", schema, v, SchemaVersion)
+	}
+	for ; v < SchemaVersion; v++ {
+		if _, err := tx.Exec(ctx, strings.ReplaceAll(migrations[v], "{{S}}", s)); err != nil {
+			return fmt.Errorf("migrate: to version %d: %w", v+1, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+s+`.schema_version (version) VALUES ($1)`, v+1); err != nil {
+			return fmt.Errorf("migrate: record version %d: %w", v+1, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("migrate: commit: %w", err)
+	}
+	return nil
+}
+
+// Partition granularities for Options.Partition.
+const (
+	PartitionDay   = "day"
+	PartitionMonth = "month"
+)
+
+// partitionOf returns the name suffix and bounds of the partition holding t.
+func partitionOf(t time.Time, by string) (suffix string, from, to time.Time) {
+	t = t.UTC()
+	if by == PartitionMonth {
+		from = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+		return from.Format("200601"), from, from.AddDate(0, 1, 0)
+	}
+	from = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	return from.Format("20060102"), from, from.AddDate(0, 0, 1)
+}
+
+// createPartition creates records_p<suffix> for [from, to) if missing.
+func createPartition(ctx context.Context, conn *pgx.Conn, schema, suffix string, from, to time.Time) error {
+	q := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
+		pgx.Identifier{schema, "records_p" + suffix}.Sanitize(), pgx.Identifier{schema, "records"}.Sanitize(),
+		from.Format(time.RFC3339), to.Format(time.RFC3339))
+	if _, err := conn.Exec(ctx, q); err != nil {
+		return fmt.Errorf("create partition records_p%s: %w", suffix, err)
+	}
+	return nil
+}

@@ -1,0 +1,527 @@
+// Package amqp is the relayed source: it consumes the messages an OSG
+// xrootd-monitoring-shoveler publishes to RabbitMQ (one JSON envelope per UDP
+// datagram) and hands the datagrams over in batches that the pipeline
+// acknowledges once what they produced is durable.
+package amqp
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/xrdmon/xrdmon/internal/source"
+)
+
+// Config configures the AMQP source.
+type Config struct {
+	// URL is the broker, amqp:// or amqps://host:port/vhost. Credentials in
+	// it are used unless TokenFile is set.
+	URL string `yaml:"url"`
+	// TokenFile, when set, holds a JWT used as the password (the OSG
+	// convention; the shoveler logs in as user "shoveler", which is also the
+	// default here when the URL names no user). The file is re-read on every
+	// connection, and a change of its modification time forces a reconnect.
+	TokenFile string `yaml:"token_file"`
+	// Queue is the durable queue to declare and consume (required).
+	Queue string `yaml:"queue"`
+	// Exchange is the exchange the queue is bound to (default
+	// "shoveled-xrd", where the shoveler publishes with an empty routing key).
+	// "-" binds nothing.
+	Exchange string `yaml:"exchange"`
+	// ExchangeType, when set ("fanout", "topic", "direct"), declares the
+	// exchange (durable) before binding. Empty: the exchange must exist.
+	ExchangeType string `yaml:"exchange_type"`
+	// RoutingKey of the binding (default "#": everything on a topic exchange;
+	// a fanout exchange ignores it).
+	RoutingKey string `yaml:"routing_key"`
+	// Prefetch is the QoS prefetch count (default 1000): how many
+	// unacknowledged messages the broker sends ahead.
+	Prefetch int `yaml:"prefetch"`
+	// BatchSize is the largest number of messages per batch (default 256,
+	// at most Prefetch).
+	BatchSize int `yaml:"batch_size"`
+	// BatchWait is how long a batch waits for more messages after its first
+	// (default 5ms).
+	BatchWait time.Duration `yaml:"batch_wait"`
+	// ReconnectMin and ReconnectMax bound the exponential reconnect backoff
+	// (defaults 500ms and 30s); each wait has random jitter of up to 50%.
+	ReconnectMin time.Duration `yaml:"reconnect_min"`
+	ReconnectMax time.Duration `yaml:"reconnect_max"`
+	// TokenCheck is how often the token file's modification time is checked
+	// (default 10s).
+	TokenCheck time.Duration `yaml:"token_check"`
+	// DrainTimeout is how long Run, once cancelled, keeps the connection
+	// open for the pipeline to acknowledge the batches it holds (default 10s).
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// TLS configures amqps connections.
+	TLS TLSConfig `yaml:"tls"`
+	// Filter is the allow-list and address map applied to the shoveler's
+	// "remote".
+	Filter source.FilterConfig `yaml:"filter"`
+}
+
+// TLSConfig holds the files for TLS to the broker.
+type TLSConfig struct {
+	CAFile             string `yaml:"ca_file"`   // PEM CA bundle; empty: the system pool
+	CertFile           string `yaml:"cert_file"` // client certificate (PEM), with KeyFile
+	KeyFile            string `yaml:"key_file"`
+	ServerName         string `yaml:"server_name"` // overrides the URL's host for verification
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Exchange:     "shoveled-xrd",
+		RoutingKey:   "#",
+		Prefetch:     1000,
+		BatchSize:    256,
+		BatchWait:    5 * time.Millisecond,
+		ReconnectMin: 500 * time.Millisecond,
+		ReconnectMax: 30 * time.Second,
+		TokenCheck:   10 * time.Second,
+		DrainTimeout: 10 * time.Second,
+	}
+}
+
+// ErrStaleAck is returned by Batch.Ack when the connection the batch came
+// from is gone: the broker will redeliver its messages.
+var ErrStaleAck = errors.New("amqp ack: channel closed since delivery; messages will be redelivered")
+
+var errTokenChanged = errors.New("token file changed")
+
+// AMQP is the AMQP source.
+type AMQP struct {
+	cfg    Config
+	log    *slog.Logger
+	filter *source.Filter
+	pool   *source.BatchPool
+	tls    *tls.Config
+
+	netConn atomic.Pointer[net.Conn] // the current connection's socket, for tests
+
+	received   prometheus.Counter
+	invalid    prometheus.Counter
+	reconnects prometheus.Counter
+	ackFailed  prometheus.Counter
+	connected  prometheus.Gauge
+}
+
+// New checks cfg and registers the metrics on reg (nil: none). It does not
+// connect; Run does.
+func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error) {
+	def := DefaultConfig()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.URL == "" || cfg.Queue == "" {
+		return nil, errors.New("amqp source: url and queue are required")
+	}
+	if _, err := amqp.ParseURI(cfg.URL); err != nil {
+		return nil, fmt.Errorf("amqp source: url: %w", err)
+	}
+	if cfg.Exchange == "" {
+		cfg.Exchange = def.Exchange
+	}
+	if cfg.RoutingKey == "" {
+		cfg.RoutingKey = def.RoutingKey
+	}
+	if cfg.Prefetch <= 0 {
+		cfg.Prefetch = def.Prefetch
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = def.BatchSize
+	}
+	cfg.BatchSize = min(cfg.BatchSize, cfg.Prefetch)
+	if cfg.BatchWait <= 0 {
+		cfg.BatchWait = def.BatchWait
+	}
+	if cfg.ReconnectMin <= 0 {
+		cfg.ReconnectMin = def.ReconnectMin
+	}
+	if cfg.ReconnectMax < cfg.ReconnectMin {
+		cfg.ReconnectMax = max(def.ReconnectMax, cfg.ReconnectMin)
+	}
+	if cfg.TokenCheck <= 0 {
+		cfg.TokenCheck = def.TokenCheck
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = def.DrainTimeout
+	}
+	filter, err := source.NewFilter(cfg.Filter, "amqp", reg)
+	if err != nil {
+		return nil, fmt.Errorf("amqp source: %w", err)
+	}
+	a := &AMQP{cfg: cfg, log: log, filter: filter, pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*512)}
+	if strings.HasPrefix(cfg.URL, "amqps://") || cfg.TLS != (TLSConfig{}) {
+		if a.tls, err = tlsConfig(cfg.TLS); err != nil {
+			return nil, fmt.Errorf("amqp source: %w", err)
+		}
+	}
+	for _, m := range []struct {
+		p    *prometheus.Counter
+		name string
+		help string
+	}{
+		{&a.received, "xrdmon_amqp_messages_received_total", "Messages consumed from RabbitMQ."},
+		{&a.invalid, "xrdmon_amqp_messages_invalid_total", "Messages that are not valid shoveler envelopes (acknowledged and dropped)."},
+		{&a.reconnects, "xrdmon_amqp_reconnects_total", "Connections to RabbitMQ lost or abandoned and made again."},
+		{&a.ackFailed, "xrdmon_amqp_acks_failed_total", "Batch acknowledgements that could not be sent (the messages are redelivered)."},
+	} {
+		if *m.p, err = source.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: m.name, Help: m.help})); err != nil {
+			return nil, fmt.Errorf("amqp source: %w", err)
+		}
+	}
+	if a.connected, err = source.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "xrdmon_amqp_connected", Help: "1 while the AMQP source is connected and consuming.",
+	})); err != nil {
+		return nil, fmt.Errorf("amqp source: %w", err)
+	}
+	return a, nil
+}
+
+func tlsConfig(c TLSConfig) (*tls.Config, error) {
+	tc := &tls.Config{ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls ca: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls ca: no certificates in %s", c.CAFile)
+		}
+	}
+	if c.CertFile != "" || c.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// Run consumes until ctx is cancelled, reconnecting with backoff whenever
+// the connection or channel is lost, and returns nil. After cancellation it
+// stops consuming and waits up to DrainTimeout for the batches it handed out
+// to be acknowledged before it closes the connection. Batches sent before a
+// reconnect can no longer be acknowledged (Ack returns ErrStaleAck); the
+// broker redelivers their messages, so the pipeline may see them twice.
+func (a *AMQP) Run(ctx context.Context, out chan<- *source.Batch) error {
+	backoff := a.cfg.ReconnectMin
+	first := true
+	for {
+		if !first {
+			a.reconnects.Inc()
+		}
+		first = false
+		start := time.Now()
+		err := a.session(ctx, out)
+		a.connected.Set(0)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, errTokenChanged) {
+			a.log.Info("AMQP token file changed; reconnecting")
+			backoff = a.cfg.ReconnectMin
+			continue
+		}
+		if time.Since(start) > 2*a.cfg.ReconnectMax {
+			backoff = a.cfg.ReconnectMin // it worked for a while: start over
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		a.log.Warn("AMQP connection lost; reconnecting", "err", err, "wait", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, a.cfg.ReconnectMax)
+	}
+}
+
+// session connects, consumes until the connection ends, and closes it.
+func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
+	cfg := amqp.Config{
+		Heartbeat:       10 * time.Second,
+		TLSClientConfig: a.tls,
+		Properties:      amqp.NewConnectionProperties(),
+		Dial: func(network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: 30 * time.Second}
+			c, err := d.DialContext(ctx, network, addr)
+			if err == nil {
+				a.netConn.Store(&c)
+			}
+			return c, err
+		},
+	}
+	cfg.Properties.SetClientConnectionName("xrdmon")
+	var tokenTime time.Time
+	if a.cfg.TokenFile != "" {
+		st, err := os.Stat(a.cfg.TokenFile)
+		if err != nil {
+			return fmt.Errorf("token file: %w", err)
+		}
+		tokenTime = st.ModTime()
+		tok, err := os.ReadFile(a.cfg.TokenFile)
+		if err != nil {
+			return fmt.Errorf("token file: %w", err)
+		}
+		user := "shoveler"
+		if u, err := url.Parse(a.cfg.URL); err == nil && u.User != nil && u.User.Username() != "" {
+			user = u.User.Username()
+		}
+		cfg.SASL = []amqp.Authentication{&amqp.PlainAuth{Username: user, Password: strings.TrimSpace(string(tok))}}
+	}
+	conn, err := amqp.DialConfig(a.cfg.URL, cfg)
+	if err != nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Qos(a.cfg.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("set prefetch: %w", err)
+	}
+	if _, err := ch.QueueDeclare(a.cfg.Queue, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare queue %s: %w", a.cfg.Queue, err)
+	}
+	if a.cfg.Exchange != "-" {
+		if a.cfg.ExchangeType != "" {
+			if err := ch.ExchangeDeclare(a.cfg.Exchange, a.cfg.ExchangeType, true, false, false, false, nil); err != nil {
+				return fmt.Errorf("declare exchange %s: %w", a.cfg.Exchange, err)
+			}
+		}
+		if err := ch.QueueBind(a.cfg.Queue, a.cfg.RoutingKey, a.cfg.Exchange, false, nil); err != nil {
+			return fmt.Errorf("bind queue %s to %s: %w", a.cfg.Queue, a.cfg.Exchange, err)
+		}
+	}
+	deliveries, err := ch.ConsumeWithContext(ctx, a.cfg.Queue, "", false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", a.cfg.Queue, err)
+	}
+	a.connected.Set(1)
+	a.log.Info("Consuming from RabbitMQ", "queue", a.cfg.Queue, "exchange", a.cfg.Exchange)
+
+	tr := &tracker{ch: ch}
+	defer tr.close()
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	var tokenTick <-chan time.Time
+	if a.cfg.TokenFile != "" {
+		t := time.NewTicker(a.cfg.TokenCheck)
+		defer t.Stop()
+		tokenTick = t.C
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var b *source.PooledBatch
+	var first, last uint64
+	loggedInvalid := time.Time{}
+	flush := func() error {
+		if b == nil {
+			return nil
+		}
+		pb := b
+		b = nil
+		timer.Stop()
+		e := tr.add(first, last)
+		if pb.Len() == 0 { // only invalid messages: acknowledge them at once
+			pb.Free()
+			return tr.done(e)
+		}
+		pb.Ack = func() error {
+			if err := tr.done(e); err != nil {
+				a.ackFailed.Inc()
+				return err
+			}
+			return nil
+		}
+		select {
+		case out <- &pb.Batch:
+			return nil
+		case <-ctx.Done():
+			pb.Free()
+			return ctx.Err()
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			if b != nil { // never handed over: redelivered later
+				b.Free()
+			}
+			a.drain(tr, closed)
+			return nil
+		case err := <-closed:
+			if err == nil {
+				return errors.New("connection closed")
+			}
+			return fmt.Errorf("connection closed: %w", err)
+		case <-tokenTick:
+			if st, err := os.Stat(a.cfg.TokenFile); err == nil && !st.ModTime().Equal(tokenTime) {
+				if err := flush(); err != nil {
+					return err
+				}
+				return errTokenChanged
+			}
+		case <-timer.C:
+			if err := flush(); err != nil {
+				return err
+			}
+		case d, ok := <-deliveries:
+			if !ok {
+				if ctx.Err() != nil { // the library cancelled the consumer
+					if b != nil {
+						b.Free()
+					}
+					a.drain(tr, closed)
+					return nil
+				}
+				_ = flush() // cannot be acknowledged any more, but let the pipeline count them
+				return errors.New("delivery channel closed")
+			}
+			a.received.Inc()
+			if b == nil {
+				b = a.pool.Get()
+				first = d.DeliveryTag
+				timer.Reset(a.cfg.BatchWait)
+			}
+			last = d.DeliveryTag
+			buf, env, perr := source.AppendShoveler(b.Buf(), d.Body)
+			if perr != nil {
+				a.invalid.Inc()
+				if time.Since(loggedInvalid) > time.Minute {
+					loggedInvalid = time.Now()
+					a.log.Warn("Dropping invalid shoveler messages (logged at most once a minute)", "err", perr,
+						"body", truncate(d.Body, 120))
+				}
+			} else if sender, ok := a.filter.AcceptShoveled(&env); ok {
+				b.Add(buf, env.Data, sender, time.Now())
+			}
+			if b.Len() >= a.cfg.BatchSize || int(last-first+1) >= a.cfg.BatchSize {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// drain waits, after a cancellation, until the pipeline has acknowledged
+// every batch handed over (or DrainTimeout passes, or the connection dies),
+// so a clean shutdown does not cause redeliveries.
+func (a *AMQP) drain(tr *tracker, closed <-chan *amqp.Error) {
+	deadline := time.NewTimer(a.cfg.DrainTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for tr.outstanding() > 0 {
+		select {
+		case <-deadline.C:
+			a.log.Warn("AMQP batches not acknowledged before shutdown; they will be redelivered", "batches", tr.outstanding())
+			return
+		case <-closed:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		b = b[:n]
+	}
+	return string(b)
+}
+
+// breakConnection closes the current connection's socket under the client
+// library, as a network failure would (tests).
+func (a *AMQP) breakConnection() {
+	if c := a.netConn.Load(); c != nil {
+		(*c).Close()
+	}
+}
+
+// tracker acknowledges batches of one channel in delivery order. Batches may
+// be acked by the pipeline in any order; the channel ack (multiple, up to
+// the last tag) is sent once every earlier batch is acked too, so a multiple
+// ack never covers a batch that is not yet durable.
+type tracker struct {
+	mu sync.Mutex
+	ch interface {
+		Ack(tag uint64, multiple bool) error
+	}
+	pending []*entry // in delivery order
+	closed  bool
+}
+
+type entry struct {
+	first, last uint64
+	done        bool
+}
+
+func (t *tracker) add(first, last uint64) *entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := &entry{first: first, last: last}
+	t.pending = append(t.pending, e)
+	return e
+}
+
+func (t *tracker) done(e *entry) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrStaleAck
+	}
+	if e.done {
+		return nil
+	}
+	e.done = true
+	var upTo uint64
+	n := 0
+	for n < len(t.pending) && t.pending[n].done {
+		upTo = t.pending[n].last
+		n++
+	}
+	if n == 0 {
+		return nil // an earlier batch is still in flight; acked with it later
+	}
+	clear(t.pending[:n])
+	t.pending = t.pending[n:]
+	if err := t.ch.Ack(upTo, true); err != nil {
+		t.closed = true
+		return fmt.Errorf("%w: %w", ErrStaleAck, err)
+	}
+	return nil
+}
+
+func (t *tracker) outstanding() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pending)
+}
+
+func (t *tracker) close() {
+	t.mu.Lock()
+	t.closed = true
+	t.pending = nil
+	t.mu.Unlock()
+}

@@ -1,0 +1,78 @@
+package source
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// BatchPool recycles batches whose datagrams are copied compactly into one
+// byte arena per batch, so a batch holds the bytes it carries rather than a
+// receive buffer per packet. A pooled batch's Free puts it back. Safe for
+// concurrent use.
+type BatchPool struct {
+	pool     sync.Pool
+	packets  int
+	arenaCap int
+}
+
+// NewBatchPool returns a pool of batches with room for packets packets and an
+// arena of arenaBytes bytes (both grow when needed).
+func NewBatchPool(packets, arenaBytes int) *BatchPool {
+	p := &BatchPool{packets: packets, arenaCap: arenaBytes}
+	p.pool.New = func() any {
+		b := &PooledBatch{pool: p}
+		b.Packets = make([]Packet, 0, p.packets)
+		b.arena = make([]byte, 0, p.arenaCap)
+		b.Free = b.release // bound once, so Free costs no allocation per batch
+		return b
+	}
+	return p
+}
+
+// Get returns an empty batch.
+func (p *BatchPool) Get() *PooledBatch {
+	return p.pool.Get().(*PooledBatch)
+}
+
+// PooledBatch is a Batch from a BatchPool. Hand &b.Batch to the pipeline;
+// its Free returns b to the pool. Only one goroutine may fill it.
+type PooledBatch struct {
+	Batch
+	arena []byte
+	pool  *BatchPool
+}
+
+// Append copies data into the arena and adds it as a packet.
+func (b *PooledBatch) Append(data []byte, sender netip.AddrPort, received time.Time) {
+	start := len(b.arena)
+	b.arena = append(b.arena, data...)
+	b.Packets = append(b.Packets, Packet{Data: b.arena[start:len(b.arena):len(b.arena)], Sender: sender, Received: received})
+}
+
+// Buf returns the arena, for appending a datagram to it in place (for
+// example with AppendShoveler); then pass the extended arena and the appended
+// datagram to Add. If the append had to grow the arena, earlier packets keep
+// pointing into the old one, which stays valid.
+func (b *PooledBatch) Buf() []byte { return b.arena }
+
+// Add records data, which was appended to the arena returned by Buf, as a
+// packet; buf is the extended arena.
+func (b *PooledBatch) Add(buf, data []byte, sender netip.AddrPort, received time.Time) {
+	b.arena = buf
+	b.Packets = append(b.Packets, Packet{Data: data[:len(data):len(data)], Sender: sender, Received: received})
+}
+
+// Len returns the number of packets in the batch.
+func (b *PooledBatch) Len() int { return len(b.Packets) }
+
+// Bytes returns the number of datagram bytes in the arena.
+func (b *PooledBatch) Bytes() int { return len(b.arena) }
+
+func (b *PooledBatch) release() {
+	clear(b.Packets) // drop references for the GC
+	b.Packets = b.Packets[:0]
+	b.arena = b.arena[:0]
+	b.Ack = nil
+	b.pool.pool.Put(b)
+}

@@ -1,0 +1,356 @@
+// Package file is the replay source: it reads shoveler JSON-lines files and
+// pcap / pcapng captures of UDP datagrams and hands their datagrams to the
+// pipeline, as the UDP and AMQP sources do with live traffic.
+package file
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xrdmon/xrdmon/internal/source"
+)
+
+// Config configures the file source.
+type Config struct {
+	// Paths are read in order; "-" is standard input. The format of each is
+	// detected from its first bytes: pcap, pcapng, or shoveler JSON lines.
+	Paths []string `yaml:"paths"`
+	// BatchSize is the number of packets per batch (default 256).
+	BatchSize int `yaml:"batch_size"`
+	// Filter is the allow-list and address map.
+	Filter source.FilterConfig `yaml:"filter"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config { return Config{BatchSize: 256} }
+
+// File is the file source. Packet.Received is the capture timestamp for
+// pcap and pcapng input (so a replay keeps the original timing), and the
+// collector clock when the line was read for JSON lines, which carry none.
+type File struct {
+	cfg    Config
+	log    *slog.Logger
+	filter *source.Filter
+	pool   *source.BatchPool
+	stdin  io.Reader
+
+	packets  prometheus.Counter
+	bytes    prometheus.Counter
+	skipped  *prometheus.CounterVec
+	badLines prometheus.Counter
+	// badLineLog limits logging of unparsable lines to the first per file.
+	loggedBad bool
+}
+
+// New returns a file source. Metrics are registered on reg (nil: none).
+func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*File, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = DefaultConfig().BatchSize
+	}
+	filter, err := source.NewFilter(cfg.Filter, "file", reg)
+	if err != nil {
+		return nil, fmt.Errorf("file source: %w", err)
+	}
+	f := &File{
+		cfg: cfg, log: log, filter: filter, stdin: os.Stdin,
+		pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*512),
+	}
+	f.packets, err = source.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "xrdmon_file_packets_read_total", Help: "Datagrams read from files.",
+	}))
+	if err != nil {
+		return nil, err
+	}
+	f.bytes, err = source.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "xrdmon_file_bytes_read_total", Help: "Datagram bytes read from files.",
+	}))
+	if err != nil {
+		return nil, err
+	}
+	f.skipped, err = source.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "xrdmon_file_frames_skipped_total",
+		Help: "Captured frames that carried no usable UDP datagram, by reason.",
+	}, []string{"reason"}))
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range skipReasons {
+		f.skipped.WithLabelValues(r.Error())
+	}
+	f.badLines, err = source.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "xrdmon_file_lines_invalid_total", Help: "JSON lines that are not valid shoveler messages.",
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Run reads every path in turn and returns when all are read (nil) or ctx is
+// cancelled (nil). A file that cannot be opened or read ends Run with an error.
+func (f *File) Run(ctx context.Context, out chan<- *source.Batch) error {
+	for _, p := range f.cfg.Paths {
+		if err := f.readPath(ctx, p, out); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *File) readPath(ctx context.Context, path string, out chan<- *source.Batch) error {
+	var r io.Reader
+	if path == "-" {
+		r = f.stdin
+	} else {
+		fh, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("file source: %w", err)
+		}
+		defer fh.Close()
+		r = fh
+	}
+	f.log.Info("Reading input file", "path", path)
+	if err := f.Read(ctx, r, out); err != nil {
+		return fmt.Errorf("file source: read %s: %w", path, err)
+	}
+	return nil
+}
+
+// Read reads one stream (pcap, pcapng or JSON lines, detected) and sends
+// its datagrams on out. It returns at the end of the stream or when ctx is
+// cancelled (ctx.Err()).
+func (f *File) Read(ctx context.Context, r io.Reader, out chan<- *source.Batch) error {
+	br := bufio.NewReaderSize(r, 256<<10)
+	magic, err := br.Peek(4)
+	if err != nil && !(errors.Is(err, io.EOF) && len(magic) > 0) {
+		if errors.Is(err, io.EOF) {
+			return nil // empty input
+		}
+		return fmt.Errorf("detect format: %w", err)
+	}
+	f.loggedBad = false
+	s := &sender{ctx: ctx, out: out, pool: f.pool, size: f.cfg.BatchSize}
+	switch {
+	case len(magic) == 4 && isPcapMagic(magic):
+		err = f.readPcap(br, s)
+	case len(magic) == 4 && bytes.Equal(magic, []byte{0x0a, 0x0d, 0x0d, 0x0a}):
+		err = f.readPcapNG(br, s)
+	default:
+		err = f.readLines(br, s)
+	}
+	if err == nil {
+		err = s.flush()
+	} else {
+		s.discard()
+	}
+	return err
+}
+
+func isPcapMagic(m []byte) bool {
+	for _, want := range [][]byte{
+		{0xa1, 0xb2, 0xc3, 0xd4}, {0xd4, 0xc3, 0xb2, 0xa1}, // microseconds
+		{0xa1, 0xb2, 0x3c, 0x4d}, {0x4d, 0x3c, 0xb2, 0xa1}, // nanoseconds
+	} {
+		if bytes.Equal(m, want) {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *File) readPcap(r io.Reader, s *sender) error {
+	pr, err := pcapgo.NewReader(r)
+	if err != nil {
+		return fmt.Errorf("pcap header: %w", err)
+	}
+	link := pr.LinkType()
+	for {
+		data, ci, err := pr.ZeroCopyReadPacketData()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("pcap: %w", err)
+		}
+		if err := f.frame(s, link, data, ci.Timestamp); err != nil {
+			return err
+		}
+	}
+}
+
+func (f *File) readPcapNG(r io.Reader, s *sender) error {
+	opts := pcapgo.DefaultNgReaderOptions
+	opts.WantMixedLinkType = true
+	nr, err := pcapgo.NewNgReader(r, opts)
+	if err != nil {
+		return fmt.Errorf("pcapng header: %w", err)
+	}
+	for {
+		data, ci, err := nr.ZeroCopyReadPacketData()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("pcapng: %w", err)
+		}
+		link := nr.LinkType()
+		if iface, ierr := nr.Interface(ci.InterfaceIndex); ierr == nil {
+			link = iface.LinkType
+		}
+		if err := f.frame(s, link, data, ci.Timestamp); err != nil {
+			return err
+		}
+	}
+}
+
+func (f *File) frame(s *sender, link layers.LinkType, frame []byte, ts time.Time) error {
+	payload, from, err := udpPayload(link, frame)
+	if err != nil {
+		f.skipped.WithLabelValues(err.Error()).Inc()
+		return nil
+	}
+	f.packets.Inc()
+	f.bytes.Add(float64(len(payload)))
+	sender, ok := f.filter.Accept(from)
+	if !ok {
+		return nil
+	}
+	b, err := s.batch()
+	if err != nil {
+		return err
+	}
+	b.Append(payload, sender, ts)
+	return s.maybeSend()
+}
+
+func (f *File) readLines(br *bufio.Reader, s *sender) error {
+	var long []byte // a line longer than br's buffer
+	for {
+		// Hand over what we have before blocking on a slow stream (stdin).
+		if br.Buffered() == 0 && s.cur != nil && s.cur.Len() > 0 {
+			if err := s.flush(); err != nil {
+				return err
+			}
+		}
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long, line...)
+			continue
+		}
+		if long != nil {
+			line = append(long, line...)
+			long = long[:0:0]
+		}
+		if len(bytes.TrimSpace(line)) > 0 {
+			if perr := f.line(s, line); perr != nil {
+				return perr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read line: %w", err)
+		}
+	}
+}
+
+func (f *File) line(s *sender, line []byte) error {
+	b, err := s.batch()
+	if err != nil {
+		return err
+	}
+	buf, env, perr := source.AppendShoveler(b.Buf(), line)
+	if perr != nil {
+		f.badLines.Inc()
+		if !f.loggedBad {
+			f.loggedBad = true
+			f.log.Warn("Skipping invalid shoveler line (further ones are only counted)", "err", perr, "line", truncate(line, 120))
+		}
+		return nil
+	}
+	f.packets.Inc()
+	f.bytes.Add(float64(len(env.Data)))
+	sender, ok := f.filter.AcceptShoveled(&env)
+	if !ok {
+		return nil
+	}
+	b.Add(buf, env.Data, sender, time.Now())
+	return s.maybeSend()
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		b = b[:n]
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// sender fills batches and sends them on out.
+type sender struct {
+	ctx  context.Context
+	out  chan<- *source.Batch
+	pool *source.BatchPool
+	size int
+	cur  *source.PooledBatch
+}
+
+func (s *sender) batch() (*source.PooledBatch, error) {
+	if s.cur == nil {
+		if err := s.ctx.Err(); err != nil {
+			return nil, err
+		}
+		s.cur = s.pool.Get()
+	}
+	return s.cur, nil
+}
+
+func (s *sender) maybeSend() error {
+	if s.cur.Len() >= s.size {
+		return s.flush()
+	}
+	return nil
+}
+
+func (s *sender) flush() error {
+	if s.cur == nil {
+		return nil
+	}
+	if s.cur.Len() == 0 {
+		s.cur.Free()
+		s.cur = nil
+		return nil
+	}
+	select {
+	case s.out <- &s.cur.Batch:
+		s.cur = nil
+		return nil
+	case <-s.ctx.Done():
+		s.discard()
+		return s.ctx.Err()
+	}
+}
+
+func (s *sender) discard() {
+	if s.cur != nil {
+		s.cur.Free()
+		s.cur = nil
+	}
+}

@@ -1,0 +1,251 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+// encBuf holds the JSON of one batch: all entries back to back, with the
+// end offset of each. Records use record.AppendJSON (no reflection); events
+// go through encoding/json, which also checks that their Data is valid JSON,
+// so a bad event is refused at Append instead of breaking every later Read.
+type encBuf struct {
+	buf  []byte
+	ends []int
+}
+
+var encPool = sync.Pool{New: func() any { return &encBuf{buf: make([]byte, 0, 1<<20)} }}
+
+func (b *encBuf) addRecord(r *record.Record) {
+	b.buf = record.AppendJSON(b.buf, r)
+	b.ends = append(b.ends, len(b.buf))
+}
+
+func (b *encBuf) addEvent(e *record.Event) error {
+	j, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	b.buf = append(b.buf, j...)
+	b.ends = append(b.ends, len(b.buf))
+	return nil
+}
+
+// get returns the i-th encoded entry; it points into b.buf.
+func (b *encBuf) get(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = b.ends[i-1]
+	}
+	return b.buf[start:b.ends[i]]
+}
+
+func (b *encBuf) release() {
+	if cap(b.buf) > 64<<20 {
+		return // don't keep a huge one-off buffer alive
+	}
+	b.buf = b.buf[:0]
+	b.ends = b.ends[:0]
+	encPool.Put(b)
+}
+
+// unixNanos returns t in Unix nanoseconds, 0 for the zero time.
+func unixNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// recordTime is the time a record is indexed and retained by: End, else
+// Start, else Received.
+func recordTime(r *record.Record) int64 {
+	switch {
+	case !r.End.IsZero():
+		return r.End.UnixNano()
+	case !r.Start.IsZero():
+		return r.Start.UnixNano()
+	default:
+		return unixNanos(r.Received)
+	}
+}
+
+// serverName is the value of the indexed server column: the host name when
+// known, else the address.
+func serverName(host, ip string) string {
+	if host != "" {
+		return host
+	}
+	return ip
+}
+
+// Append writes recs and then evs to the log in one transaction and gives
+// each new entry the next sequence number, in that order. When Append
+// returns nil the batch is durable (see Options.Synchronous) and the input
+// that produced it may be acknowledged. Entries whose record_id or event_id
+// is already in the store (or earlier in the same batch) are skipped and
+// counted in xrdmon_store_duplicates_total; they take no sequence number.
+//
+// On error nothing of the batch was written. ErrFull (possibly with
+// ErrDiskFull) means the store has no room: retry later.
+func (s *Store) Append(ctx context.Context, recs []record.Record, evs []record.Event) error {
+	if len(recs)+len(evs) == 0 {
+		return nil
+	}
+	start := time.Now()
+	b := encPool.Get().(*encBuf)
+	defer b.release()
+	for i := range recs {
+		if recs[i].RecordID == "" {
+			return fmt.Errorf("append: record %d: empty record id: %w", i, ErrInvalid)
+		}
+		b.addRecord(&recs[i])
+	}
+	for i := range evs {
+		if evs[i].EventID == "" {
+			return fmt.Errorf("append: event %d: empty event id: %w", i, ErrInvalid)
+		}
+		if err := b.addEvent(&evs[i]); err != nil {
+			return fmt.Errorf("append: encode event %s: %w", evs[i].EventID, err)
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("append: %w", ErrClosed)
+	}
+	if err := s.checkRoom(ctx); err != nil {
+		return fmt.Errorf("append: %w", err)
+	}
+	nrec, nev, dups, err := s.insert(ctx, recs, evs, b)
+	if err != nil {
+		s.m.appendErrors.Inc()
+		if isDiskFull(err) {
+			s.setFull(true, "disk full", err)
+			s.m.fullRefusals.Inc()
+			return fmt.Errorf("append: %w", fullErr{err})
+		}
+		return fmt.Errorf("append: %w", err)
+	}
+	s.setFull(false, "", nil)
+	s.m.recordsAppended.Add(float64(nrec))
+	s.m.eventsAppended.Add(float64(nev))
+	s.m.duplicates.Add(float64(dups))
+	s.m.batchDuration.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// fullErr wraps a driver's disk-full error so that it matches both ErrFull
+// and ErrDiskFull and still shows the driver's message.
+type fullErr struct{ err error }
+
+func (e fullErr) Error() string   { return "disk full: " + e.err.Error() }
+func (e fullErr) Unwrap() []error { return []error{ErrFull, ErrDiskFull, e.err} }
+
+// insert runs the transaction. Call with mu held.
+func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.Event, b *encBuf) (nrec, nev, dups int, err error) {
+	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return 0, 0, 0, fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			s.rollback()
+		}
+	}()
+	seq := s.lastSeq.Load()
+	for i := range recs {
+		r := &recs[i]
+		res, err := s.insRecord.ExecContext(ctx, seq+1, r.RecordID, recordTime(r), unixNanos(r.Start),
+			serverName(r.ServerHost, r.ServerIP), r.ServerIP, r.Site, r.User, r.Path, string(r.Reason), b.get(i))
+		if err != nil {
+			return 0, 0, 0, fmt.Errorf("insert record %s: %w", r.RecordID, err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			seq++
+			nrec++
+		} else {
+			dups++
+		}
+	}
+	for i := range evs {
+		e := &evs[i]
+		res, err := s.insEvent.ExecContext(ctx, seq+1, e.EventID, unixNanos(e.Time), string(e.Type),
+			serverName(e.ServerHost, e.ServerIP), e.Site, b.get(len(recs)+i))
+		if err != nil {
+			return 0, 0, 0, fmt.Errorf("insert event %s: %w", e.EventID, err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			seq++
+			nev++
+		} else {
+			dups++
+		}
+	}
+	if seq != s.lastSeq.Load() {
+		if _, err := s.setLastSeq.ExecContext(ctx, seq); err != nil {
+			return 0, 0, 0, fmt.Errorf("update last seq: %w", err)
+		}
+	}
+	// COMMIT is not cancellable: once started it must finish.
+	if _, err := s.wc.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
+		return 0, 0, 0, fmt.Errorf("commit: %w", err)
+	}
+	s.lastSeq.Store(seq)
+	return nrec, nev, dups, nil
+}
+
+// rollback ends a failed transaction. SQLite may already have rolled it back
+// itself (e.g. on SQLITE_FULL); that is not an error.
+func (s *Store) rollback() {
+	if _, err := s.wc.ExecContext(context.Background(), "ROLLBACK"); err != nil &&
+		!strings.Contains(err.Error(), "no transaction is active") {
+		s.log.Error("Store rollback failed", "err", err)
+	}
+}
+
+// checkRoom enforces MaxBytes before a write: over the bound, it deletes the
+// oldest entries every sink has passed; if that is not enough it returns
+// ErrFull. Call with mu held.
+func (s *Store) checkRoom(ctx context.Context) error {
+	if s.opts.MaxBytes <= 0 {
+		return nil
+	}
+	used, err := s.usedBytes(ctx)
+	if err != nil {
+		return err
+	}
+	if used < s.opts.MaxBytes {
+		return nil
+	}
+	if used, err = s.reclaimLocked(ctx, s.opts.MaxBytes); err != nil {
+		return err
+	}
+	if used >= s.opts.MaxBytes {
+		err := fmt.Errorf("%d bytes used, max %d, nothing delivered left to drop: %w", used, s.opts.MaxBytes, ErrFull)
+		s.setFull(true, "max bytes reached", err)
+		s.m.fullRefusals.Inc()
+		return err
+	}
+	return nil
+}
+
+// setFull logs transitions into and out of the full state (not every
+// refused batch).
+func (s *Store) setFull(full bool, why string, err error) {
+	if s.full.Swap(full) == full {
+		return
+	}
+	if full {
+		s.log.Error("Store full, refusing appends until space is freed", "reason", why, "err", err,
+			"max_bytes", s.opts.MaxBytes, "path", s.opts.Path)
+	} else {
+		s.log.Info("Store accepting appends again", "path", s.opts.Path)
+	}
+}

@@ -1,0 +1,110 @@
+package store
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	batchDuration    prometheus.Histogram
+	recordsAppended  prometheus.Counter
+	eventsAppended   prometheus.Counter
+	duplicates       prometheus.Counter
+	appendErrors     prometheus.Counter
+	fullRefusals     prometheus.Counter
+	retentionDeleted prometheus.Counter
+	maxBytesDropped  prometheus.Counter
+	bytes            prometheus.GaugeFunc
+	lastSeq          prometheus.GaugeFunc
+	backlog          *backlogCollector
+
+	reg        prometheus.Registerer
+	registered []prometheus.Collector
+}
+
+func newMetrics(s *Store) *metrics {
+	return &metrics{
+		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "xrdmon_store_batch_duration_seconds",
+			Help:    "Time to append one batch to the store, from encoding to durable commit.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		recordsAppended: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_store_records_appended_total",
+			Help: "Records appended to the store (duplicates excluded).",
+		}),
+		eventsAppended: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_store_events_appended_total",
+			Help: "G-stream events appended to the store (duplicates excluded).",
+		}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_store_duplicates_total",
+			Help: "Records and events not appended because their id was already stored.",
+		}),
+		appendErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_store_append_errors_total",
+			Help: "Append transactions that failed and were rolled back.",
+		}),
+		fullRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_store_full_total",
+			Help: "Appends refused with ErrFull (max bytes reached or disk full).",
+		}),
+		retentionDeleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_store_retention_deleted_total",
+			Help: "Entries deleted by retention passes (age or max bytes).",
+		}),
+		maxBytesDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_store_max_bytes_dropped_total",
+			Help: "Delivered entries deleted before their retention time to stay under max bytes.",
+		}),
+		bytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "xrdmon_store_bytes",
+			Help: "Size of the store's database and WAL files on disk.",
+		}, func() float64 { return float64(s.diskBytes()) }),
+		lastSeq: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "xrdmon_store_last_seq",
+			Help: "Sequence number of the last entry appended to the store.",
+		}, func() float64 { return float64(s.lastSeq.Load()) }),
+		backlog: &backlogCollector{s: s, desc: prometheus.NewDesc("xrdmon_sink_backlog_records",
+			"Entries (records and events) in the store that the sink has not yet delivered.",
+			[]string{"sink"}, nil)},
+	}
+}
+
+func (m *metrics) register(reg prometheus.Registerer) error {
+	m.reg = reg
+	for _, c := range []prometheus.Collector{m.batchDuration, m.recordsAppended, m.eventsAppended,
+		m.duplicates, m.appendErrors, m.fullRefusals, m.retentionDeleted, m.maxBytesDropped,
+		m.bytes, m.lastSeq, m.backlog} {
+		if err := reg.Register(c); err != nil {
+			m.unregister()
+			return err
+		}
+		m.registered = append(m.registered, c)
+	}
+	return nil
+}
+
+// unregister removes the metrics, so a store can be reopened on the same
+// registry (tests, restarts in process).
+func (m *metrics) unregister() {
+	for _, c := range m.registered {
+		m.reg.Unregister(c)
+	}
+	m.registered = nil
+}
+
+// backlogCollector reports, at scrape time, LastSeq - cursor for every
+// registered sink, so the backlog grows while a sink is down.
+type backlogCollector struct {
+	s    *Store
+	desc *prometheus.Desc
+}
+
+func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	last := c.s.lastSeq.Load()
+	for sink, cur := range c.s.Sinks() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(max(last-cur, 0)), sink)
+	}
+}

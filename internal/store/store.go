@@ -1,0 +1,373 @@
+// Package store is xrdmon's embedded store: the durable, append-only log of
+// transfer records and g-stream events, with a persisted cursor per sink.
+//
+// Every record and event is appended here before the input that produced it
+// is acknowledged; sinks then read the log from their own cursor, so a sink
+// outage delays delivery and loses nothing. The store is one SQLite database
+// (WAL journal); FORMAT.md beside this file describes the schema.
+//
+// A Store is safe for concurrent use by multiple goroutines. Writes (Append,
+// SetCursor, PutState, retention) are serialised on one connection; reads
+// (Read, Query, GetState) use a small pool and never wait for a writer.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Sync levels for Options.Synchronous.
+const (
+	// SyncFull makes every committed Append durable against power loss and
+	// OS crashes: the WAL is fsynced at each commit.
+	SyncFull = "FULL"
+	// SyncNormal makes every committed Append durable against a crash or
+	// kill -9 of the process (the WAL write has reached the OS), but the last
+	// commits can be lost on power loss or an OS crash.
+	SyncNormal = "NORMAL"
+)
+
+// Errors returned by the store. Compare with errors.Is.
+var (
+	// ErrFull is returned by Append when the store cannot take the batch:
+	// it is over Options.MaxBytes and everything old enough to drop is still
+	// awaited by a sink, or the disk (or SQLite's page limit) is full. Nothing
+	// of the batch was written; the caller must not acknowledge its input and
+	// should retry later (backpressure).
+	ErrFull = errors.New("store full")
+	// ErrDiskFull is returned (wrapped together with ErrFull) when SQLite or
+	// the file system reported that no space is left (SQLITE_FULL, ENOSPC).
+	// The transaction was rolled back and the database is intact.
+	ErrDiskFull = errors.New("disk full")
+	// ErrNotFound is returned by GetState for a key that was never put.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalid is returned by Append for a record or event without an id.
+	ErrInvalid = errors.New("invalid entry")
+	// ErrClosed is returned by methods called after Close.
+	ErrClosed = errors.New("store closed")
+)
+
+// Options configure a Store. Start from DefaultOptions.
+type Options struct {
+	// Path of the SQLite database file; "-wal" and "-shm" files are kept
+	// beside it. The directory is created if needed.
+	Path string
+	// Retention is how long records and events are kept, by their time
+	// (record End, event Time). Entries a registered sink has not yet passed
+	// are kept regardless. Zero keeps everything.
+	Retention time.Duration
+	// RetentionInterval is how often Run applies retention and MaxBytes.
+	RetentionInterval time.Duration
+	// MaxBytes bounds the bytes used by the database (pages in use, not
+	// counting the WAL, which journal_size_limit bounds separately). Zero
+	// means no bound. When it is reached the oldest entries every sink has
+	// passed are deleted, whatever their age; when none are left, Append
+	// returns ErrFull. See FORMAT.md, "Disk use".
+	MaxBytes int64
+	// BatchSize is the number of rows per retention delete transaction and
+	// the default max of Read. Callers of Append are expected to batch about
+	// this many entries per call.
+	BatchSize int
+	// Synchronous is SyncFull (default) or SyncNormal.
+	Synchronous string
+	// BusyTimeout is how long a connection waits for a lock held by another
+	// process (e.g. an sqlite3 shell) before failing.
+	BusyTimeout time.Duration
+	// ReadConns is the number of pooled read connections.
+	ReadConns int
+	// WALLimit is SQLite's journal_size_limit: the WAL file is truncated to
+	// this size after a checkpoint.
+	WALLimit int64
+	// CacheBytes is the writer's page cache (SQLite cache_size). Index
+	// inserts with random keys (record_id, path) need the upper levels of
+	// every index in memory; with SQLite's 2 MiB default each batch rereads
+	// pages from disk and appends are several times slower.
+	CacheBytes int64
+	// PageSize is the SQLite page size of a new database (ignored for an
+	// existing one). Larger pages mean fewer WAL frames and syscalls per
+	// batch; see the driver choice notes in driver.go.
+	PageSize int
+	// CheckpointPages is SQLite's wal_autocheckpoint: after a commit that
+	// leaves the WAL longer than this many pages, it is folded into the
+	// database. Longer means hot index pages are copied less often.
+	CheckpointPages int
+}
+
+// DefaultOptions returns the defaults: 30 days retention, checked every
+// minute, 10 GiB bound, batches of 1000, synchronous=FULL.
+func DefaultOptions() Options {
+	return Options{
+		Path:              "xrdmon.db",
+		Retention:         30 * 24 * time.Hour,
+		RetentionInterval: time.Minute,
+		MaxBytes:          10 << 30,
+		BatchSize:         1000,
+		Synchronous:       SyncFull,
+		BusyTimeout:       10 * time.Second,
+		ReadConns:         4,
+		WALLimit:          64 << 20,
+		CacheBytes:        64 << 20,
+		PageSize:          16384,
+		CheckpointPages:   1000,
+	}
+}
+
+func (o *Options) fill() error {
+	d := DefaultOptions()
+	if o.Path == "" {
+		return errors.New("empty path")
+	}
+	if o.RetentionInterval <= 0 {
+		o.RetentionInterval = d.RetentionInterval
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = d.BatchSize
+	}
+	switch o.Synchronous {
+	case "":
+		o.Synchronous = d.Synchronous
+	case SyncFull, SyncNormal:
+	default:
+		return fmt.Errorf("synchronous %q: want %s or %s", o.Synchronous, SyncFull, SyncNormal)
+	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = d.BusyTimeout
+	}
+	if o.ReadConns <= 0 {
+		o.ReadConns = d.ReadConns
+	}
+	if o.WALLimit <= 0 {
+		o.WALLimit = d.WALLimit
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = d.PageSize
+	}
+	if o.CheckpointPages <= 0 {
+		o.CheckpointPages = d.CheckpointPages
+	}
+	if o.CacheBytes <= 0 {
+		o.CacheBytes = d.CacheBytes
+	}
+	if o.Retention < 0 || o.MaxBytes < 0 {
+		return errors.New("negative retention or max bytes")
+	}
+	return nil
+}
+
+// Store is the durable record log. Create it with Open; it is safe for
+// concurrent use.
+type Store struct {
+	opts Options
+	log  *slog.Logger
+	m    *metrics
+
+	wdb *sql.DB // one connection, held in wc
+	rdb *sql.DB // read pool
+
+	// mu serialises all writes on wc and guards the prepared statements,
+	// the in-memory last sequence and the cursor map.
+	mu         sync.Mutex
+	wc         *sql.Conn
+	insRecord  *sql.Stmt
+	insEvent   *sql.Stmt
+	setLastSeq *sql.Stmt
+	closed     bool
+
+	lastSeq  atomic.Int64
+	cursorMu sync.Mutex
+	cursors  map[string]int64
+	full     atomic.Bool // logged state of ErrFull, for transition logs
+	pageSize int64
+}
+
+// Open opens (creating or migrating) the store at opts.Path and registers
+// its metrics on reg (nil: not registered). A nil log discards.
+func Open(opts Options, log *slog.Logger, reg prometheus.Registerer) (*Store, error) {
+	if err := opts.fill(); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if dir := filepath.Dir(opts.Path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("open store: create dir: %w", err)
+		}
+	}
+	s := &Store{opts: opts, log: log, cursors: map[string]int64{}}
+	if err := s.open(); err != nil {
+		s.closeDBs()
+		return nil, fmt.Errorf("open store %s: %w", opts.Path, err)
+	}
+	s.m = newMetrics(s)
+	if reg != nil {
+		if err := s.m.register(reg); err != nil {
+			s.closeDBs()
+			return nil, fmt.Errorf("open store: register metrics: %w", err)
+		}
+	}
+	log.Info("Store opened", "path", opts.Path, "last_seq", s.lastSeq.Load(),
+		"sinks", len(s.cursors), "synchronous", opts.Synchronous)
+	return s, nil
+}
+
+func (s *Store) open() error {
+	ctx := context.Background()
+	var err error
+	if s.wdb, err = sql.Open(driverName, dsn(s.opts, false)); err != nil {
+		return fmt.Errorf("open writer: %w", err)
+	}
+	s.wdb.SetMaxOpenConns(1)
+	s.wdb.SetConnMaxIdleTime(0)
+	s.wdb.SetConnMaxLifetime(0)
+	if s.wc, err = s.wdb.Conn(ctx); err != nil {
+		return fmt.Errorf("connect writer: %w", err)
+	}
+	// page_size must be set before anything (journal mode included) is
+	// written to a new database.
+	if _, err := s.wc.ExecContext(ctx, fmt.Sprintf("PRAGMA page_size=%d", s.opts.PageSize)); err != nil {
+		return fmt.Errorf("set page size: %w", err)
+	}
+	var mode string
+	if err := s.wc.QueryRowContext(ctx, "PRAGMA journal_mode=WAL").Scan(&mode); err != nil {
+		return fmt.Errorf("set journal mode: %w", err)
+	}
+	if mode != "wal" {
+		return fmt.Errorf("journal mode is %q, want wal", mode)
+	}
+	for _, p := range []string{
+		"PRAGMA synchronous=" + s.opts.Synchronous,
+		fmt.Sprintf("PRAGMA journal_size_limit=%d", s.opts.WALLimit),
+		fmt.Sprintf("PRAGMA cache_size=%d", -s.opts.CacheBytes/1024),
+		"PRAGMA temp_store=MEMORY",
+		fmt.Sprintf("PRAGMA wal_autocheckpoint=%d", s.opts.CheckpointPages),
+	} {
+		if _, err := s.wc.ExecContext(ctx, p); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	if err := migrate(ctx, s.wc); err != nil {
+		return err
+	}
+	if err := s.wc.QueryRowContext(ctx, "PRAGMA page_size").Scan(&s.pageSize); err != nil {
+		return fmt.Errorf("read page size: %w", err)
+	}
+	if s.insRecord, err = s.wc.PrepareContext(ctx, insertRecordSQL); err != nil {
+		return fmt.Errorf("prepare record insert: %w", err)
+	}
+	if s.insEvent, err = s.wc.PrepareContext(ctx, insertEventSQL); err != nil {
+		return fmt.Errorf("prepare event insert: %w", err)
+	}
+	if s.setLastSeq, err = s.wc.PrepareContext(ctx, `UPDATE meta SET value = ? WHERE key = 'last_seq'`); err != nil {
+		return fmt.Errorf("prepare meta update: %w", err)
+	}
+	var last int64
+	if err := s.wc.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'last_seq'`).Scan(&last); err != nil {
+		return fmt.Errorf("read last seq: %w", err)
+	}
+	s.lastSeq.Store(last)
+	rows, err := s.wc.QueryContext(ctx, `SELECT sink, seq FROM cursors`)
+	if err != nil {
+		return fmt.Errorf("read cursors: %w", err)
+	}
+	for rows.Next() {
+		var name string
+		var seq int64
+		if err := rows.Scan(&name, &seq); err != nil {
+			rows.Close()
+			return fmt.Errorf("read cursors: %w", err)
+		}
+		s.cursors[name] = seq
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("read cursors: %w", err)
+	}
+
+	if s.rdb, err = sql.Open(driverName, dsn(s.opts, true)); err != nil {
+		return fmt.Errorf("open readers: %w", err)
+	}
+	s.rdb.SetMaxOpenConns(s.opts.ReadConns)
+	s.rdb.SetMaxIdleConns(s.opts.ReadConns)
+	if err := s.rdb.PingContext(ctx); err != nil {
+		return fmt.Errorf("connect reader: %w", err)
+	}
+	return nil
+}
+
+// Close closes the store. Appends in progress finish first; the WAL is
+// checkpointed. Close is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	ctx := context.Background()
+	// Best effort: keep the query planner's statistics fresh and fold the
+	// WAL into the database so the next open starts small.
+	_, _ = s.wc.ExecContext(ctx, "PRAGMA optimize")
+	_, _ = s.wc.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
+	err := s.closeDBs()
+	if s.m != nil {
+		s.m.unregister()
+	}
+	if err != nil {
+		return fmt.Errorf("close store: %w", err)
+	}
+	s.log.Info("Store closed", "path", s.opts.Path, "last_seq", s.lastSeq.Load())
+	return nil
+}
+
+func (s *Store) closeDBs() error {
+	var errs []error
+	for _, st := range []*sql.Stmt{s.insRecord, s.insEvent, s.setLastSeq} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	if s.wc != nil {
+		errs = append(errs, s.wc.Close())
+	}
+	if s.wdb != nil {
+		errs = append(errs, s.wdb.Close())
+	}
+	if s.rdb != nil {
+		errs = append(errs, s.rdb.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Path returns the database file path.
+func (s *Store) Path() string { return s.opts.Path }
+
+// diskBytes is the size of the database and its WAL on disk.
+func (s *Store) diskBytes() int64 {
+	var n int64
+	for _, suffix := range []string{"", "-wal"} {
+		if fi, err := os.Stat(s.opts.Path + suffix); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// usedBytes is the bytes of database pages in use (not free). Call with mu.
+func (s *Store) usedBytes(ctx context.Context) (int64, error) {
+	var pages, free int64
+	if err := s.wc.QueryRowContext(ctx, `SELECT (SELECT page_count FROM pragma_page_count()), (SELECT freelist_count FROM pragma_freelist_count())`).Scan(&pages, &free); err != nil {
+		return 0, fmt.Errorf("read page counts: %w", err)
+	}
+	return (pages - free) * s.pageSize, nil
+}
