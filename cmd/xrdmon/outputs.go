@@ -8,6 +8,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/config"
 	amqpsink "github.com/xrdmon/xrdmon/internal/sink/amqp"
+	"github.com/xrdmon/xrdmon/internal/sink/jsonl"
 	"github.com/xrdmon/xrdmon/internal/sink/postgres"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
@@ -29,6 +30,13 @@ func newOutputs(cfg *config.Config, st *store.Store, log *slog.Logger, reg prome
 			return nil, fmt.Errorf("postgres output: %w", err)
 		}
 		outs = append(outs, output{"postgres", s.Run})
+	}
+	if cfg.Outputs.JSONL.Enabled {
+		s, err := jsonl.New(cfg.Outputs.JSONL.Path, st, log.With("component", "jsonl_output"), reg)
+		if err != nil {
+			return nil, fmt.Errorf("jsonl output: %w", err)
+		}
+		outs = append(outs, output{"jsonl", s.Run})
 	}
 	return outs, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/correlate"
@@ -30,8 +31,20 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	events := fs.String("events", "", "also write g-stream events as JSON lines to `FILE`")
 	wlcgVOs := fs.String("wlcg-vos", "", "with --schema wlcg: comma-separated `VOs` whose records are WLCG (default: cms,dteam)")
 	wlcgPaths := fs.String("wlcg-paths", "", "with --schema wlcg: comma-separated path `prefixes` whose records are WLCG (default: /store,/user/dteam)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to `FILE` (for performance work)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("create profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("start profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "xrdmon replay: no INPUT given (use - for standard input)")

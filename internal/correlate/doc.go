@@ -7,7 +7,8 @@
 // A Shard holds the state of the servers routed to it and is used by one
 // goroutine. ShardOf(sender IP, n) routes every packet of a sender to the
 // same shard, so one server's packets are applied in order and shards
-// share nothing.
+// share nothing. The routing is a fixed hash, the same in every process,
+// because checkpoints are restored by shard index.
 //
 // # Keys
 //
@@ -88,4 +89,18 @@
 // an isXfr costs one map lookup whatever the number of open files.
 // Repeated strings (names, hosts, VOs, paths, login payloads) are
 // interned in bounded tables; invalid UTF-8 becomes U+FFFD.
+//
+// # Checkpoints
+//
+// Shard.Snapshot writes the whole state (incarnations with their ident
+// fields and sequence windows, sessions with login, token, U and i data,
+// open and waiting files with their counts, times and LRU order, pending
+// references, and the counters) in a compact versioned binary format
+// (described in snapshot.go: magic, version, varints, CRC-32C trailer);
+// RestoreShard reads it back into a shard that behaves exactly as the
+// snapshotted one would: a restart between any two packets gives the same
+// records (ids included), events and Stats as an uninterrupted run
+// (TestSnapshotEverySplit). Corrupt input is an error, never a panic.
+// With 100,000 open files a snapshot is about 9 MB (90 bytes per file,
+// paths included) and takes about 10 ms; a restore about 40 ms.
 package correlate

@@ -68,7 +68,11 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // snapScratch holds the buffers of Snapshot, kept between checkpoints so
 // that a periodic snapshot does not allocate in proportion to the state.
+// The output goes to the writer in chunks of about snapChunk bytes.
 type snapScratch struct {
+	w        io.Writer
+	crc      uint32
+	err      error
 	buf      []byte
 	strs     map[string]uint32
 	logins   map[*loginInfo]uint32
@@ -97,6 +101,7 @@ func (s *Shard) Snapshot(w io.Writer) error {
 	}
 	e := s.snap
 	defer e.reset()
+	e.w, e.crc, e.err = w, 0, nil
 	e.buf = append(e.buf[:0], snapMagic...)
 	e.uv(snapVersion)
 	e.v(s.nowS)
@@ -305,11 +310,29 @@ func (s *Shard) Snapshot(w io.Writer) error {
 		e.buf = append(e.buf, q[i].kind)
 	}
 
-	e.buf = binary.LittleEndian.AppendUint32(e.buf, crc32.Checksum(e.buf, crcTable))
-	if _, err := w.Write(e.buf); err != nil {
-		return fmt.Errorf("write snapshot: %w", err)
+	e.crc = crc32.Update(e.crc, crcTable, e.buf)
+	e.buf = binary.LittleEndian.AppendUint32(e.buf, e.crc)
+	e.write()
+	if e.err != nil {
+		return fmt.Errorf("write snapshot: %w", e.err)
 	}
 	return nil
+}
+
+const snapChunk = 64 << 10
+
+// write hands the buffer to the writer (the CRC must be updated first).
+func (e *snapScratch) write() {
+	if e.err == nil {
+		_, e.err = e.w.Write(e.buf)
+	}
+	e.buf = e.buf[:0]
+}
+
+// flush writes a full chunk out.
+func (e *snapScratch) flush() {
+	e.crc = crc32.Update(e.crc, crcTable, e.buf)
+	e.write()
 }
 
 // reset forgets the references of the last snapshot (keeping capacity),
@@ -320,9 +343,7 @@ func (e *snapScratch) reset() {
 	clear(e.tokens)
 	clear(e.texts)
 	e.nStrings = 0
-	if cap(e.buf) > 64<<20 { // an exceptional peak: do not hold it
-		e.buf = nil
-	}
+	e.w = nil
 }
 
 func b2u(b bool) byte {
@@ -332,8 +353,13 @@ func b2u(b bool) byte {
 	return 0
 }
 
-func (e *snapScratch) uv(x uint64) { e.buf = binary.AppendUvarint(e.buf, x) }
-func (e *snapScratch) v(x int64)   { e.buf = binary.AppendVarint(e.buf, x) }
+func (e *snapScratch) uv(x uint64) {
+	if len(e.buf) >= snapChunk { // every entry writes a uvarint: a good place
+		e.flush()
+	}
+	e.buf = binary.AppendUvarint(e.buf, x)
+}
+func (e *snapScratch) v(x int64) { e.buf = binary.AppendVarint(e.buf, x) }
 
 func (e *snapScratch) str(s string) {
 	if s == "" {

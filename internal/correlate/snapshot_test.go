@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -728,4 +729,45 @@ func BenchmarkRestore(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(buf.Len()), "bytes")
+}
+
+type failWriter struct{ n, fail int }
+
+func (w *failWriter) Write(p []byte) (int, error) {
+	w.n++
+	if w.n >= w.fail {
+		return 0, errors.New("disk full")
+	}
+	return len(p), nil
+}
+
+// Snapshot streams in chunks, reports a failing writer, and does not
+// allocate once its scratch is warm.
+func TestSnapshotWriterAndAllocs(t *testing.T) {
+	s := bigShard(t, 5000)
+	var buf bytes.Buffer
+	if err := s.Snapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Len() < 2*snapChunk {
+		t.Fatalf("snapshot of %d bytes: too small to test chunking", buf.Len())
+	}
+	for _, fail := range []int{1, 2} {
+		w := &failWriter{fail: fail}
+		if err := s.Snapshot(w); err == nil || !strings.Contains(err.Error(), "disk full") {
+			t.Errorf("failing writer (call %d): %v", fail, err)
+		}
+	}
+	r := restoreCopy(t, s, DefaultConfig()) // the failed snapshots left no trace
+	if r.Stats().OpenFiles != 5000 {
+		t.Errorf("open files %d", r.Stats().OpenFiles)
+	}
+	if n := testing.AllocsPerRun(5, func() {
+		buf.Reset()
+		if err := s.Snapshot(&buf); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("allocs per snapshot: %v", n)
+	}
 }

@@ -29,7 +29,30 @@ type Generator struct {
 	writePaths []pathInfo
 	apps       []bstr
 	infos      []bstr
+
+	hooks Hooks
 }
+
+// Hooks observe a run while it happens, for benchmarks that time each
+// record from the packet that completes it to the collector's output.
+// Expected records are numbered 0, 1, 2... in the order they become final,
+// which is the order of Truth.Records. Hooks must return quickly.
+type Hooks struct {
+	// Record is called from the generating goroutine for every expected
+	// record when it becomes final: the packet carrying its close (or its
+	// last packet) has been handed to the current batch. rec is valid only
+	// during the call. Records are passed even when Config.KeepRecords is
+	// off, so a caller can keep a compact form of a very long run's truth.
+	Record func(i int, rec *record.Record)
+	// Sent is called from the writing goroutine after each batch has been
+	// written to the output, with the number n of expected records whose
+	// packets have now all been written (records 0..n-1) and the time the
+	// write returned.
+	Sent func(n int, at time.Time)
+}
+
+// SetHooks installs hooks for the following runs (zero Hooks: none).
+func (g *Generator) SetHooks(h Hooks) { g.hooks = h }
 
 // bstr is a string kept with its bytes, for the encoder's []byte fields and
 // the records' string fields without a conversion per use.
@@ -337,6 +360,7 @@ type run struct {
 
 	paceStart time.Time
 	delivered int64
+	final     int // expected records finalized so far
 
 	truth    *Truth
 	tally    []serverTally
@@ -627,6 +651,7 @@ func (r *run) push(s *server, data []byte, copyData bool) {
 type bufset struct {
 	batch []Packet
 	arena []byte
+	final int // records final once this batch is written
 }
 
 // startWriter starts the goroutine that calls out.Write, so that building
@@ -644,6 +669,8 @@ func (r *run) startWriter() {
 			if r.werr == nil {
 				if err := r.out.Write(r.ctx, bs.batch); err != nil {
 					r.werr = fmt.Errorf("write packets: %w", err)
+				} else if sent := r.g.hooks.Sent; sent != nil {
+					sent(bs.final, time.Now())
 				}
 			}
 			clear(bs.batch)
@@ -687,7 +714,7 @@ func (r *run) flushBatch() {
 		}
 	}
 	r.delivered += int64(len(r.batch))
-	r.full <- &bufset{batch: r.batch, arena: r.arena}
+	r.full <- &bufset{batch: r.batch, arena: r.arena, final: r.final}
 	bs := <-r.free // after the writer finished a Write: werr is visible
 	if r.werr != nil {
 		r.err, r.stopped = r.werr, true
@@ -1209,10 +1236,16 @@ func (r *run) finalize(ai int32, reason record.Reason) {
 	r.reasons[reason]++
 	r.tally[a.srv].bytes.add(&rec)
 	r.users[a.sess.user].add(&rec)
-	if r.cfg.KeepRecords {
+	if hook := r.g.hooks.Record; r.cfg.KeepRecords || hook != nil {
 		r.fillRecord(&rec, s, a, end)
-		r.truth.Records = append(r.truth.Records, rec)
+		if hook != nil {
+			hook(r.final, &rec)
+		}
+		if r.cfg.KeepRecords {
+			r.truth.Records = append(r.truth.Records, rec)
+		}
 	}
+	r.final++
 	r.freeAccess(ai)
 }
 

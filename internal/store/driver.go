@@ -7,17 +7,21 @@ import (
 	"strings"
 	"syscall"
 
-	// The SQLite driver: github.com/mattn/go-sqlite3 (cgo), chosen over the
-	// pure-Go modernc.org/sqlite by measurement. BenchmarkAppend with batches
-	// of 1000 records, synchronous=FULL, same schema, on the shared 2-core
-	// build machine (go1.26, AMD EPYC VM):
+	// The SQLite driver: github.com/mattn/go-sqlite3 v1.14.52 (cgo), chosen
+	// over the pure-Go modernc.org/sqlite v1.61.1 by measurement: this
+	// package's BenchmarkAppend (batches of 1000 records, synchronous=FULL)
+	// run against both drivers with the same code and schema, on the shared
+	// 2-core build VM (load ~8, so CPU time is the fairer measure):
 	//
-	//	modernc.org/sqlite v1.61.1      58,000 records per CPU-second, 24-29k/s wall
-	//	github.com/mattn/go-sqlite3 v1.14.52  78-90,000 records per CPU-second, 63-72k/s wall
+	//	schema as shipped      modernc 30,000 rec/CPU-s   mattn 37-40,000 rec/CPU-s
+	//	without the two random-key
+	//	indexes (experiment)   modernc 58,000 rec/CPU-s   mattn 78-90,000 rec/CPU-s
+	//	                       (wall: 24-29k/s vs 63-72k/s)
 	//
-	// The B-tree work runs as native C instead of C translated to Go, which
-	// outweighs the cgo call overhead (a few calls per row). The cost is
-	// that building xrdmon needs a C compiler (CGO_ENABLED=1).
+	// mattn was 1.3-1.5x faster per CPU second in every run: SQLite's B-tree
+	// work runs as native C rather than C translated to Go, which outweighs
+	// the cgo calls (a few per row). The cost: building xrdmon needs a C
+	// compiler (CGO_ENABLED=1, gcc in the build image).
 	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
