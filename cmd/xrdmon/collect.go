@@ -123,6 +123,13 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		ucfg := udp.DefaultConfig()
 		ucfg.Addr = cfg.Listen.UDP
 		ucfg.Readers = cfg.Listen.ReaderCount()
+		// Several readers on one shared socket split a server's datagrams
+		// between concurrent recvmmsg calls, so they reach the correlator
+		// out of order; past the reorder window that is counted as loss
+		// (xrdmon bench: 0.6% false sequence gaps at 25,000 packets/s with
+		// 2 readers). With a socket per reader (SO_REUSEPORT) the kernel
+		// keeps each sender on one socket, hence in order.
+		ucfg.ReusePort = ucfg.Readers > 1
 		ucfg.BatchMessages = cfg.Listen.BatchSize
 		ucfg.ReceiveBuffer = int(cfg.Listen.RcvBuf)
 		ucfg.Filter = filterConfig(cfg.Listen)

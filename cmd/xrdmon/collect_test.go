@@ -110,6 +110,7 @@ func startDaemon(t *testing.T, mutate func(*config.Config)) *daemon {
 	if mutate != nil {
 		mutate(cfg)
 	}
+	d.udp = cfg.Listen.UDP
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -120,11 +121,11 @@ func startDaemon(t *testing.T, mutate func(*config.Config)) *daemon {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	go func() { d.done <- collect(ctx, cfg, log) }()
+	go func() { d.done <- collect(ctx, cfg, log); close(d.done) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-d.done:
+		case <-d.done: // the result, or closed after stop took it
 		case <-time.After(30 * time.Second):
 		}
 	})
@@ -397,4 +398,68 @@ func fOpenXfr(s *session, user, file uint32) []byte {
 	fb.Open(packet.FileOpen{FileID: file, FileSize: 10, HasLFN: true, User: user, LFN: []byte("/store/open/forever")})
 	fb.Xfr(packet.FileXfr{FileID: file, Read: 777})
 	return fb.Finish(1700000302)
+}
+
+// TestCollectRestartKeepsOpenTransfers: files opened before a restart of the
+// collector close after it, and come out as complete records with the
+// login's details: the correlation state was checkpointed at shutdown and
+// restored at start.
+func TestCollectRestartKeepsOpenTransfers(t *testing.T) {
+	dir := t.TempDir()
+	udpPort := freePort(t, "udp")
+	mut := func(c *config.Config) {
+		c.Store.Path = dir
+		c.Listen.UDP = fmt.Sprintf("127.0.0.1:%d", udpPort)
+	}
+	s := &session{stod: 1700000000, sid: 31}
+	sid := strconv.FormatUint(s.sid, 10)
+	var before, after [][]byte
+	before = append(before, s.mapRec(packet.CodeIdent, 0, "=/xrootd.1:"+sid+"@srv.example.org\n&site=T2_TEST&port=1094&inst=anon&pgm=xrootd&ver=v5.7.0"))
+	var fb packet.FStreamBuilder
+	s.fSq++
+	fb.Reset(nil, packet.Header{Pseq: s.fSq, Stod: s.stod}, 1700000100, 1700000101, s.sid, true)
+	for i := range 5 {
+		user, file := uint32(10+2*i), uint32(11+2*i)
+		uid := fmt.Sprintf("xroot/bob%d.%d:%s@client.example.org", i, i, sid)
+		before = append(before, s.mapRec(packet.CodeUser, user, uid+"\n&p=gsi&n=bob&h=client.example.org&o=atlas&r=&g=&m=&I=6"))
+		fb.Open(packet.FileOpen{FileID: file, FileSize: 5000, HasLFN: true, User: user, LFN: []byte(fmt.Sprintf("/atlas/long/%d", i))})
+		fb.Xfr(packet.FileXfr{FileID: file, Read: 100})
+	}
+	before = append(before, fb.Finish(1700000102))
+	s.fSq++
+	fb.Reset(nil, packet.Header{Pseq: s.fSq, Stod: s.stod}, 1700003600, 1700003601, s.sid, true)
+	for i := range 5 {
+		fb.Close(packet.FileClose{FileID: uint32(11 + 2*i), Read: 5000})
+	}
+	after = append(after, fb.Finish(1700003602))
+
+	d := startDaemon(t, mut)
+	sendUDP(t, d.udp, before)
+	d.waitMetric(t, `xrdmon_state_entries{kind="open_files"}`, 5)
+	if err := d.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(d.records(t)); n != 0 {
+		t.Fatalf("%d records before the closes arrived", n)
+	}
+
+	d = startDaemon(t, mut)
+	sendUDP(t, d.udp, after)
+	d.waitMetric(t, `xrdmon_records_total{kind="complete",reason="none"}`, 5)
+	if got := d.metric(t, `xrdmon_packets_lost_total{domain="fstream"}`); got != 0 {
+		t.Errorf("restart caused %v false lost packets", got)
+	}
+	if err := d.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	recs := d.records(t)
+	if len(recs) != 5 {
+		t.Fatalf("%d records, want 5", len(recs))
+	}
+	for _, r := range recs {
+		if r.Partial() || r.ReadBytes != 5000 || r.VO != "atlas" || !r.IPv6 || r.Site != "T2_TEST" ||
+			r.Start != time.Unix(1700000100, 0).UTC() || r.End != time.Unix(1700003602, 0).UTC() {
+			t.Errorf("record %+v", r)
+		}
+	}
 }

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/bench"
+	"github.com/xrdmon/xrdmon/internal/loadgen"
+)
+
+const benchSynopsis = "[flags]\n\n" +
+	"Measures a collector end to end. For each step of a scenario it starts the\n" +
+	"collector afresh (default: this xrdmon's `collect` on loopback ports with a\n" +
+	"fresh store and DNS off), sends a simulated XRootD workload over UDP at the\n" +
+	"step's rate, follows the records the collector makes durable, checks them\n" +
+	"against the ground truth and prints one row per step: offered and accepted\n" +
+	"rate, loss (sequence gaps, kernel drops), CPU seconds per 100,000 packets,\n" +
+	"peak memory, close-to-durable latency (p50, p99) and the record check.\n\n" +
+	"Scenarios (--scenario): a preset (" + "%s" + ") or param=values, e.g.\n" +
+	"`rate=50000..250000 step 50000`, `clients=5,10`, `servers=10..10000 x10`.\n\n" +
+	"Another collector: --target-cmd 'cmd args' with placeholders {udp_port},\n" +
+	"{udp_addr}, {http_port} and {dir} (a fresh directory per step), plus where\n" +
+	"it writes records: --records-jsonl FILE or --records-amqp URL --records-queue Q\n" +
+	"(FILE and Q may use the placeholders too)."
+
+// runBench implements `xrdmon bench`.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	base := loadgen.DefaultConfig()
+	base.Rate = 20000
+	bc := bench.DefaultConfig()
+	fs := newFlagSet("bench", fmt.Sprintf(benchSynopsis, strings.Join(loadgen.PresetNames(), ", ")), stderr)
+	scenario := fs.String("scenario", "clients", "`scenario`: a preset or param=values")
+	quick := fs.Bool("quick", false, "a tiny run for CI: clients=5,10 at 2000 packets/s for 2 s each (other flags still apply)")
+	fs.Float64Var(&base.Rate, "rate", base.Rate, "offered `packets/s` of every step (unless the scenario varies rate; 0: as fast as possible, --packets per step)")
+	fs.IntVar(&base.Servers, "servers", base.Servers, "simulated `servers` (unless the scenario varies them)")
+	fs.IntVar(&base.Clients, "clients", base.Clients, "concurrent `clients` per server (unless the scenario varies them)")
+	fs.Uint64Var(&base.Seed, "seed", base.Seed, "loadgen random `seed`")
+	fs.DurationVar(&bc.StepDuration, "step-duration", bc.StepDuration, "real `time` each step sends for")
+	fs.Int64Var(&bc.Packets, "packets", bc.Packets, "`packets` per step when the rate is 0")
+	fs.DurationVar(&bc.Quiet, "quiet", bc.Quiet, "after sending, stop waiting for records once none arrived for this `time`")
+	fs.DurationVar(&bc.MaxSettle, "max-settle", bc.MaxSettle, "longest `time` to wait for records after sending")
+	fs.DurationVar(&bc.Poll, "poll", bc.Poll, "how often records are looked for (latency resolution)")
+	fs.DurationVar(&bc.Profile, "profile", 0, "take a CPU profile of this `time` in each step (xrdmon target; saved in --workdir)")
+	workDir := fs.String("workdir", "", "`dir` for the steps' stores, collector logs and profiles (default: a new temporary dir, kept)")
+	targetCmd := fs.String("target-cmd", "", "collector `command line` to measure instead of xrdmon collect")
+	recJSONL := fs.String("records-jsonl", "", "with --target-cmd: JSON-lines `file` the collector writes records to")
+	recAMQP := fs.String("records-amqp", "", "with --target-cmd: RabbitMQ `URL` of the queue the collector publishes records to")
+	recQueue := fs.String("records-queue", "", "with --records-amqp: the `queue`")
+	matchPath := fs.Bool("match-path", false, "match records by (server IP, path) when they carry no server start time and file id (default for --target-cmd)")
+	csvPath := fs.String("csv", "", "write the table as CSV to `file`")
+	svgPath := fs.String("svg", "", "write a chart of rate vs loss and latency (SVG) to `file`")
+	fs.BoolVar(&bc.StopOnLoss, "stop-on-loss", false, "end the scenario after the first step with loss (rate ramps)")
+	verbose := fs.Bool("v", false, "log each step's progress to standard error")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "xrdmon bench: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	if *quick {
+		if !flagSet(fs, "scenario") {
+			*scenario = "clients=5,10"
+		}
+		if !flagSet(fs, "rate") {
+			base.Rate = 2000
+		}
+		if !flagSet(fs, "step-duration") {
+			bc.StepDuration = 2 * time.Second
+		}
+		if !flagSet(fs, "quiet") {
+			bc.Quiet = time.Second
+		}
+		if !flagSet(fs, "max-settle") {
+			bc.MaxSettle = 20 * time.Second
+		}
+	}
+	sc, err := loadgen.ParseScenario(*scenario, base)
+	if err != nil {
+		fmt.Fprintf(stderr, "xrdmon bench: %v\n", err)
+		return errUsage
+	}
+	if _, err := sc.Steps(); err != nil {
+		fmt.Fprintf(stderr, "xrdmon bench: %v\n", err)
+		return errUsage
+	}
+	bc.Scenario = sc
+	switch {
+	case *targetCmd != "":
+		argv, err := splitCommand(*targetCmd)
+		if err != nil {
+			fmt.Fprintf(stderr, "xrdmon bench: --target-cmd: %v\n", err)
+			return errUsage
+		}
+		bc.Target = bench.Target{Command: argv, JSONL: *recJSONL, AMQPURL: *recAMQP, AMQPQueue: *recQueue, MatchByPath: true}
+		if flagSet(fs, "match-path") {
+			bc.Target.MatchByPath = *matchPath
+		}
+		if *recJSONL == "" && (*recAMQP == "" || *recQueue == "") {
+			fmt.Fprintln(stderr, "xrdmon bench: --target-cmd needs --records-jsonl or --records-amqp with --records-queue")
+			return errUsage
+		}
+	default:
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find xrdmon executable: %w", err)
+		}
+		bc.Target = bench.XrdmonTarget(exe)
+		bc.Target.MatchByPath = *matchPath
+	}
+	if *workDir != "" {
+		if err := os.MkdirAll(*workDir, 0o755); err != nil {
+			return fmt.Errorf("create work dir: %w", err)
+		}
+		bc.WorkDir = *workDir
+	} else if bc.WorkDir, err = os.MkdirTemp("", "xrdmon-bench-"); err != nil {
+		return fmt.Errorf("create work dir: %w", err)
+	}
+	var log *slog.Logger
+	if *verbose {
+		log = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	fmt.Fprintf(stderr, "bench: scenario %s, work dir %s\n", sc.Name, bc.WorkDir)
+	bc.Progress = stderr
+	rows, runErr := bench.Run(ctx, bc, log)
+	if len(rows) > 0 {
+		bench.WriteTable(stdout, rows, true)
+	}
+	if *csvPath != "" && len(rows) > 0 {
+		if err := writeFileWith(*csvPath, func(w io.Writer) error { return bench.WriteCSV(w, rows) }); err != nil {
+			return err
+		}
+	}
+	if *svgPath != "" && len(rows) > 0 {
+		title := "xrdmon bench: " + sc.Name
+		if err := writeFileWith(*svgPath, func(w io.Writer) error { return bench.WriteSVG(w, rows, title) }); err != nil {
+			return err
+		}
+	}
+	for _, r := range rows {
+		if r.Profile != "" {
+			fmt.Fprintf(stderr, "bench: %s: CPU profile %s\n", r.Step, r.Profile)
+		}
+	}
+	return runErr
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			found = true
+		}
+	})
+	return found
+}
+
+func writeFileWith(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	return nil
+}
+
+// splitCommand splits a command line into words: blanks separate words,
+// single quotes keep everything literally, double quotes keep blanks and
+// a backslash escapes the next character outside single quotes.
+func splitCommand(s string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	var quote rune
+	esc := false
+	for _, c := range s {
+		switch {
+		case esc:
+			cur.WriteRune(c)
+			esc = false
+		case quote == '\'':
+			if c == '\'' {
+				quote = 0
+			} else {
+				cur.WriteRune(c)
+			}
+		case c == '\\':
+			esc, inWord = true, true
+		case quote == '"':
+			if c == '"' {
+				quote = 0
+			} else {
+				cur.WriteRune(c)
+			}
+		case c == '\'' || c == '"':
+			quote, inWord = c, true
+		case c == ' ' || c == '\t' || c == '\n':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(c)
+			inWord = true
+		}
+	}
+	if quote != 0 || esc {
+		return nil, errors.New("unterminated quote or escape")
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	if len(words) == 0 {
+		return nil, errors.New("empty command")
+	}
+	return words, nil
+}

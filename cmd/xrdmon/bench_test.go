@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// benchChildEnv makes this test binary act as xrdmon itself, so that
+// `xrdmon bench` can start it as the collector (os.Executable is the test
+// binary). It is checked in init, before the testing package parses flags.
+const benchChildEnv = "XRDMON_TEST_BENCH_CHILD"
+
+func init() {
+	if os.Getenv(benchChildEnv) != "1" {
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func TestBenchQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts collectors and sends for several seconds")
+	}
+	t.Setenv(benchChildEnv, "1")
+	dir := t.TempDir()
+	csvPath, svgPath := filepath.Join(dir, "bench.csv"), filepath.Join(dir, "bench.svg")
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := runBench(ctx, []string{"--quick", "--workdir", filepath.Join(dir, "work"), "--csv", csvPath, "--svg", svgPath}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr.String())
+	}
+	f, err := os.Open(csvPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 {
+		t.Fatalf("csv has %d lines, want a header and 2 steps:\n%s", len(rows), stdout.String())
+	}
+	col := make(map[string]int)
+	for i, c := range rows[0] {
+		col[c] = i
+	}
+	num := func(row []string, name string) float64 {
+		t.Helper()
+		i, ok := col[name]
+		if !ok {
+			t.Fatalf("no column %q", name)
+		}
+		v, err := strconv.ParseFloat(row[i], 64)
+		if err != nil {
+			t.Fatalf("column %s: %q: %v", name, row[i], err)
+		}
+		return v
+	}
+	for k, row := range rows[1:] {
+		if want := []string{"clients=5", "clients=10"}[k]; row[col["step"]] != want {
+			t.Errorf("row %d step %q, want %q", k, row[col["step"]], want)
+		}
+		for name, want := range map[string]float64{"missing": 0, "wrong_bytes": 0, "partial": 0, "unexpected": 0, "loss_pct": 0, "seq_gaps": 0, "kernel_drops": 0} {
+			if got := num(row, name); got != want {
+				t.Errorf("%s: %s = %g, want %g", row[0], name, got, want)
+			}
+		}
+		for _, name := range []string{"sent", "offered_pps", "accepted_pps", "expected", "complete", "latency_p50_ms", "latency_p99_ms", "peak_rss_mib"} {
+			if got := num(row, name); got <= 0 {
+				t.Errorf("%s: %s = %g, want > 0", row[0], name, got)
+			}
+		}
+		if num(row, "complete") != num(row, "expected") {
+			t.Errorf("%s: complete %g of %g expected", row[0], num(row, "complete"), num(row, "expected"))
+		}
+		if num(row, "latency_p99_ms") < num(row, "latency_p50_ms") {
+			t.Errorf("%s: p99 below p50", row[0])
+		}
+	}
+	if !bytes.Contains(stdout.Bytes(), []byte("clients=10")) {
+		t.Errorf("table on stdout lacks the second step:\n%s", stdout.String())
+	}
+	svg, err := os.ReadFile(svgPath)
+	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) {
+		t.Errorf("svg: %v, %.40q", err, svg)
+	}
+}
+
+func TestBenchFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	for _, args := range [][]string{
+		{"--scenario", "nonsense"},
+		{"--target-cmd", "true"}, // no record location
+		{"--target-cmd", "'unterminated", "--records-jsonl", "x"},
+		{"extra"},
+	} {
+		if err := runBench(context.Background(), args, &out, &errb); err != errUsage {
+			t.Errorf("%q: err %v, want errUsage", args, err)
+		}
+	}
+}
+
+func TestSplitCommand(t *testing.T) {
+	got, err := splitCommand(`python3 -m collector --port={udp_port} "a b" 'c "d"' e\ f`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"python3", "-m", "collector", "--port={udp_port}", "a b", `c "d"`, "e f"}
+	if len(got) != len(want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+	}
+	if _, err := splitCommand("  "); err == nil {
+		t.Error("no error for an empty command")
+	}
+}
