@@ -50,6 +50,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
@@ -83,17 +84,10 @@ func DefaultExchanges() config.Exchanges {
 // Options tune the sink beyond config.AMQPOutput. Start from
 // DefaultOptions.
 type Options struct {
-	// Name is the sink's cursor name in the store and its metric label.
-	Name string
-	// BatchSize is the number of log entries published per confirm round.
-	BatchSize int
-	// PollInterval is how often the store is polled when nothing is new.
-	PollInterval time.Duration
-	// MinBackoff and MaxBackoff bound the exponential retry delay.
-	MinBackoff, MaxBackoff time.Duration
-	// DrainTimeout bounds the delivery of the backlog after Run's context
-	// is cancelled.
-	DrainTimeout time.Duration
+	// Options tune the delivery loop: the cursor name, the number of log
+	// entries published per confirm round (BatchSize), polling, backoff
+	// and the drain after Run's context is cancelled.
+	deliver.Options
 	// ConfirmTimeout bounds the wait for the confirms of one batch; on
 	// expiry the connection is dropped and the batch published again.
 	ConfirmTimeout time.Duration
@@ -121,12 +115,14 @@ type Options struct {
 // drain, 30 s confirm timeout.
 func DefaultOptions() Options {
 	return Options{
-		Name:           "amqp",
-		BatchSize:      1000,
-		PollInterval:   100 * time.Millisecond,
-		MinBackoff:     200 * time.Millisecond,
-		MaxBackoff:     30 * time.Second,
-		DrainTimeout:   10 * time.Second,
+		Options: deliver.Options{
+			Name:         "amqp",
+			BatchSize:    1000,
+			PollInterval: 100 * time.Millisecond,
+			MinBackoff:   200 * time.Millisecond,
+			MaxBackoff:   30 * time.Second,
+			DrainTimeout: 10 * time.Second,
+		},
 		ConfirmTimeout: 30 * time.Second,
 		DialTimeout:    10 * time.Second,
 		Heartbeat:      10 * time.Second,
@@ -136,24 +132,7 @@ func DefaultOptions() Options {
 
 func (o *Options) fill() {
 	d := DefaultOptions()
-	if o.Name == "" {
-		o.Name = d.Name
-	}
-	if o.BatchSize <= 0 {
-		o.BatchSize = d.BatchSize
-	}
-	if o.PollInterval <= 0 {
-		o.PollInterval = d.PollInterval
-	}
-	if o.MinBackoff <= 0 {
-		o.MinBackoff = d.MinBackoff
-	}
-	if o.MaxBackoff < o.MinBackoff {
-		o.MaxBackoff = max(d.MaxBackoff, o.MinBackoff)
-	}
-	if o.DrainTimeout <= 0 {
-		o.DrainTimeout = d.DrainTimeout
-	}
+	o.Options = o.Options.WithDefaults(d.Options)
 	if o.ConfirmTimeout <= 0 {
 		o.ConfirmTimeout = d.ConfirmTimeout
 	}
@@ -174,7 +153,7 @@ func (o *Options) fill() {
 // Sink publishes the store's log to RabbitMQ. Create it with New and call
 // Run once.
 type Sink struct {
-	loop *loop
+	loop *deliver.Loop
 	pub  *publisher
 }
 
@@ -205,28 +184,13 @@ func NewWithOptions(cfg config.AMQPOutput, opts Options, st *store.Store, log *s
 	if err != nil {
 		return nil, fmt.Errorf("new amqp sink: %w", err)
 	}
-	m, err := newLoopMetrics(reg, opts.Name)
+	p := &publisher{cfg: cfg, opts: opts, tls: tlsConf, log: log.With("sink", opts.Name)}
+	p.perMsg = max(cfg.RecordsPerMessage, 1)
+	l, err := deliver.New(st, p, opts.Options, log, reg)
 	if err != nil {
 		return nil, fmt.Errorf("new amqp sink: %w", err)
 	}
-	p := &publisher{cfg: cfg, opts: opts, tls: tlsConf, log: log.With("sink", opts.Name)}
-	p.perMsg = max(cfg.RecordsPerMessage, 1)
-	s := &Sink{pub: p}
-	s.loop = &loop{
-		o: loopOptions{
-			name:         opts.Name,
-			batchSize:    opts.BatchSize,
-			pollInterval: opts.PollInterval,
-			minBackoff:   opts.MinBackoff,
-			maxBackoff:   opts.MaxBackoff,
-			drainTimeout: opts.DrainTimeout,
-		},
-		st:      st,
-		log:     log,
-		m:       m,
-		deliver: p.deliver,
-	}
-	return s, nil
+	return &Sink{loop: l, pub: p}, nil
 }
 
 // Run publishes until ctx is cancelled, then publishes what is left of
@@ -235,8 +199,8 @@ func NewWithOptions(cfg config.AMQPOutput, opts Options, st *store.Store, log *s
 // cannot start (the cursor cannot be read).
 func (s *Sink) Run(ctx context.Context) error {
 	defer s.pub.close()
-	if err := s.loop.run(ctx); err != nil {
-		return fmt.Errorf("amqp sink %s: %w", s.loop.o.name, err)
+	if err := s.loop.Run(ctx); err != nil {
+		return fmt.Errorf("amqp sink %s: %w", s.loop.Name(), err)
 	}
 	return nil
 }

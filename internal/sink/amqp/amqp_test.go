@@ -11,33 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/record"
 )
-
-func TestBackoff(t *testing.T) {
-	const lo, hi = 100 * time.Millisecond, 2 * time.Second
-	for _, tc := range []struct {
-		attempt int
-		want    time.Duration // upper bound; the delay is in [want/2, want)
-	}{
-		{1, 100 * time.Millisecond},
-		{2, 200 * time.Millisecond},
-		{4, 800 * time.Millisecond},
-		{5, 1600 * time.Millisecond},
-		{6, 2 * time.Second},
-		{60, 2 * time.Second},
-	} {
-		for range 50 {
-			d := backoff(tc.attempt, lo, hi)
-			if d < tc.want/2 || d >= tc.want {
-				t.Fatalf("backoff(%d) = %s, want in [%s, %s)", tc.attempt, d, tc.want/2, tc.want)
-			}
-		}
-	}
-}
 
 func TestNewValidates(t *testing.T) {
 	st := openStore(t)
@@ -280,12 +259,13 @@ func TestMissingExchange(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := fastOptions()
-	s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: config.Exchanges{Records: name}, RecordsPerMessage: 1}, opts, st, discard(), nil)
+	reg := prometheus.NewRegistry()
+	s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: config.Exchanges{Records: name}, RecordsPerMessage: 1}, opts, st, discard(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runSink(t, s)
-	waitFor(t, "failed attempts", 10*time.Second, func() bool { return counterValue(s.loop.m.errors) >= 2 })
+	waitFor(t, "failed attempts", 10*time.Second, func() bool { return sinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name) >= 2 })
 	if c := cursor(t, st, opts.Name); c != 0 {
 		t.Fatalf("cursor %d with the exchange missing", c)
 	}
@@ -300,7 +280,7 @@ func TestMissingExchange(t *testing.T) {
 	}
 	defer ch.ExchangeDelete(name, false, false)
 	waitFor(t, "delivery", 10*time.Second, func() bool { return cursor(t, st, opts.Name) == 10 })
-	if got := counterValue(s.loop.m.delivered); got != 10 {
+	if got := sinkCounter(t, reg, "xrdmon_sink_delivered_total", opts.Name); got != 10 {
 		t.Fatalf("delivered_total = %v, want 10", got)
 	}
 }
@@ -318,7 +298,8 @@ func TestOutage(t *testing.T) {
 
 	opts := fastOptions()
 	opts.BatchSize = 100
-	s, err := NewWithOptions(config.AMQPOutput{URL: withAddr(t, u, px.addr), Exchanges: config.Exchanges{Records: ex.Records}, RecordsPerMessage: 1}, opts, st, discard(), nil)
+	reg := prometheus.NewRegistry()
+	s, err := NewWithOptions(config.AMQPOutput{URL: withAddr(t, u, px.addr), Exchanges: config.Exchanges{Records: ex.Records}, RecordsPerMessage: 1}, opts, st, discard(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +308,7 @@ func TestOutage(t *testing.T) {
 	if err := st.Append(context.Background(), testRecords(0, n/4), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "failed connects", 10*time.Second, func() bool { return counterValue(s.loop.m.errors) >= 2 })
+	waitFor(t, "failed connects", 10*time.Second, func() bool { return sinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name) >= 2 })
 	if c := cursor(t, st, opts.Name); c != 0 {
 		t.Fatalf("cursor %d while the broker is unreachable", c)
 	}
@@ -348,7 +329,7 @@ func TestOutage(t *testing.T) {
 	waitFor(t, "all messages", 20*time.Second, func() bool { return distinct(cons, ex.Records) == n })
 	total := cons.entries(ex.Records)
 	t.Logf("outage: %d records, %d messages received, %d duplicates (at least once), %v failed attempts",
-		n, total, total-n, counterValue(s.loop.m.errors))
+		n, total, total-n, sinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name))
 }
 
 func distinct(c *consumer, exchange string) int {

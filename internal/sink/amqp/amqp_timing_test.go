@@ -32,14 +32,14 @@ func BenchmarkPublish(b *testing.B) {
 				batch[i] = store.Entry{Seq: int64(i + 1), Record: &r}
 			}
 			ctx := context.Background()
-			if err := p.deliver(ctx, batch); err != nil {
+			if err := p.Deliver(ctx, batch); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			start := time.Now()
 			for b.Loop() {
-				if err := p.deliver(ctx, batch); err != nil {
+				if err := p.Deliver(ctx, batch); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -138,9 +138,9 @@ func (p *publisher) close() {
 	p.conn, p.ch, p.closed = nil, nil, nil
 }
 
-// deliver publishes every message of batch and waits for all confirms.
+// Deliver publishes every message of batch and waits for all confirms.
 // On any failure the connection is dropped; the next call reconnects.
-func (p *publisher) deliver(ctx context.Context, batch []store.Entry) error {
+func (p *publisher) Deliver(ctx context.Context, batch []store.Entry) error {
 	if p.conn == nil || p.conn.IsClosed() {
 		p.close()
 		if err := p.connect(); err != nil {

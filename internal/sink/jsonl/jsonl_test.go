@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
@@ -46,12 +47,13 @@ func openStore(t *testing.T) *store.Store {
 // runUntil runs a new sink until the file holds want lines, then stops it.
 func runUntil(t *testing.T, st *store.Store, path string, want int) {
 	t.Helper()
-	s, err := New(path, st, nil, prometheus.NewRegistry())
+	opts := DefaultOptions()
+	opts.BatchSize = 7
+	opts.PollInterval = time.Millisecond
+	s, err := NewWithOptions(path, opts, st, nil, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.batchSize = 7
-	s.pollInterval = time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
@@ -190,3 +192,26 @@ func TestNewRejectsEmptyPath(t *testing.T) {
 		t.Fatal("New accepted an empty path")
 	}
 }
+
+// TestSharesMetricsWithOtherSinks: the jsonl sink registers the same
+// xrdmon_sink_* vectors as every other sink, so both fit on one registry.
+func TestSharesMetricsWithOtherSinks(t *testing.T) {
+	st := openStore(t)
+	reg := prometheus.NewRegistry()
+	dir := t.TempDir()
+	for _, name := range []string{"a.jsonl", "b.jsonl"} {
+		if _, err := New(filepath.Join(dir, name), st, nil, reg); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if _, err := deliver.New(st, nopDeliverer{}, deliver.Options{Name: "other"}, nil, reg); err != nil {
+		t.Fatalf("another sink on the same registry: %v", err)
+	}
+	if _, err := New(filepath.Join(dir, "a.jsonl"), st, nil, reg); err == nil {
+		t.Fatal("a second sink for the same path registered its metrics")
+	}
+}
+
+type nopDeliverer struct{}
+
+func (nopDeliverer) Deliver(context.Context, []store.Entry) error { return nil }

@@ -21,14 +21,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
 // Options tune the sink beyond config.PostgresOutput. Start from
 // DefaultOptions.
 type Options struct {
-	// Name is the sink's cursor name in the store and its metric label.
-	Name string
+	// Options tune the delivery loop: the cursor name, the number of log
+	// entries loaded per transaction (BatchSize), polling, backoff and the
+	// drain after Run's context is cancelled.
+	deliver.Options
 	// Schema is the PostgreSQL schema holding the tables; it is created
 	// if missing.
 	Schema string
@@ -39,15 +42,6 @@ type Options struct {
 	// created in advance (partitions for the records of a batch are always
 	// created before it is loaded, whatever their time).
 	PartitionsAhead int
-	// BatchSize is the number of log entries loaded per transaction.
-	BatchSize int
-	// PollInterval is how often the store is polled when nothing is new.
-	PollInterval time.Duration
-	// MinBackoff and MaxBackoff bound the exponential retry delay.
-	MinBackoff, MaxBackoff time.Duration
-	// DrainTimeout bounds the delivery of the backlog after Run's context
-	// is cancelled.
-	DrainTimeout time.Duration
 	// ConnectTimeout bounds connecting (TCP, TLS, authentication).
 	ConnectTimeout time.Duration
 	// StatementTimeout bounds one batch's load; on expiry the batch is
@@ -60,15 +54,17 @@ type Options struct {
 // transaction, 100 ms polling, backoff from 200 ms to 30 s.
 func DefaultOptions() Options {
 	return Options{
-		Name:             "postgres",
+		Options: deliver.Options{
+			Name:         "postgres",
+			BatchSize:    5000,
+			PollInterval: 100 * time.Millisecond,
+			MinBackoff:   200 * time.Millisecond,
+			MaxBackoff:   30 * time.Second,
+			DrainTimeout: 10 * time.Second,
+		},
 		Schema:           "xrdmon",
 		Partition:        PartitionDay,
 		PartitionsAhead:  1,
-		BatchSize:        5000,
-		PollInterval:     100 * time.Millisecond,
-		MinBackoff:       200 * time.Millisecond,
-		MaxBackoff:       30 * time.Second,
-		DrainTimeout:     10 * time.Second,
 		ConnectTimeout:   10 * time.Second,
 		StatementTimeout: 60 * time.Second,
 	}
@@ -76,9 +72,7 @@ func DefaultOptions() Options {
 
 func (o *Options) fill() error {
 	d := DefaultOptions()
-	if o.Name == "" {
-		o.Name = d.Name
-	}
+	o.Options = o.Options.WithDefaults(d.Options)
 	if o.Schema == "" {
 		o.Schema = d.Schema
 	}
@@ -92,21 +86,6 @@ func (o *Options) fill() error {
 	if o.PartitionsAhead < 0 {
 		o.PartitionsAhead = 0
 	}
-	if o.BatchSize <= 0 {
-		o.BatchSize = d.BatchSize
-	}
-	if o.PollInterval <= 0 {
-		o.PollInterval = d.PollInterval
-	}
-	if o.MinBackoff <= 0 {
-		o.MinBackoff = d.MinBackoff
-	}
-	if o.MaxBackoff < o.MinBackoff {
-		o.MaxBackoff = max(d.MaxBackoff, o.MinBackoff)
-	}
-	if o.DrainTimeout <= 0 {
-		o.DrainTimeout = d.DrainTimeout
-	}
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = d.ConnectTimeout
 	}
@@ -119,7 +98,7 @@ func (o *Options) fill() error {
 // Sink loads the store's log into PostgreSQL. Create it with New and call
 // Run once.
 type Sink struct {
-	loop *loop
+	loop *deliver.Loop
 	w    *writer
 }
 
@@ -149,26 +128,11 @@ func NewWithOptions(cfg config.PostgresOutput, opts Options, st *store.Store, lo
 	if err != nil {
 		return nil, fmt.Errorf("new postgres sink: %w", err)
 	}
-	m, err := newLoopMetrics(reg, opts.Name)
+	l, err := deliver.New(st, w, opts.Options, log, reg)
 	if err != nil {
 		return nil, fmt.Errorf("new postgres sink: %w", err)
 	}
-	s := &Sink{w: w}
-	s.loop = &loop{
-		o: loopOptions{
-			name:         opts.Name,
-			batchSize:    opts.BatchSize,
-			pollInterval: opts.PollInterval,
-			minBackoff:   opts.MinBackoff,
-			maxBackoff:   opts.MaxBackoff,
-			drainTimeout: opts.DrainTimeout,
-		},
-		st:      st,
-		log:     log,
-		m:       m,
-		deliver: w.deliver,
-	}
-	return s, nil
+	return &Sink{loop: l, w: w}, nil
 }
 
 // Run loads until ctx is cancelled, then loads what is left of the backlog
@@ -177,8 +141,8 @@ func NewWithOptions(cfg config.PostgresOutput, opts Options, st *store.Store, lo
 // cursor cannot be read).
 func (s *Sink) Run(ctx context.Context) error {
 	defer s.w.close()
-	if err := s.loop.run(ctx); err != nil {
-		return fmt.Errorf("postgres sink %s: %w", s.loop.o.name, err)
+	if err := s.loop.Run(ctx); err != nil {
+		return fmt.Errorf("postgres sink %s: %w", s.loop.Name(), err)
 	}
 	return nil
 }

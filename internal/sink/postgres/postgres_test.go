@@ -9,24 +9,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/record"
 )
-
-func TestBackoff(t *testing.T) {
-	const lo, hi = 100 * time.Millisecond, 2 * time.Second
-	for _, tc := range []struct {
-		attempt int
-		want    time.Duration
-	}{{1, 100 * time.Millisecond}, {3, 400 * time.Millisecond}, {6, 2 * time.Second}, {99, 2 * time.Second}} {
-		for range 50 {
-			if d := backoff(tc.attempt, lo, hi); d < tc.want/2 || d >= tc.want {
-				t.Fatalf("backoff(%d) = %s, want in [%s, %s)", tc.attempt, d, tc.want/2, tc.want)
-			}
-		}
-	}
-}
 
 func TestClean(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
@@ -200,13 +187,17 @@ func TestOutage(t *testing.T) {
 	px := newProxy(t, freeAddr(t), dbAddr(t, u))
 	opts := fastOptions(schema)
 	opts.BatchSize = 500
-	s := newSink(t, withAddr(t, u, px.addr), opts, st)
+	reg := prometheus.NewRegistry()
+	s, err := NewWithOptions(config.PostgresOutput{Enabled: true, URL: withAddr(t, u, px.addr)}, opts, st, discard(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	runSink(t, s)
 	const n = 40000
 	if err := st.Append(ctx, testRecords(0, n/4), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "failed connects", 10*time.Second, func() bool { return counterValue(s.loop.m.errors) >= 2 })
+	waitFor(t, "failed connects", 10*time.Second, func() bool { return sinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name) >= 2 })
 	if c := cursor(t, st, opts.Name); c != 0 {
 		t.Fatalf("cursor %d while the database is unreachable", c)
 	}
@@ -230,7 +221,7 @@ func TestOutage(t *testing.T) {
 	if got := query[int64](t, u, "SELECT count(DISTINCT record_id) FROM "+schema+".records"); got != n {
 		t.Fatalf("%d distinct ids, want %d", got, n)
 	}
-	t.Logf("outage: %d rows exactly once, %v failed attempts", n, counterValue(s.loop.m.errors))
+	t.Logf("outage: %d rows exactly once, %v failed attempts", n, sinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name))
 }
 
 // TestServerRestart restarts the PostgreSQL cluster while loading. It

@@ -35,7 +35,7 @@ func BenchmarkLoad(b *testing.B) {
 				}
 				return batch
 			}
-			if err := w.deliver(ctx, mk()); err != nil {
+			if err := w.Deliver(ctx, mk()); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
@@ -45,7 +45,7 @@ func BenchmarkLoad(b *testing.B) {
 				batch := mk()
 				b.StartTimer()
 				start := time.Now()
-				if err := w.deliver(ctx, batch); err != nil {
+				if err := w.Deliver(ctx, batch); err != nil {
 					b.Fatal(err)
 				}
 				elapsed += time.Since(start)

@@ -101,9 +101,9 @@ func (w *writer) close() {
 	w.conn = nil
 }
 
-// deliver loads batch in one transaction. On any failure the connection
+// Deliver loads batch in one transaction. On any failure the connection
 // is dropped; the next call reconnects.
-func (w *writer) deliver(ctx context.Context, batch []store.Entry) error {
+func (w *writer) Deliver(ctx context.Context, batch []store.Entry) error {
 	if w.conn == nil || w.conn.IsClosed() {
 		w.close()
 		if err := w.connect(ctx); err != nil {

@@ -1,0 +1,317 @@
+// Package deliver is the delivery loop every durable sink runs: it reads the
+// store's log from the sink's cursor, hands each batch to a Deliverer (the
+// destination: a broker, a database, a file), and moves the cursor only
+// after the Deliverer has returned nil, that is after the destination has
+// confirmed the whole batch. Failures are retried forever with exponential
+// backoff and jitter, so an outage delays delivery and loses nothing; each
+// outage is logged once (Warn) and its end once (Info). When Run's context
+// is cancelled, the loop keeps delivering the backlog for up to
+// Options.DrainTimeout before it returns.
+//
+// Delivery is at least once: a batch that failed part-way, or whose cursor
+// update was lost, is delivered again, so a Deliverer (or its destination)
+// must tolerate duplicates.
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+// Deliverer writes batches to a sink's destination.
+type Deliverer interface {
+	// Deliver writes batch, all or nothing as far as the caller knows: it
+	// returns nil only when the destination has durably accepted every
+	// entry, and otherwise an error, after which the whole batch is
+	// delivered again. It is called by one goroutine at a time and must
+	// not keep batch after it returns. It should return soon after ctx is
+	// cancelled.
+	Deliver(ctx context.Context, batch []store.Entry) error
+}
+
+// Options tune a Loop. Start from DefaultOptions, or fill the zero fields
+// with WithDefaults.
+type Options struct {
+	// Name is the sink's cursor name in the store and its metric label.
+	Name string
+	// BatchSize is the most log entries handed to one Deliver call.
+	BatchSize int
+	// PollInterval is how often the store is polled when nothing is new.
+	PollInterval time.Duration
+	// MinBackoff and MaxBackoff bound the exponential retry delay.
+	MinBackoff, MaxBackoff time.Duration
+	// DrainTimeout bounds the delivery of the backlog after Run's context
+	// is cancelled.
+	DrainTimeout time.Duration
+}
+
+// DefaultOptions returns the defaults: no name (New requires one), 1000
+// entries per batch, 100 ms polling, backoff from 200 ms to 30 s, 10 s drain.
+func DefaultOptions() Options {
+	return Options{
+		BatchSize:    1000,
+		PollInterval: 100 * time.Millisecond,
+		MinBackoff:   200 * time.Millisecond,
+		MaxBackoff:   30 * time.Second,
+		DrainTimeout: 10 * time.Second,
+	}
+}
+
+// WithDefaults returns o with every unset or invalid field taken from d: an
+// empty name, non-positive sizes and durations, and a MaxBackoff below
+// MinBackoff (which becomes the larger of d.MaxBackoff and MinBackoff).
+func (o Options) WithDefaults(d Options) Options {
+	if o.Name == "" {
+		o.Name = d.Name
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = d.BatchSize
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = d.PollInterval
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = d.MinBackoff
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(d.MaxBackoff, o.MinBackoff)
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = d.DrainTimeout
+	}
+	return o
+}
+
+// Loop delivers a store's log to one Deliverer. Create it with New and call
+// Run once.
+type Loop struct {
+	o   Options
+	st  *store.Store
+	d   Deliverer
+	log *slog.Logger
+	m   *metrics
+
+	// outage state, for one Warn per outage and one Info on recovery
+	down      bool
+	downSince time.Time
+	attempts  int
+}
+
+// New returns a loop delivering the log of st to d from the cursor named
+// opts.Name; unset options take DefaultOptions. It registers the metrics
+// xrdmon_sink_delivered_total, xrdmon_sink_errors_total and
+// xrdmon_sink_batch_duration_seconds, labelled sink=opts.Name, on reg (nil:
+// not registered); the vectors are shared by all loops registered on the
+// same reg. A nil log discards. The backlog gauge
+// (xrdmon_sink_backlog_records) is the store's.
+func New(st *store.Store, d Deliverer, opts Options, log *slog.Logger, reg prometheus.Registerer) (*Loop, error) {
+	if st == nil {
+		return nil, errors.New("new delivery loop: nil store")
+	}
+	if d == nil {
+		return nil, errors.New("new delivery loop: nil deliverer")
+	}
+	opts = opts.WithDefaults(DefaultOptions())
+	if opts.Name == "" {
+		return nil, errors.New("new delivery loop: empty name")
+	}
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	m, err := newMetrics(reg, opts.Name)
+	if err != nil {
+		return nil, fmt.Errorf("new delivery loop %s: %w", opts.Name, err)
+	}
+	return &Loop{o: opts, st: st, d: d, log: log, m: m}, nil
+}
+
+// Name returns the loop's cursor name.
+func (l *Loop) Name() string { return l.o.Name }
+
+type readResult struct {
+	entries []store.Entry
+	err     error
+}
+
+// Run delivers until ctx is cancelled, then delivers what it can of the
+// backlog within Options.DrainTimeout and returns nil. Failures are retried
+// forever; Run returns an error only when it cannot start (the cursor
+// cannot be read or registered). A sink whose cursor is not yet in the
+// store is registered at once, so that retention keeps what it has not
+// delivered.
+func (l *Loop) Run(ctx context.Context) error {
+	cursor, err := l.st.Cursor(ctx, l.o.Name)
+	if err != nil {
+		return fmt.Errorf("read cursor: %w", err)
+	}
+	if _, ok := l.st.Sinks()[l.o.Name]; !ok {
+		if err := l.st.SetCursor(ctx, l.o.Name, cursor); err != nil {
+			return fmt.Errorf("register cursor: %w", err)
+		}
+	}
+	l.log.Info("Sink started", "sink", l.o.Name, "cursor", cursor)
+
+	dctx := ctx // the context deliveries run under; replaced when draining
+	draining := false
+	var pending []store.Entry
+	var next chan readResult // prefetch of the batch after pending
+	defer func() {
+		if next != nil {
+			<-next
+		}
+	}()
+	cancelDrain := context.CancelFunc(func() {})
+	defer func() { cancelDrain() }()
+	startDrain := func() {
+		draining = true
+		dctx, cancelDrain = context.WithTimeout(context.WithoutCancel(ctx), l.o.DrainTimeout)
+	}
+
+	for {
+		if !draining && ctx.Err() != nil {
+			startDrain()
+		}
+		if draining && dctx.Err() != nil {
+			l.stopped(cursor, "drain timeout")
+			return nil
+		}
+		if pending == nil {
+			var err error
+			prefetched := false
+			if next != nil {
+				r := <-next
+				next = nil
+				pending, err = r.entries, r.err
+				prefetched = err == nil
+			}
+			if !prefetched {
+				// A failed prefetch may have run under the context
+				// cancelled since: read again under dctx.
+				pending, err = l.st.Read(dctx, cursor, l.o.BatchSize)
+			}
+			if err != nil {
+				pending = nil
+				if ctx.Err() != nil && !draining {
+					continue
+				}
+				l.m.errors.Inc()
+				l.fail(fmt.Errorf("read store: %w", err))
+				if draining {
+					l.stopped(cursor, "store unreadable")
+					return nil
+				}
+				l.sleep(ctx)
+				continue
+			}
+			if len(pending) == 0 {
+				pending = nil
+				if draining {
+					l.stopped(cursor, "backlog delivered")
+					return nil
+				}
+				t := time.NewTimer(l.o.PollInterval)
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
+				continue
+			}
+			if len(pending) == l.o.BatchSize {
+				// More is likely waiting: read it while this batch is delivered.
+				next = make(chan readResult, 1)
+				go func(ctx context.Context, after int64) {
+					e, err := l.st.Read(ctx, after, l.o.BatchSize)
+					next <- readResult{e, err}
+				}(dctx, pending[len(pending)-1].Seq)
+			}
+		}
+
+		start := time.Now()
+		if err := l.d.Deliver(dctx, pending); err != nil {
+			if !draining && ctx.Err() != nil {
+				continue // cancelled mid-batch: retry it while draining
+			}
+			l.m.errors.Inc()
+			l.fail(err)
+			if draining {
+				l.stopped(cursor, "destination unavailable")
+				return nil
+			}
+			l.sleep(ctx)
+			continue
+		}
+		l.m.duration.Observe(time.Since(start).Seconds())
+		l.m.delivered.Add(float64(len(pending)))
+		l.recovered()
+		last := pending[len(pending)-1].Seq
+		if err := l.st.SetCursor(context.WithoutCancel(dctx), l.o.Name, last); err != nil {
+			// Delivered but not recorded: after a restart these entries
+			// are delivered again (at least once), nothing is lost.
+			l.m.errors.Inc()
+			l.log.Warn("Sink cursor not saved", "sink", l.o.Name, "seq", last, "err", err)
+		}
+		cursor = last
+		pending = nil
+	}
+}
+
+func (l *Loop) stopped(cursor int64, why string) {
+	last, _ := l.st.LastSeq(context.Background())
+	l.log.Info("Sink stopped", "sink", l.o.Name, "cursor", cursor, "backlog", max(last-cursor, 0), "why", why)
+}
+
+// fail records a failed attempt: Warn at the first of an outage, Debug after.
+func (l *Loop) fail(err error) {
+	l.attempts++
+	if !l.down {
+		l.down, l.downSince = true, time.Now()
+		l.log.Warn("Sink delivery failing, retrying with backoff; entries wait in the store",
+			"sink", l.o.Name, "err", err)
+		return
+	}
+	l.log.Debug("Sink delivery still failing", "sink", l.o.Name, "attempt", l.attempts, "err", err)
+}
+
+// recovered ends an outage, if there was one, with one Info.
+func (l *Loop) recovered() {
+	if l.down {
+		l.log.Info("Sink delivering again", "sink", l.o.Name,
+			"outage", time.Since(l.downSince).Round(time.Millisecond), "failed_attempts", l.attempts)
+	}
+	l.down, l.attempts = false, 0
+}
+
+// sleep waits the backoff for the current attempt count, or until ctx ends.
+func (l *Loop) sleep(ctx context.Context) {
+	t := time.NewTimer(backoff(l.attempts, l.o.MinBackoff, l.o.MaxBackoff))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// backoff returns the delay before retry number attempt (1-based):
+// min·2^(attempt-1), capped at max, jittered to [d/2, d).
+func backoff(attempt int, minD, maxD time.Duration) time.Duration {
+	d := minD
+	for i := 1; i < attempt && d < maxD; i++ {
+		d *= 2
+	}
+	d = min(d, maxD)
+	if d <= 1 {
+		return d
+	}
+	half := d / 2
+	return half + rand.N(d-half)
+}

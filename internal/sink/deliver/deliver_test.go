@@ -1,0 +1,453 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// openStore opens a store in a temp dir holding n records (seq 1..n).
+func openStore(t *testing.T, n int) *store.Store {
+	t.Helper()
+	o := store.DefaultOptions()
+	o.Path = filepath.Join(t.TempDir(), "store.db")
+	st, err := store.Open(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	recs := make([]record.Record, n)
+	for i := range recs {
+		recs[i] = record.Record{
+			RecordID: fmt.Sprintf("%032x", i), End: t0.Add(time.Duration(i) * time.Second),
+			ServerIP: "192.0.2.1", User: "u", Path: fmt.Sprintf("/store/f%d", i),
+		}
+	}
+	if n > 0 {
+		if err := st.Append(context.Background(), recs, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
+}
+
+// call is what fake saw in one Deliver call.
+type call struct {
+	seqs      []int64
+	cursor    int64 // the stored cursor when Deliver was called
+	ctxDone   bool  // ctx was already done when Deliver was called
+	delivered bool  // Deliver returned nil
+}
+
+// fake is a Deliverer whose answers come from answer (nil: always nil);
+// it records every call.
+type fake struct {
+	st     *store.Store
+	name   string
+	answer func(ctx context.Context, n int) error // n: 0-based call number
+
+	mu    sync.Mutex
+	calls []call
+}
+
+func (f *fake) Deliver(ctx context.Context, batch []store.Entry) error {
+	c := call{ctxDone: ctx.Err() != nil}
+	for _, e := range batch {
+		c.seqs = append(c.seqs, e.Seq)
+	}
+	c.cursor, _ = f.st.Cursor(context.Background(), f.name)
+	f.mu.Lock()
+	n := len(f.calls)
+	f.mu.Unlock()
+	var err error
+	if f.answer != nil {
+		err = f.answer(ctx, n)
+	}
+	c.delivered = err == nil
+	f.mu.Lock()
+	f.calls = append(f.calls, c)
+	f.mu.Unlock()
+	return err
+}
+
+func (f *fake) snapshot() []call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+// logs is a slog.Handler that keeps every record.
+type logs struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *logs) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logs) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r.Clone())
+	return nil
+}
+func (h *logs) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logs) WithGroup(string) slog.Handler      { return h }
+
+// count returns how many records of level lv have message msg, and the
+// value of attribute key in each of them.
+func (h *logs) count(lv slog.Level, msg, key string) (int, []slog.Value) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	var vals []slog.Value
+	for _, r := range h.recs {
+		if r.Level != lv || r.Message != msg {
+			continue
+		}
+		n++
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == key {
+				vals = append(vals, a.Value)
+			}
+			return true
+		})
+	}
+	return n, vals
+}
+
+// fastOptions retry at once, so tests do not wait on backoff.
+func fastOptions(name string) Options {
+	return Options{
+		Name: name, BatchSize: 4, PollInterval: time.Millisecond,
+		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, DrainTimeout: 10 * time.Second,
+	}
+}
+
+// start runs l; the returned stop cancels it and returns Run's error.
+func start(t *testing.T, l *Loop) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() { cancel(); err = <-done })
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func cursorOf(t *testing.T, st *store.Store, name string) int64 {
+	t.Helper()
+	c, err := st.Cursor(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+var errDown = errors.New("destination down")
+
+// TestCursorMovesOnlyAfterSuccess: failed batches leave the cursor where it
+// was and are delivered again whole; every entry is delivered exactly once
+// successfully, in order.
+func TestCursorMovesOnlyAfterSuccess(t *testing.T) {
+	const n = 10
+	st := openStore(t, n)
+	failing := map[int]bool{0: true, 1: true, 3: true} // call numbers that fail
+	f := &fake{st: st, name: "s", answer: func(_ context.Context, i int) error {
+		if failing[i] {
+			return errDown
+		}
+		return nil
+	}}
+	reg := prometheus.NewRegistry()
+	l, err := New(st, f, fastOptions("s"), nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, l)
+	waitFor(t, "cursor at end", func() bool { return cursorOf(t, st, "s") == n })
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+
+	var delivered []int64
+	calls := f.snapshot()
+	for i, c := range calls {
+		if c.cursor != c.seqs[0]-1 {
+			t.Errorf("call %d: batch %v with the cursor at %d", i, c.seqs, c.cursor)
+		}
+		if i > 0 && !calls[i-1].delivered && !slices.Equal(c.seqs, calls[i-1].seqs) {
+			t.Errorf("call %d: batch %v after batch %v failed, want it again", i, c.seqs, calls[i-1].seqs)
+		}
+		if c.delivered {
+			delivered = append(delivered, c.seqs...)
+		}
+	}
+	want := []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	if !slices.Equal(delivered, want) {
+		t.Fatalf("delivered %v, want %v", delivered, want)
+	}
+	if len(calls) != 3+len(failing) {
+		t.Fatalf("%d calls, want 3 batches and %d retries", len(calls), len(failing))
+	}
+	if got := testutil.ToFloat64(l.m.errors); got != float64(len(failing)) {
+		t.Errorf("errors_total = %v, want %d", got, len(failing))
+	}
+	if got := testutil.ToFloat64(l.m.delivered); got != n {
+		t.Errorf("delivered_total = %v, want %d", got, n)
+	}
+	if got := testutil.CollectAndCount(reg, "xrdmon_sink_batch_duration_seconds"); got != 1 {
+		t.Errorf("%d batch duration series, want 1", got)
+	}
+}
+
+// TestRetryWithBackoff: an outage of several attempts is retried with a
+// growing attempt count, logged once as a Warn when it starts and once as
+// an Info when it ends.
+func TestRetryWithBackoff(t *testing.T) {
+	const fails = 5
+	st := openStore(t, 3)
+	f := &fake{st: st, name: "s", answer: func(_ context.Context, i int) error {
+		if i < fails {
+			return fmt.Errorf("attempt %d: %w", i+1, errDown)
+		}
+		return nil
+	}}
+	h := &logs{}
+	l, err := New(st, f, fastOptions("s"), slog.New(h), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, l)
+	waitFor(t, "cursor at end", func() bool { return cursorOf(t, st, "s") == 3 })
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+
+	if got := len(f.snapshot()); got != fails+1 {
+		t.Fatalf("%d calls, want %d", got, fails+1)
+	}
+	if n, _ := h.count(slog.LevelWarn, "Sink delivery failing, retrying with backoff; entries wait in the store", "err"); n != 1 {
+		t.Errorf("%d Warns for one outage, want 1", n)
+	}
+	_, attempts := h.count(slog.LevelDebug, "Sink delivery still failing", "attempt")
+	var got []int64
+	for _, v := range attempts {
+		got = append(got, v.Int64())
+	}
+	if want := []int64{2, 3, 4, 5}; !slices.Equal(got, want) {
+		t.Errorf("retries logged with attempts %v, want %v", got, want)
+	}
+	n, failed := h.count(slog.LevelInfo, "Sink delivering again", "failed_attempts")
+	if n != 1 || failed[0].Int64() != fails {
+		t.Errorf("%d recovery Infos (failed_attempts %v), want 1 with %d", n, failed, fails)
+	}
+	if got := testutil.ToFloat64(l.m.errors); got != fails {
+		t.Errorf("errors_total = %v, want %d", got, fails)
+	}
+	// The next outage is a new one: its attempts count from 1 again.
+	if l.down || l.attempts != 0 {
+		t.Errorf("after recovery: down %v, attempts %d", l.down, l.attempts)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	const lo, hi = 100 * time.Millisecond, 2 * time.Second
+	for _, tc := range []struct {
+		attempt int
+		want    time.Duration // upper bound; the delay is in [want/2, want)
+	}{
+		{1, 100 * time.Millisecond},
+		{2, 200 * time.Millisecond},
+		{3, 400 * time.Millisecond},
+		{4, 800 * time.Millisecond},
+		{5, 1600 * time.Millisecond},
+		{6, 2 * time.Second},
+		{60, 2 * time.Second},
+	} {
+		for range 50 {
+			if d := backoff(tc.attempt, lo, hi); d < tc.want/2 || d >= tc.want {
+				t.Fatalf("backoff(%d) = %s, want in [%s, %s)", tc.attempt, d, tc.want/2, tc.want)
+			}
+		}
+	}
+}
+
+// TestDrainOnCancel: a batch interrupted by the cancellation is delivered
+// again, under a live context, and so is the rest of the backlog, before
+// Run returns.
+func TestDrainOnCancel(t *testing.T) {
+	const n = 10
+	st := openStore(t, n)
+	started := make(chan struct{})
+	f := &fake{st: st, name: "s", answer: func(ctx context.Context, i int) error {
+		if i == 0 {
+			close(started)
+			<-ctx.Done() // the destination hangs until the sink is stopped
+			return ctx.Err()
+		}
+		return nil
+	}}
+	h := &logs{}
+	l, err := New(st, f, fastOptions("s"), slog.New(h), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, l)
+	<-started
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if c := cursorOf(t, st, "s"); c != n {
+		t.Fatalf("cursor %d after the drain, want %d", c, n)
+	}
+	calls := f.snapshot()
+	for i, c := range calls[1:] {
+		if c.ctxDone {
+			t.Errorf("drain call %d got a done context", i+1)
+		}
+	}
+	if !slices.Equal(calls[1].seqs, calls[0].seqs) {
+		t.Errorf("first drain batch %v, want the interrupted %v", calls[1].seqs, calls[0].seqs)
+	}
+	if got := testutil.ToFloat64(l.m.errors); got != 0 {
+		t.Errorf("errors_total = %v: a cancellation is not a failure", got)
+	}
+	if _, why := h.count(slog.LevelInfo, "Sink stopped", "why"); len(why) != 1 || why[0].String() != "backlog delivered" {
+		t.Errorf("stop reasons %v, want [backlog delivered]", why)
+	}
+}
+
+// TestDrainTimeout: a destination that does not answer while draining is
+// given up on after DrainTimeout; the cursor stays where it was.
+func TestDrainTimeout(t *testing.T) {
+	st := openStore(t, 5)
+	started := make(chan struct{})
+	var once sync.Once
+	f := &fake{st: st, name: "s", answer: func(ctx context.Context, _ int) error {
+		once.Do(func() { close(started) })
+		<-ctx.Done()
+		return ctx.Err()
+	}}
+	h := &logs{}
+	o := fastOptions("s")
+	o.DrainTimeout = 20 * time.Millisecond
+	l, err := New(st, f, o, slog.New(h), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, l)
+	<-started
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if c := cursorOf(t, st, "s"); c != 0 {
+		t.Fatalf("cursor %d, nothing was delivered", c)
+	}
+	if _, why := h.count(slog.LevelInfo, "Sink stopped", "why"); len(why) != 1 ||
+		(why[0].String() != "destination unavailable" && why[0].String() != "drain timeout") {
+		t.Errorf("stop reasons %v, want the destination or the drain timeout", why)
+	}
+}
+
+// TestRegistersCursor: a new sink is registered in the store at start, so
+// retention keeps what it has not delivered, even before its first batch.
+func TestRegistersCursor(t *testing.T) {
+	st := openStore(t, 0)
+	l, err := New(st, &fake{st: st, name: "new"}, fastOptions("new"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, l)
+	waitFor(t, "registration", func() bool { _, ok := st.Sinks()["new"]; return ok })
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+func TestNew(t *testing.T) {
+	st := openStore(t, 0)
+	d := &fake{st: st}
+	for name, tc := range map[string]struct {
+		st   *store.Store
+		d    Deliverer
+		opts Options
+	}{
+		"nil store":     {nil, d, Options{Name: "s"}},
+		"nil deliverer": {st, nil, Options{Name: "s"}},
+		"no name":       {st, d, Options{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := New(tc.st, tc.d, tc.opts, nil, nil); err == nil {
+				t.Fatal("New accepted it")
+			}
+		})
+	}
+	// The metric vectors are shared by every loop on a registry.
+	reg := prometheus.NewRegistry()
+	for _, name := range []string{"a", "b"} {
+		if _, err := New(st, d, Options{Name: name}, nil, reg); err != nil {
+			t.Fatalf("loop %s: %v", name, err)
+		}
+	}
+	if got := testutil.CollectAndCount(reg, "xrdmon_sink_delivered_total"); got != 2 {
+		t.Fatalf("%d delivered_total series, want 2", got)
+	}
+}
+
+func TestWithDefaults(t *testing.T) {
+	d := DefaultOptions()
+	d.Name = "def"
+	for name, tc := range map[string]struct {
+		in, want Options
+	}{
+		"zero": {Options{}, d},
+		"set": {
+			Options{Name: "x", BatchSize: 7, PollInterval: 1, MinBackoff: 2, MaxBackoff: 3, DrainTimeout: 4},
+			Options{Name: "x", BatchSize: 7, PollInterval: 1, MinBackoff: 2, MaxBackoff: 3, DrainTimeout: 4},
+		},
+		"max below min": {
+			Options{Name: "x", MinBackoff: time.Minute, MaxBackoff: time.Second},
+			Options{Name: "x", BatchSize: d.BatchSize, PollInterval: d.PollInterval, MinBackoff: time.Minute,
+				MaxBackoff: time.Minute, DrainTimeout: d.DrainTimeout},
+		},
+		"negative": {
+			Options{BatchSize: -1, PollInterval: -1, MinBackoff: -1, DrainTimeout: -1},
+			d,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.in.WithDefaults(d); got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

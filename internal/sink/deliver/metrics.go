@@ -1,0 +1,64 @@
+package deliver
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are one loop's delivery metrics: its children of vectors shared
+// by every sink.
+type metrics struct {
+	delivered prometheus.Counter
+	errors    prometheus.Counter
+	duration  prometheus.Observer
+}
+
+// newMetrics returns the metrics of sink name. When a vector is already
+// registered on reg (by another sink) the existing one is used.
+func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
+	delivered := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "xrdmon_sink_delivered_total",
+		Help: "Entries (records and events) a sink has delivered and its destination has acknowledged.",
+	}, []string{"sink"})
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "xrdmon_sink_errors_total",
+		Help: "Failed delivery attempts of a sink (each is retried).",
+	}, []string{"sink"})
+	dur := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "xrdmon_sink_batch_duration_seconds",
+		Help:    "Time to deliver one batch, from the first write to the destination's acknowledgement.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+	}, []string{"sink"})
+	if reg != nil {
+		var err error
+		if delivered, err = registerOrExisting(reg, delivered); err != nil {
+			return nil, err
+		}
+		if errs, err = registerOrExisting(reg, errs); err != nil {
+			return nil, err
+		}
+		if dur, err = registerOrExisting(reg, dur); err != nil {
+			return nil, err
+		}
+	}
+	return &metrics{
+		delivered: delivered.WithLabelValues(name),
+		errors:    errs.WithLabelValues(name),
+		duration:  dur.WithLabelValues(name),
+	}, nil
+}
+
+func registerOrExisting[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if ex, ok := are.ExistingCollector.(C); ok {
+				return ex, nil
+			}
+		}
+		return c, fmt.Errorf("register metrics: %w", err)
+	}
+	return c, nil
+}
