@@ -57,6 +57,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	csvPath := fs.String("csv", "", "write the table as CSV to `file`")
 	svgPath := fs.String("svg", "", "write a chart of rate vs loss and latency (SVG) to `file`")
 	fs.BoolVar(&bc.StopOnLoss, "stop-on-loss", false, "end the scenario after the first step with loss (rate ramps)")
+	fromCSV := fs.String("from-csv", "", "run nothing: read the rows of an earlier --csv `file` and print, chart (--svg) them")
 	verbose := fs.Bool("v", false, "log each step's progress to standard error")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -64,6 +65,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "xrdmon bench: unexpected argument %q\n", fs.Arg(0))
 		return errUsage
+	}
+	if *fromCSV != "" {
+		return benchFromCSV(*fromCSV, *svgPath, *scenario, stdout)
 	}
 	if *quick {
 		if !flagSet(fs, "scenario") {
@@ -228,4 +232,22 @@ func splitCommand(s string) ([]string, error) {
 		return nil, errors.New("empty command")
 	}
 	return words, nil
+}
+
+// benchFromCSV prints and charts the rows of an earlier run.
+func benchFromCSV(path, svgPath, title string, stdout io.Writer) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open csv: %w", err)
+	}
+	rows, err := bench.ReadCSV(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	bench.WriteTable(stdout, rows, true)
+	if svgPath == "" {
+		return nil
+	}
+	return writeFileWith(svgPath, func(w io.Writer) error { return bench.WriteSVG(w, rows, "xrdmon bench: "+title) })
 }

@@ -111,6 +111,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	popts := pipeline.DefaultOptions()
 	popts.Shards = cfg.Correlate.ShardCount()
 	popts.DNSMaxWait = cfg.DNS.MaxWait.D()
+	popts.CheckpointInterval = cfg.Correlate.Checkpoint(cfg.AMQPInput.Enabled)
 	popts.Correlate = correlateConfig(cfg.Correlate, popts.Shards)
 	pipe, err := pipeline.New(ctx, popts, st, namer, log.With("component", "pipeline"), reg)
 	if err != nil {

@@ -31,6 +31,7 @@ func commands() []command {
 		{"collect", "run the collector daemon (UDP, RabbitMQ) writing records to the store", runCollect},
 		{"replay", "decode captures (shoveler JSON lines, pcap) and write records", runReplay},
 		{"loadgen", "simulate XRootD servers and clients sending monitoring packets", runLoadgen},
+		{"bench", "measure a collector end to end (rate, loss, CPU, memory, latency)", runBench},
 		{"version", "print the version", runVersion},
 		{"help", "show help for xrdmon or a subcommand", runHelp},
 	}

@@ -97,6 +97,7 @@ type Correlate struct {
 	MaxEntries          int      `yaml:"max_entries" help:"open files, sessions and users tracked in total; beyond it the oldest are written as partial records (reason evicted)"`
 	MaxEntriesPerServer int      `yaml:"max_entries_per_server" help:"the same bound for one XRootD server"`
 	Shards              int      `yaml:"shards" help:"correlator goroutines, servers are spread over them; 0 means GOMAXPROCS"`
+	CheckpointInterval  Duration `yaml:"checkpoint_interval" help:"how often the correlation state is checkpointed into the store (and RabbitMQ input acknowledged); 0 means 2s with amqp_input, 30s for UDP only"`
 }
 
 // Outputs configures the sinks. Each reads the store's log from its own
@@ -213,6 +214,19 @@ func (l Listen) ReaderCount() int {
 		return l.Readers
 	}
 	return runtime.GOMAXPROCS(0)
+}
+
+// Checkpoint resolves CheckpointInterval: 0 means 2 s when input is
+// acknowledged at checkpoints (amqp), else 30 s.
+func (c Correlate) Checkpoint(acknowledged bool) time.Duration {
+	switch {
+	case c.CheckpointInterval > 0:
+		return c.CheckpointInterval.D()
+	case acknowledged:
+		return 2 * time.Second
+	default:
+		return 30 * time.Second
+	}
 }
 
 // ShardCount resolves Shards: 0 means GOMAXPROCS.

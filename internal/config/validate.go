@@ -86,6 +86,7 @@ func (c *Config) Validate() error {
 		p.add("correlate.max_entries_per_server", fmt.Sprintf("must be <= correlate.max_entries (%d)", k.MaxEntries))
 	}
 	p.check(k.Shards >= 0, "correlate.shards", "must be >= 0 (0 means GOMAXPROCS)")
+	p.check(k.CheckpointInterval >= 0, "correlate.checkpoint_interval", "must be >= 0 (0 chooses by input)")
 
 	// outputs
 	a := c.Outputs.AMQP

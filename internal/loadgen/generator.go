@@ -360,7 +360,8 @@ type run struct {
 
 	paceStart time.Time
 	delivered int64
-	final     int // expected records finalized so far
+	final     int           // expected records finalized so far
+	hookRec   record.Record // the record passed to Hooks.Record
 
 	truth    *Truth
 	tally    []serverTally
@@ -1239,7 +1240,10 @@ func (r *run) finalize(ai int32, reason record.Reason) {
 	if hook := r.g.hooks.Record; r.cfg.KeepRecords || hook != nil {
 		r.fillRecord(&rec, s, a, end)
 		if hook != nil {
-			hook(r.final, &rec)
+			// Through a copy owned by the run: passing &rec itself would
+			// make every record escape to the heap, hook or not.
+			r.hookRec = rec
+			hook(r.final, &r.hookRec)
 		}
 		if r.cfg.KeepRecords {
 			r.truth.Records = append(r.truth.Records, rec)

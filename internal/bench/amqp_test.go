@@ -1,0 +1,75 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// amqpURL returns the test broker, skipping (or failing under CI=true) when
+// it does not answer.
+func amqpURL(t *testing.T) string {
+	t.Helper()
+	url := os.Getenv("XRDMON_TEST_AMQP_URL")
+	if url == "" {
+		url = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	c, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("RabbitMQ at %s: %v", url, err)
+		}
+		t.Skipf("RabbitMQ at %s does not answer (%v); set XRDMON_TEST_AMQP_URL", url, err)
+	}
+	c.Close()
+	return url
+}
+
+func TestAMQPSource(t *testing.T) {
+	url := amqpURL(t)
+	queue := fmt.Sprintf("xrdmon-bench-test-%d", time.Now().UnixNano())
+	s, err := newAMQPSource(url, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.QueueDelete(queue, false, false, false)
+	ctx := context.Background()
+	for _, body := range []string{
+		`[{"server_ip":"127.0.0.2","filename":"/a","read":1},{"server_ip":"127.0.0.2","filename":"/b","read":2}]`,
+		`{"server_ip":"127.0.0.3","path":"/c","read_bytes":3,"server_stod":5,"file_id":9}`,
+	} {
+		if err := ch.PublishWithContext(ctx, "", queue, false, false, amqp.Publishing{Body: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []Observed
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < 3 && time.Now().Before(deadline) {
+		obs, err := s.Poll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, obs...)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(got) != 3 {
+		t.Fatalf("got %d records, want 3: %+v", len(got), got)
+	}
+	if got[2] != (Observed{ServerIP: "127.0.0.3", Path: "/c", Read: 3, Stod: 5, FileID: 9, HasID: true}) {
+		t.Errorf("third record: %+v", got[2])
+	}
+}
