@@ -20,6 +20,12 @@ type Config struct {
 	// has not been seen (then no_open), and a superseded server
 	// incarnation's leftovers. The shoveler uses 300 s.
 	PendingTTL time.Duration
+	// DisconnectGrace is how long a session that disconnected with no file
+	// still open keeps its details for packets that arrive late (reordered
+	// map or f-stream packets). It is much shorter than PendingTTL because
+	// sessions churn: at 1,000 sessions/s every second of grace holds 1,000
+	// sessions in memory and in every checkpoint. 0 means PendingTTL.
+	DisconnectGrace time.Duration
 
 	// MaxOpenFiles bounds the open files of the shard; MaxOpenFilesPerServer
 	// those of one server incarnation. Beyond a bound the least recently
@@ -54,6 +60,7 @@ func DefaultConfig() Config {
 		OpenTTL:               12 * time.Hour,
 		SessionTTL:            12 * time.Hour,
 		PendingTTL:            300 * time.Second,
+		DisconnectGrace:       60 * time.Second,
 		MaxOpenFiles:          1_000_000,
 		MaxOpenFilesPerServer: 200_000,
 		MaxSessions:           1_000_000,

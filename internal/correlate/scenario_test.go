@@ -2,9 +2,11 @@ package correlate
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xrdmon/xrdmon/internal/packet"
 	"github.com/xrdmon/xrdmon/internal/record"
@@ -454,5 +456,42 @@ func TestScenarioGStreamEvents(t *testing.T) {
 	}
 	if evs[1].Valid || !strings.Contains(string(evs[1].Data), "not json") || evs[0].EventID == evs[1].EventID {
 		t.Errorf("invalid line: %+v", evs[1])
+	}
+}
+
+// TestDisconnectedSessionsExpire: a disconnected session whose file is still
+// waiting (its disconnect partial pending) must not hold back the expiry of
+// the disconnected sessions behind it, and those go after DisconnectGrace.
+func TestDisconnectedSessionsExpire(t *testing.T) {
+	cfg := DefaultConfig()
+	sv := newSrv("192.0.2.10:1094", 1700000000, 4242)
+	s := NewShard(cfg)
+	send := func(sec int64, b []byte) { s.Handle(b, sv.addr, at(sec)) }
+	uid1 := sv.uid("xroot", "u1", 1, "h.example.org")
+	send(0, sv.login(10, uid1, packet.Login{}))
+	send(0, sv.f(int32(t0), int32(t0), func(fb *packet.FStreamBuilder) {
+		fb.Open(openLFN(11, 10, "/f", 1))
+		fb.Disc(10)
+	}))
+	for i := range 100 {
+		u := uint32(100 + i)
+		send(1, sv.login(u, sv.uid("xroot", fmt.Sprintf("u%d", u), int(u), "h.example.org"), packet.Login{}))
+		send(1, sv.f(int32(t0+1), int32(t0+1), func(fb *packet.FStreamBuilder) { fb.Disc(u) }))
+	}
+	if got := s.Stats().Sessions; got != 101 {
+		t.Fatalf("sessions = %d, want 101", got)
+	}
+	grace := int64(cfg.DisconnectGrace / time.Second)
+	s.Tick(at(grace + 2))
+	if got := s.Stats().Sessions; got != 1 {
+		t.Fatalf("after the grace, sessions = %d, want 1 (the one with a waiting file)", got)
+	}
+	s.Tick(at(int64(cfg.PendingTTL/time.Second) + grace + 4))
+	recs := s.TakeRecords(nil)
+	if len(recs) != 1 || recs[0].Reason != record.Disconnect || recs[0].User != "u1" {
+		t.Fatalf("records %+v", recs)
+	}
+	if got := s.Stats().Sessions; got != 0 {
+		t.Fatalf("sessions = %d at the end, want 0", got)
 	}
 }

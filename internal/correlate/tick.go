@@ -22,6 +22,10 @@ func (s *Shard) Tick(now time.Time) {
 	openTTL := int64(s.cfg.OpenTTL / time.Second)
 	pendTTL := int64(s.cfg.PendingTTL / time.Second)
 	sessTTL := int64(s.cfg.SessionTTL / time.Second)
+	discTTL := pendTTL
+	if g := int64(s.cfg.DisconnectGrace / time.Second); g > 0 && g < pendTTL {
+		discTTL = g
+	}
 	for s.pendFiles.head >= 0 {
 		i := s.pendFiles.head
 		f := &s.files[i]
@@ -45,12 +49,14 @@ func (s *Shard) Tick(now time.Time) {
 	for s.pending.len() > 0 && s.pending.front().at+pendTTL <= n {
 		s.expirePending()
 	}
-	for s.sessDisc.head >= 0 && s.sess[s.sessDisc.head].seen+pendTTL <= n {
+	for s.sessDisc.head >= 0 && s.sess[s.sessDisc.head].seen+discTTL <= n {
 		i := s.sessDisc.head
 		if s.sess[i].files.head >= 0 { // files still waiting: give them time
+			// Move it behind the others with a fresh time and go on: the
+			// loop ends when it meets a session seen at n again.
 			s.sess[i].seen = n
 			ltouch(s.sess, &s.sessDisc, sessLRU, i)
-			break
+			continue
 		}
 		s.removeSession(i)
 	}
