@@ -6,7 +6,7 @@ STATICCHECK_VERSION := v0.8.2
 VERSION     := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS     := -X main.version=$(VERSION)
 
-.PHONY: all build run test unit lint vet staticcheck fuzz bench clean
+.PHONY: all build run test unit crash lint vet staticcheck fuzz bench clean
 
 all: build
 
@@ -19,10 +19,15 @@ run: build
 
 # test: formatting, vet, staticcheck and every test. Tests that need RabbitMQ or
 # PostgreSQL skip with a message when the service is absent, and fail in CI (CI=true).
-test: lint unit
+test: lint unit crash
 
 unit:
 	$(GO) test -count=1 -timeout 30m ./...
+
+# crash: kill -9, RabbitMQ and PostgreSQL outages, full disk (test/crash).
+# They stop the shared services and run one at a time; about 5 minutes.
+crash:
+	$(GO) test -tags crash -p 1 -count=1 -timeout 20m -v ./test/crash/
 
 lint: vet staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

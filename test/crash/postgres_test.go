@@ -1,0 +1,209 @@
+//go:build crash
+
+package crash
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// pgURL returns the test database URL (XRDMON_TEST_PG_URL) after checking
+// it answers.
+func pgURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("XRDMON_TEST_PG_URL")
+	if u == "" {
+		u = "postgres://postgres@127.0.0.1:5432/test"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, u)
+	if err != nil {
+		unavailable(t, "PostgreSQL does not answer at XRDMON_TEST_PG_URL: "+err.Error())
+	}
+	c.Close(ctx)
+	return u
+}
+
+// pgCluster returns the version and name of the local cluster that
+// pg_ctlcluster manages (Debian layout /etc/postgresql/<version>/<name>).
+func pgCluster(t testing.TB) (string, string) {
+	t.Helper()
+	if _, err := exec.LookPath("pg_ctlcluster"); err != nil {
+		unavailable(t, "pg_ctlcluster not found: cannot restart PostgreSQL")
+	}
+	versions, err := filepath.Glob("/etc/postgresql/*/main")
+	if err != nil || len(versions) != 1 {
+		unavailable(t, "want exactly one cluster /etc/postgresql/*/main")
+	}
+	return filepath.Base(filepath.Dir(versions[0])), "main"
+}
+
+// withDatabase returns u with its database replaced by db.
+func withDatabase(t testing.TB, u, db string) string {
+	t.Helper()
+	pu, err := url.Parse(u)
+	if err != nil {
+		t.Fatalf("parse XRDMON_TEST_PG_URL: %v", err)
+	}
+	pu.Path = "/" + db
+	return pu.String()
+}
+
+// TestPostgresRestart is issue "Nothing lost", part (c): PostgreSQL is
+// stopped for 10 s and started again while the PostgreSQL output loads;
+// every record and event ends up in its table exactly once.
+func TestPostgresRestart(t *testing.T) {
+	base := pgURL(t)
+	version, cluster := pgCluster(t)
+	pu, _ := url.Parse(base)
+	hostPort := pu.Host
+	if pu.Port() == "" {
+		hostPort = net.JoinHostPort(pu.Hostname(), "5432")
+	}
+	outage := 10 * time.Second
+	t0 := time.Now()
+
+	// A database of our own: the sink creates its schema "xrdmon" in it.
+	ctx := context.Background()
+	db := strings.ReplaceAll(uniq("xrdmon_crash"), "-", "_")
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close(ctx)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if !waitPort(hostPort, time.Minute) {
+			return
+		}
+		a, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Logf("cleanup: %v", err)
+			return
+		}
+		defer a.Close(ctx)
+		if _, err := a.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Logf("cleanup: drop database %s: %v", db, err)
+		}
+	})
+	dbURL := withDatabase(t, base, db)
+
+	dir := t.TempDir()
+	udpAddr := freeUDPAddr(t)
+	c := startCollector(t, dir, filepath.Join(t.TempDir(), "collector.log"),
+		"--listen.udp="+udpAddr, "--listen.rcvbuf=8MiB",
+		"--outputs.postgres.enabled=true", "--outputs.postgres.url="+dbURL)
+	load := udpLoad(t, udpAddr, udpLoadConfig(31))
+
+	if !waitFor(20*time.Second, 100*time.Millisecond, func() bool {
+		m, err := c.metrics()
+		return err == nil && m["xrdmon_store_last_seq"] > 500
+	}) {
+		t.Fatalf("no records stored after 20 s\n%s", tail(c.log, 20))
+	}
+	ctlArgs := func(action string) []string {
+		return []string{"--skip-systemctl-redirect", version, cluster, action}
+	}
+	t.Cleanup(func() {
+		// Whatever happened, leave PostgreSQL running.
+		if !waitPort(hostPort, time.Second) {
+			if _, err := run("pg_ctlcluster", ctlArgs("start")...); err != nil {
+				t.Logf("cleanup: %v", err)
+			}
+		}
+		if !waitPort(hostPort, time.Minute) {
+			t.Errorf("cleanup: PostgreSQL does not answer at %s", hostPort)
+		}
+	})
+	atStop := c.metric("xrdmon_store_last_seq")
+	tStop := time.Now()
+	if _, err := run("pg_ctlcluster", ctlArgs("stop")...); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(outage - time.Since(tStop))
+	backlog := c.metric(`xrdmon_sink_backlog_records{sink="postgres"}`)
+	atStart := c.metric("xrdmon_store_last_seq")
+	if _, err := run("pg_ctlcluster", ctlArgs("start")...); err != nil {
+		t.Fatal(err)
+	}
+	if !waitPort(hostPort, time.Minute) {
+		t.Fatalf("PostgreSQL does not answer at %s after start", hostPort)
+	}
+	down := time.Since(tStop)
+	tBack := time.Now()
+	if !c.running() {
+		t.Fatalf("collector exited during the outage: %v\n%s", c.err, tail(c.log, 30))
+	}
+	if backlog == 0 {
+		t.Errorf("output backlog 0 after %s without PostgreSQL: the outage was not seen", outage)
+	}
+
+	caughtUp := catchUp(t, c, "postgres", tBack)
+	truth := load()
+	waitStored(t, c, 2*time.Minute)
+	m, _ := c.metrics()
+	lost := sumPrefix(m, "xrdmon_packets_lost_total")
+	if err := c.stop(30 * time.Second); err != nil {
+		t.Fatalf("stop: %v\n%s", err, tail(c.log, 20))
+	}
+
+	recs, evs := storeContents(t, dir)
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var rows, distinct, evRows, evDistinct int
+	if err := conn.QueryRow(ctx, `SELECT count(*), count(DISTINCT record_id) FROM xrdmon.records`).Scan(&rows, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT count(*), count(DISTINCT event_id) FROM xrdmon.events`).Scan(&evRows, &evDistinct); err != nil {
+		t.Fatal(err)
+	}
+	ids := make(map[string]bool, rows)
+	r, err := conn.Query(ctx, `SELECT record_id FROM xrdmon.records`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r.Next() {
+		var id string
+		if err := r.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids[id] = true
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	missing, ex := setDiff(recs, ids)
+	extra, ex2 := setDiff(ids, recs)
+	if rows != len(recs) || distinct != len(recs) || missing != 0 || extra != 0 {
+		t.Errorf("PostgreSQL: %d rows, %d distinct record_ids; store %d records; %d missing (e.g. %s), %d extra (e.g. %s)",
+			rows, distinct, len(recs), missing, ex, extra, ex2)
+	}
+	if evRows != len(evs) || evDistinct != len(evs) {
+		t.Errorf("PostgreSQL: %d event rows, %d distinct event_ids; store %d events", evRows, evDistinct, len(evs))
+	}
+	if lost == 0 {
+		checkTruth(t, recs, truth)
+	} else {
+		t.Logf("UDP: %v packets lost in transit; not comparing with the truth", lost)
+	}
+	t.Logf("RESULT postgres: server down %s (stop to port open); %v entries stored while down, output backlog %v at restart; output caught up %s after it was back; records: store %d, truth %d, rows %d, distinct %d; events: store %d, rows %d, distinct %d; UDP packets lost %v; test %s",
+		down.Round(100*time.Millisecond), atStart-atStop, backlog, caughtUp.Round(100*time.Millisecond),
+		len(recs), len(truth.Records), rows, distinct, len(evs), evRows, evDistinct, lost, time.Since(t0).Round(time.Second))
+}
