@@ -160,20 +160,58 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 		}
 	}()
 	seq := s.lastSeq.Load()
-	for i := range recs {
-		r := &recs[i]
-		res, err := s.insRecord.ExecContext(ctx, seq+1, r.RecordID, recordTime(r), unixNanos(r.Start),
-			serverName(r.ServerHost, r.ServerIP), r.ServerIP, r.Site, r.User, r.Path, string(r.Reason), b.get(i))
-		if err != nil {
-			return 0, 0, 0, fmt.Errorf("insert record %s: %w", r.RecordID, err)
+	args := s.args[:0]
+	for i := 0; i < len(recs); {
+		n := min(len(recs)-i, chunkRows)
+		if n < chunkRows {
+			n = 1 // the tail goes row by row
 		}
-		if n, _ := res.RowsAffected(); n == 1 {
-			seq++
-			nrec++
-		} else {
-			dups++
+		args = args[:0]
+		for j := i; j < i+n; j++ {
+			if args, err = s.recordArgs(ctx, args, seq+1+int64(j-i), &recs[j], b.get(j)); err != nil {
+				return 0, 0, 0, err
+			}
 		}
+		if n == chunkRows {
+			// Fast path: one statement for the chunk. It is INSERT OR
+			// IGNORE, because a multi-row statement that may abort makes
+			// SQLite copy every page it touches to a statement journal.
+			// If a row was a duplicate, the chunk's rows are deleted
+			// again and the chunk is redone row by row below, so that
+			// duplicates take no sequence number.
+			res, err := s.insChunk.ExecContext(ctx, args...)
+			if err != nil {
+				return 0, 0, 0, fmt.Errorf("insert records: %w", err)
+			}
+			if k, _ := res.RowsAffected(); k == int64(n) {
+				seq += int64(n)
+				nrec += n
+				i += n
+				continue
+			}
+			if _, err := s.delChunk.ExecContext(ctx, seq+1, seq+int64(n)); err != nil {
+				return 0, 0, 0, fmt.Errorf("undo records chunk: %w", err)
+			}
+		}
+		for j := i; j < i+n; j++ {
+			r := &recs[j]
+			a := args[(j-i)*recordCols : (j-i+1)*recordCols]
+			a[0] = seq + 1
+			res, err := s.insRecord.ExecContext(ctx, a...)
+			if err != nil {
+				return 0, 0, 0, fmt.Errorf("insert record %s: %w", r.RecordID, err)
+			}
+			if k, _ := res.RowsAffected(); k == 1 {
+				seq++
+				nrec++
+			} else {
+				dups++
+			}
+		}
+		i += n
 	}
+	clear(args) // don't pin the batch's buffer
+	s.args = args[:0]
 	for i := range evs {
 		e := &evs[i]
 		res, err := s.insEvent.ExecContext(ctx, seq+1, e.EventID, unixNanos(e.Time), string(e.Type),
@@ -197,13 +235,39 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 	if _, err := s.wc.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
 		return 0, 0, 0, fmt.Errorf("commit: %w", err)
 	}
+	s.dict.commit()
 	s.lastSeq.Store(seq)
 	return nrec, nev, dups, nil
+}
+
+// chunkRows is the number of records per multi-row INSERT statement.
+const chunkRows = 64
+
+// recordCols is the number of values bound per record row.
+const recordCols = 11
+
+// recordArgs appends the recordCols values of r's row to args. It runs in
+// the Append transaction (new names are inserted there).
+func (s *Store) recordArgs(ctx context.Context, args []any, seq int64, r *record.Record, data []byte) ([]any, error) {
+	dir, file := splitPath(r.Path)
+	var ids [5]int64
+	var err error
+	for k, n := range [5]struct {
+		k dictKind
+		v string
+	}{{kindServer, serverName(r.ServerHost, r.ServerIP)}, {kindIP, r.ServerIP}, {kindSite, r.Site}, {kindUser, r.User}, {kindDir, dir}} {
+		if ids[k], err = s.dict.id(ctx, s.wc, n.k, n.v); err != nil {
+			return args, fmt.Errorf("record %s: %w", r.RecordID, err)
+		}
+	}
+	return append(args, seq, recordTime(r), ridOf(r.RecordID),
+		ids[0], ids[1], ids[2], ids[3], ids[4], file, string(r.Reason), data), nil
 }
 
 // rollback ends a failed transaction. SQLite may already have rolled it back
 // itself (e.g. on SQLITE_FULL); that is not an error.
 func (s *Store) rollback() {
+	s.dict.rollback()
 	if _, err := s.wc.ExecContext(context.Background(), "ROLLBACK"); err != nil &&
 		!strings.Contains(err.Error(), "no transaction is active") {
 		s.log.Error("Store rollback failed", "err", err)

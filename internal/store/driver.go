@@ -18,6 +18,8 @@ import (
 	//	indexes (experiment)   modernc 58,000 rec/CPU-s   mattn 78-90,000 rec/CPU-s
 	//	                       (wall: 24-29k/s vs 63-72k/s)
 	//
+	// (schema version 1; see FORMAT.md for version 2's numbers, where
+	// fewer, hot index pages leave a larger share to the driver.)
 	// mattn was 1.3-1.5x faster per CPU second in every run: SQLite's B-tree
 	// work runs as native C rather than C translated to Go, which outweighs
 	// the cgo calls (a few per row). The cost: building xrdmon needs a C

@@ -185,6 +185,31 @@ type Query struct {
 
 // Query returns the records matching q, ordered by time.
 func (s *Store) Query(ctx context.Context, q Query) ([]record.Record, error) {
+	query, args := querySQL(q)
+	rows, err := s.rdb.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query records: %w", err)
+	}
+	defer rows.Close()
+	var out []record.Record
+	var data []byte
+	for rows.Next() {
+		if err := rows.Scan(&data); err != nil {
+			return nil, fmt.Errorf("query records: %w", err)
+		}
+		out = append(out, record.Record{})
+		if err := json.Unmarshal(data, &out[len(out)-1]); err != nil {
+			return nil, fmt.Errorf("query records: decode: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query records: %w", err)
+	}
+	return out, nil
+}
+
+// querySQL returns the statement and arguments of q.
+func querySQL(q Query) (string, []any) {
 	var where []string
 	var args []any
 	add := func(cond string, a ...any) {
@@ -197,23 +222,24 @@ func (s *Store) Query(ctx context.Context, q Query) ([]record.Record, error) {
 	if !q.To.IsZero() {
 		add("end_ns < ?", q.To.UnixNano())
 	}
+	nameID := func(col string, k dictKind, name string) {
+		add(col+" = (SELECT id FROM names WHERE kind = ? AND name = ?)", k, name)
+	}
 	if q.Server != "" {
-		add("server = ?", q.Server)
+		nameID("server_id", kindServer, q.Server)
 	}
 	if q.ServerIP != "" {
-		add("server_ip = ?", q.ServerIP)
+		nameID("ip_id", kindIP, q.ServerIP)
 	}
 	if q.Site != "" {
-		add("site = ?", q.Site)
+		nameID("site_id", kindSite, q.Site)
 	}
 	if q.User != "" {
-		add("user_name = ?", q.User)
+		nameID("user_id", kindUser, q.User)
 	}
 	if q.PathPrefix != "" {
-		add("path >= ?", q.PathPrefix)
-		if hi, ok := prefixEnd(q.PathPrefix); ok {
-			add("path < ?", hi)
-		}
+		cond, a := pathPrefixCond(q.PathPrefix)
+		add(cond, a...)
 	}
 	if q.Reason != record.Complete {
 		add("reason = ?", string(q.Reason))
@@ -238,27 +264,43 @@ func (s *Store) Query(ctx context.Context, q Query) ([]record.Record, error) {
 	}
 	sb.WriteString(" LIMIT ?")
 	args = append(args, limit)
+	return sb.String(), args
+}
 
-	rows, err := s.rdb.QueryContext(ctx, sb.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("query records: %w", err)
+// pathPrefixCond returns the condition selecting records whose path starts
+// with p. A path is stored as dir_id (its directory, up to the last '/', in
+// names) and file (the rest). The path starts with p when its directory
+// starts with p (a range of names), or when its directory is p's own
+// directory and its file starts with the rest of p. The candidates are
+// found through the (dir_id, end_ns) index.
+func pathPrefixCond(p string) (string, []any) {
+	rangeSQL, args := textRange("name", p)
+	rangeDirs := "SELECT id FROM names WHERE kind = ? AND " + rangeSQL
+	rangeArgs := append([]any{kindDir}, args...)
+	pdir, rest := splitPath(p)
+	if rest == "" { // p is a directory: exactly the dirs starting with p
+		return "dir_id IN (" + rangeDirs + ")", rangeArgs
 	}
-	defer rows.Close()
-	var out []record.Record
-	var data []byte
-	for rows.Next() {
-		if err := rows.Scan(&data); err != nil {
-			return nil, fmt.Errorf("query records: %w", err)
-		}
-		out = append(out, record.Record{})
-		if err := json.Unmarshal(data, &out[len(out)-1]); err != nil {
-			return nil, fmt.Errorf("query records: decode: %w", err)
-		}
+	fileSQL, fileArgs := textRange("file", rest)
+	a := append([]any{}, rangeArgs...)
+	ownDir := "SELECT 0" // paths without '/' have dir_id 0
+	if pdir != "" {
+		ownDir = "SELECT id FROM names WHERE kind = ? AND name = ?"
+		a = append(a, kindDir, pdir)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("query records: %w", err)
+	cond := "dir_id IN (" + rangeDirs + " UNION ALL " + ownDir + ") AND (" +
+		fileSQL + " OR dir_id IN (" + rangeDirs + "))"
+	a = append(a, fileArgs...)
+	a = append(a, rangeArgs...)
+	return cond, a
+}
+
+// textRange returns the condition "col starts with p" as an index range.
+func textRange(col, p string) (string, []any) {
+	if hi, ok := prefixEnd(p); ok {
+		return "(" + col + " >= ? AND " + col + " < ?)", []any{p, hi}
 	}
-	return out, nil
+	return col + " >= ?", []any{p}
 }
 
 // prefixEnd returns the smallest string greater than every string with the
@@ -290,6 +332,10 @@ func (s *Store) PutState(ctx context.Context, key string, blob []byte) error {
 		key, blob, time.Now().UnixNano())
 	if err != nil {
 		if isDiskFull(err) {
+			// Counted and logged like a full Append: a checkpoint is often
+			// the first write to meet a full disk.
+			s.setFull(true, "disk full", err)
+			s.m.fullRefusals.Inc()
 			return fmt.Errorf("put state %s: %w", key, fullErr{err})
 		}
 		return fmt.Errorf("put state %s: %w", key, err)

@@ -4,15 +4,28 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 )
 
 // schemaVersion is stored in PRAGMA user_version. FORMAT.md documents each
 // version; migrations[i] brings a database from version i to i+1.
-const schemaVersion = 1
+const schemaVersion = 2
 
-var migrations = []string{
-	// 0 -> 1: the initial schema.
-	`
+// migrations[i] brings a database from version i to i+1 inside tx.
+var migrations = []func(ctx context.Context, tx *sql.Tx) error{
+	execMigration(schemaV1),
+	migrateV2,
+}
+
+func execMigration(q string) func(context.Context, *sql.Tx) error {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, q)
+		return err
+	}
+}
+
+// schemaV1 is the initial schema (0 -> 1).
+const schemaV1 = `
 CREATE TABLE meta (
 	key   TEXT PRIMARY KEY,
 	value INTEGER NOT NULL
@@ -61,7 +74,92 @@ CREATE TABLE state (
 	blob       BLOB NOT NULL,
 	updated_ns INTEGER NOT NULL
 ) WITHOUT ROWID;
-`,
+`
+
+// schemaV2 replaces the records table (1 -> 2): text columns become ids
+// into the names dictionary, and every index has a small key that grows
+// with time within each id (see FORMAT.md).
+const schemaV2 = `
+DROP INDEX records_end;
+DROP INDEX records_server_end;
+DROP INDEX records_site_end;
+DROP INDEX records_user_end;
+DROP INDEX records_path;
+ALTER TABLE records RENAME TO records_v1;
+
+CREATE TABLE names (
+	id   INTEGER PRIMARY KEY,
+	kind INTEGER NOT NULL,
+	name TEXT NOT NULL,
+	UNIQUE (kind, name)
+);
+
+CREATE TABLE records (
+	seq       INTEGER PRIMARY KEY,
+	end_ns    INTEGER NOT NULL,
+	rid       INTEGER NOT NULL,
+	server_id INTEGER NOT NULL,
+	ip_id     INTEGER NOT NULL,
+	site_id   INTEGER NOT NULL,
+	user_id   INTEGER NOT NULL,
+	dir_id    INTEGER NOT NULL,
+	file      TEXT NOT NULL,
+	reason    TEXT NOT NULL,
+	data      BLOB NOT NULL
+);
+CREATE UNIQUE INDEX records_key ON records (end_ns, rid);
+CREATE INDEX records_server ON records (server_id, end_ns);
+CREATE INDEX records_site ON records (site_id, end_ns);
+CREATE INDEX records_user ON records (user_id, end_ns);
+CREATE INDEX records_dir ON records (dir_id, end_ns);
+`
+
+// migrateV2 creates the version 2 records table and moves the version 1
+// rows into it, in seq order, keeping their sequence numbers.
+func migrateV2(ctx context.Context, tx *sql.Tx) error {
+	if _, err := tx.ExecContext(ctx, schemaV2); err != nil {
+		return err
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT seq, record_id, end_ns, server, server_ip, site, user_name, path, reason, data
+		FROM records_v1 ORDER BY seq`)
+	if err != nil {
+		return fmt.Errorf("read version 1 records: %w", err)
+	}
+	type v1row struct {
+		seq, end                                       int64
+		id, server, ip, site, user, path, reason, data string
+	}
+	var old []v1row
+	for rows.Next() {
+		var r v1row
+		if err := rows.Scan(&r.seq, &r.id, &r.end, &r.server, &r.ip, &r.site, &r.user, &r.path, &r.reason, &r.data); err != nil {
+			rows.Close()
+			return fmt.Errorf("read version 1 records: %w", err)
+		}
+		old = append(old, r)
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("read version 1 records: %w", err)
+	}
+	d := newDict(1 << 20)
+	for _, r := range old {
+		var ids [5]int64
+		dir, file := splitPath(r.path)
+		for i, n := range []struct {
+			k dictKind
+			v string
+		}{{kindServer, r.server}, {kindIP, r.ip}, {kindSite, r.site}, {kindUser, r.user}, {kindDir, dir}} {
+			if ids[i], err = d.id(ctx, tx, n.k, n.v); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, insertRecordSQL, r.seq, r.end, ridOf(r.id),
+			ids[0], ids[1], ids[2], ids[3], ids[4], file, r.reason, []byte(r.data)); err != nil {
+			return fmt.Errorf("copy record %d: %w", r.seq, err)
+		}
+	}
+	_, err = tx.ExecContext(ctx, `DROP TABLE records_v1`)
+	return err
 }
 
 // migrate brings the database on c to schemaVersion, one transaction per
@@ -79,7 +177,7 @@ func migrate(ctx context.Context, c *sql.Conn) error {
 		if err != nil {
 			return fmt.Errorf("migrate to %d: %w", v+1, err)
 		}
-		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+		if err := migrations[v](ctx, tx); err != nil {
 			_ = tx.Rollback()
 			return fmt.Errorf("migrate to %d: %w", v+1, err)
 		}
@@ -95,8 +193,24 @@ func migrate(ctx context.Context, c *sql.Conn) error {
 }
 
 const insertRecordSQL = `INSERT OR IGNORE INTO records
-	(seq, record_id, end_ns, start_ns, server, server_ip, site, user_name, path, reason, data)
+	(seq, end_ns, rid, server_id, ip_id, site_id, user_id, dir_id, file, reason, data)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// insertChunkSQL inserts n records in one statement (see Store.insert).
+func insertChunkSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT OR IGNORE INTO records
+	(seq, end_ns, rid, server_id, ip_id, site_id, user_id, dir_id, file, reason, data) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?,?,?,?,?,?,?,?,?,?)")
+	}
+	return b.String()
+}
+
+const deleteChunkSQL = `DELETE FROM records WHERE seq BETWEEN ? AND ?`
 
 const insertEventSQL = `INSERT OR IGNORE INTO events
 	(seq, event_id, time_ns, type, server, site, data)

@@ -90,9 +90,9 @@ type Options struct {
 	// this size after a checkpoint.
 	WALLimit int64
 	// CacheBytes is the writer's page cache (SQLite cache_size). Index
-	// inserts with random keys (record_id, path) need the upper levels of
-	// every index in memory; with SQLite's 2 MiB default each batch rereads
-	// pages from disk and appends are several times slower.
+	// inserts need the upper levels of every index and the current page of
+	// each server, site, user and directory in memory; with SQLite's 2 MiB
+	// default each batch rereads pages from disk.
 	CacheBytes int64
 	// PageSize is the SQLite page size of a new database (ignored for an
 	// existing one). Larger pages mean fewer WAL frames and syscalls per
@@ -165,6 +165,9 @@ func (o *Options) fill() error {
 	return nil
 }
 
+// dictCacheSize bounds the writer's cache of name ids (see dict).
+const dictCacheSize = 1 << 18
+
 // Store is the durable record log. Create it with Open; it is safe for
 // concurrent use.
 type Store struct {
@@ -180,8 +183,12 @@ type Store struct {
 	mu         sync.Mutex
 	wc         *sql.Conn
 	insRecord  *sql.Stmt
+	insChunk   *sql.Stmt // chunkRows records
+	delChunk   *sql.Stmt // undoes insChunk
+	args       []any     // reused by insert
 	insEvent   *sql.Stmt
 	setLastSeq *sql.Stmt
+	dict       *dict
 	closed     bool
 
 	lastSeq  atomic.Int64
@@ -205,7 +212,7 @@ func Open(opts Options, log *slog.Logger, reg prometheus.Registerer) (*Store, er
 			return nil, fmt.Errorf("open store: create dir: %w", err)
 		}
 	}
-	s := &Store{opts: opts, log: log, cursors: map[string]int64{}}
+	s := &Store{opts: opts, log: log, cursors: map[string]int64{}, dict: newDict(dictCacheSize)}
 	if err := s.open(); err != nil {
 		s.closeDBs()
 		return nil, fmt.Errorf("open store %s: %w", opts.Path, err)
@@ -265,6 +272,12 @@ func (s *Store) open() error {
 	}
 	if s.insRecord, err = s.wc.PrepareContext(ctx, insertRecordSQL); err != nil {
 		return fmt.Errorf("prepare record insert: %w", err)
+	}
+	if s.insChunk, err = s.wc.PrepareContext(ctx, insertChunkSQL(chunkRows)); err != nil {
+		return fmt.Errorf("prepare record chunk insert: %w", err)
+	}
+	if s.delChunk, err = s.wc.PrepareContext(ctx, deleteChunkSQL); err != nil {
+		return fmt.Errorf("prepare record chunk delete: %w", err)
 	}
 	if s.insEvent, err = s.wc.PrepareContext(ctx, insertEventSQL); err != nil {
 		return fmt.Errorf("prepare event insert: %w", err)
@@ -332,7 +345,7 @@ func (s *Store) Close() error {
 
 func (s *Store) closeDBs() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{s.insRecord, s.insEvent, s.setLastSeq} {
+	for _, st := range []*sql.Stmt{s.insRecord, s.insChunk, s.delChunk, s.insEvent, s.setLastSeq} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}

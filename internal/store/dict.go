@@ -1,0 +1,137 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// dictKind says which column a dictionary name belongs to (names.kind).
+type dictKind uint8
+
+// The dictionary kinds. The values are stored; never renumber them.
+const (
+	kindServer dictKind = 1 // records.server_id: ServerHost, or ServerIP without a host
+	kindIP     dictKind = 2 // records.ip_id: ServerIP
+	kindSite   dictKind = 3 // records.site_id
+	kindUser   dictKind = 4 // records.user_id
+	kindDir    dictKind = 5 // records.dir_id: the path up to and including its last '/'
+)
+
+type dictKey struct {
+	kind dictKind
+	name string
+}
+
+// dict maps low-cardinality names (servers, sites, users, directories) to
+// the small integer ids stored in records, through the names table. It
+// caches the ids it has seen; misses are read or inserted in the writer's
+// current transaction. Only the writer uses it, under Store.mu.
+//
+// The cache is bounded: when it reaches max entries it is emptied and
+// refills from the table (directories are the only kind that can be
+// numerous). Ids inserted by a transaction that rolls back are forgotten.
+type dict struct {
+	ids   [kindDir + 1]map[string]int64 // by kind; string keys hash fastest
+	n     int                           // entries in all maps
+	added []dictKey                     // inserted by the current transaction
+	max   int
+}
+
+func newDict(max int) *dict {
+	d := &dict{max: max}
+	for i := range d.ids {
+		d.ids[i] = make(map[string]int64)
+	}
+	return d
+}
+
+// dbtx is what dict needs of a connection or transaction.
+type dbtx interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// id returns the id of name, inserting it into names (in c's transaction)
+// when it is new. The empty name is id 0 and is not stored.
+func (d *dict) id(ctx context.Context, c dbtx, kind dictKind, name string) (int64, error) {
+	if name == "" {
+		return 0, nil
+	}
+	if id, ok := d.ids[kind][name]; ok {
+		return id, nil
+	}
+	var id int64
+	err := c.QueryRowContext(ctx, `SELECT id FROM names WHERE kind = ? AND name = ?`, kind, name).Scan(&id)
+	fresh := false
+	if errors.Is(err, sql.ErrNoRows) {
+		var res sql.Result
+		if res, err = c.ExecContext(ctx, `INSERT INTO names (kind, name) VALUES (?, ?)`, kind, name); err == nil {
+			id, err = res.LastInsertId()
+			fresh = true
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("name id %q: %w", name, err)
+	}
+	if d.n >= d.max {
+		d.reset()
+	}
+	k := dictKey{kind, strings.Clone(name)}
+	d.ids[kind][k.name] = id
+	d.n++
+	if fresh {
+		d.added = append(d.added, k)
+	}
+	return id, nil
+}
+
+// commit keeps the ids inserted by the transaction that just committed.
+func (d *dict) commit() { d.added = d.added[:0] }
+
+// rollback forgets the ids inserted by the transaction that rolled back.
+func (d *dict) rollback() {
+	for _, k := range d.added {
+		if _, ok := d.ids[k.kind][k.name]; ok {
+			delete(d.ids[k.kind], k.name)
+			d.n--
+		}
+	}
+	d.added = d.added[:0]
+}
+
+// reset empties the cache (after names were deleted).
+func (d *dict) reset() {
+	for _, m := range d.ids {
+		clear(m)
+	}
+	d.n = 0
+	d.added = d.added[:0]
+}
+
+// splitPath splits p after its last '/': dir keeps the slash. A path
+// without '/' is all file.
+func splitPath(p string) (dir, file string) {
+	i := strings.LastIndexByte(p, '/')
+	return p[:i+1], p[i+1:]
+}
+
+// ridOf is the 64-bit key of a record id stored in records.rid: the first
+// 16 hex digits of the id (record ids are hex SHA-256 prefixes), or an
+// FNV-1a hash of the whole id when it does not start with 16 hex digits.
+func ridOf(id string) int64 {
+	if len(id) >= 16 {
+		if v, err := strconv.ParseUint(id[:16], 16, 64); err == nil {
+			return int64(v)
+		}
+	}
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	return int64(h)
+}
