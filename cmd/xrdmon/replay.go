@@ -90,7 +90,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	r := &replayer{enc: enc, match: match, shard: correlate.NewShard(correlate.DefaultConfig())}
 	sum, err := r.run(ctx, src, w, ew)
-	sum.write(stderr, r.shard.Stats())
+	st := r.shard.Stats()
+	st.InvalidEvents += r.invalidEvents
+	sum.write(stderr, st)
 	if err != nil {
 		return err
 	}
@@ -107,6 +109,9 @@ type replayer struct {
 	enc   func([]byte, *record.Record) []byte
 	match func(*record.Record) bool
 	shard *correlate.Shard
+	// invalidEvents counts g-stream lines that were not valid JSON; the
+	// writer goroutine owns it until run returns.
+	invalidEvents uint64
 }
 
 type replaySummary struct {
@@ -125,28 +130,56 @@ func (r *replayer) run(ctx context.Context, src *file.File, w, ew io.Writer) (re
 		close(batches)
 	}()
 
-	type chunk struct{ recs, evs []byte }
-	chunks := make(chan chunk, 4)
+	// The correlating goroutine hands records and events over in chunks;
+	// the writer goroutine encodes and writes them, so JSON encoding runs
+	// beside correlation rather than after it. Chunks are recycled.
+	type chunk struct {
+		recs []record.Record
+		evs  []record.Event
+	}
+	chunks := make(chan *chunk, 4)
+	free := make(chan *chunk, 6)
+	for range cap(free) {
+		free <- &chunk{}
+	}
 	writeDone := make(chan error, 1)
-	free := make(chan chunk, 4)
 	go func() {
 		bw := bufio.NewWriterSize(w, 1<<20)
 		var ebw *bufio.Writer
 		if ew != nil {
 			ebw = bufio.NewWriterSize(ew, 1<<20)
 		}
+		var buf []byte
 		var err error
 		for c := range chunks {
 			if err == nil {
-				_, err = bw.Write(c.recs)
+				buf = buf[:0]
+				for i := range c.recs {
+					if r.match != nil && !r.match(&c.recs[i]) {
+						continue
+					}
+					buf = r.enc(buf, &c.recs[i])
+					buf = append(buf, '\n')
+				}
+				_, err = bw.Write(buf)
+			}
+			for i := range c.evs {
+				if !record.TypeEvent(&c.evs[i]) {
+					r.invalidEvents++
+				}
 			}
 			if err == nil && ebw != nil {
-				_, err = ebw.Write(c.evs)
+				buf = buf[:0]
+				for i := range c.evs {
+					buf = record.AppendEventJSON(buf, &c.evs[i])
+					buf = append(buf, '\n')
+				}
+				_, err = ebw.Write(buf)
 			}
-			select {
-			case free <- chunk{c.recs[:0], c.evs[:0]}:
-			default:
-			}
+			clear(c.recs)
+			clear(c.evs)
+			c.recs, c.evs = c.recs[:0], c.evs[:0]
+			free <- c
 		}
 		if err == nil {
 			err = bw.Flush()
@@ -157,36 +190,15 @@ func (r *replayer) run(ctx context.Context, src *file.File, w, ew io.Writer) (re
 		writeDone <- err
 	}()
 
-	var recs []record.Record
-	var evs []record.Event
 	var last time.Time
-	emit := func() {
-		recs = r.shard.TakeRecords(recs[:0])
-		evs = r.shard.TakeEvents(evs[:0])
-		if len(recs) == 0 && len(evs) == 0 {
-			return
+	cur := <-free
+	emit := func(force bool) {
+		cur.recs = r.shard.TakeRecords(cur.recs)
+		cur.evs = r.shard.TakeRawEvents(cur.evs) // typed by the writer
+		if len(cur.recs)+len(cur.evs) >= 4096 || (force && len(cur.recs)+len(cur.evs) > 0) {
+			chunks <- cur
+			cur = <-free
 		}
-		var c chunk
-		select {
-		case c = <-free:
-		default:
-		}
-		for i := range recs {
-			if r.match != nil && !r.match(&recs[i]) {
-				continue
-			}
-			c.recs = r.enc(c.recs, &recs[i])
-			c.recs = append(c.recs, '\n')
-		}
-		if ew != nil {
-			for i := range evs {
-				c.evs = record.AppendEventJSON(c.evs, &evs[i])
-				c.evs = append(c.evs, '\n')
-			}
-		}
-		clear(recs)
-		clear(evs)
-		chunks <- c
 	}
 	for b := range batches {
 		for i := range b.Packets {
@@ -200,14 +212,14 @@ func (r *replayer) run(ctx context.Context, src *file.File, w, ew io.Writer) (re
 		if b.Free != nil {
 			b.Free()
 		}
-		emit()
+		emit(false)
 	}
 	sum.readErr = <-readDone
 	if last.IsZero() {
 		last = time.Now()
 	}
 	r.shard.Flush(last)
-	emit()
+	emit(true)
 	close(chunks)
 	werr := <-writeDone
 	sum.elapsed = time.Since(start)

@@ -158,6 +158,20 @@ func (s *Shard) TakeRecords(dst []record.Record) []record.Record {
 // TakeEvents appends the g-stream events emitted since the last call to
 // dst and returns it.
 func (s *Shard) TakeEvents(dst []record.Event) []record.Event {
+	for i := range s.events {
+		if !record.TypeEvent(&s.events[i]) {
+			s.stats.InvalidEvents++
+		}
+	}
+	return s.TakeRawEvents(dst)
+}
+
+// TakeRawEvents is TakeEvents without typing: the events keep the
+// producer's line in Raw, and the caller types them with record.TypeEvent
+// (and counts the invalid ones), typically in another goroutine, so JSON
+// parsing stays off the packet path. Stats.InvalidEvents then counts only
+// events typed by TakeEvents.
+func (s *Shard) TakeRawEvents(dst []record.Event) []record.Event {
 	dst = append(dst, s.events...)
 	clear(s.events)
 	s.events = s.events[:0]
@@ -479,10 +493,9 @@ func (s *Shard) emitEvents(inc *incarnation, prov byte, pseq uint8, tEnd int64, 
 	at := time.Unix(tEnd, 0).UTC()
 	for i := 0; it.Next(); i++ {
 		line := it.Line()
-		typ, raw, valid := record.ParseEvent(prov, line)
 		s.events = append(s.events, record.Event{
 			EventID:    record.EventID(inc.ip, int64(inc.key.stod), inc.key.sid, prov, pseq, tEnd, i, line),
-			Type:       typ,
+			Type:       record.ProviderType(prov),
 			Provider:   providerNames[prov],
 			Time:       at,
 			Received:   s.now,
@@ -491,12 +504,8 @@ func (s *Shard) emitEvents(inc *incarnation, prov byte, pseq uint8, tEnd int64, 
 			ServerID:   inc.key.sid,
 			ServerStod: int64(inc.key.stod),
 			Site:       inc.site,
-			Data:       raw,
-			Valid:      valid,
+			Raw:        bytes.Clone(line), // typed by TakeEvents or the caller (record.TypeEvent)
 		})
 		s.stats.Events++
-		if !valid {
-			s.stats.InvalidEvents++
-		}
 	}
 }

@@ -114,8 +114,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(descRecords, s.Records[i], kind, reason)
 	}
-	counter(descEvents, s.Events-s.InvalidEvents, "true")
-	counter(descEvents, s.InvalidEvents, "false")
+	invalid := s.InvalidEvents + c.p.invalidEvents.Load()
+	counter(descEvents, s.Events-min(invalid, s.Events), "true")
+	counter(descEvents, invalid, "false")
 	counter(descRestarts, s.Restarts)
 	counter(descPendingDropped, s.PendingDropped)
 	gauge(descState, s.Servers, "servers")

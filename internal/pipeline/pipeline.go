@@ -113,7 +113,8 @@ type Pipeline struct {
 	statsMu sync.Mutex
 	stats   []correlate.Stats // last stats reported by each shard
 
-	ready atomic.Bool
+	ready         atomic.Bool
+	invalidEvents atomic.Uint64 // g-stream lines that were not valid JSON (typed in commit)
 }
 
 // New returns a pipeline writing to st and naming hosts with namer (nil: no
@@ -261,7 +262,7 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 		s.c.Tick(br.now)
 	}
 	s.recs = s.c.TakeRecords(s.recs[:0])
-	s.evs = s.c.TakeEvents(s.evs[:0])
+	s.evs = s.c.TakeRawEvents(s.evs[:0]) // typed by the writer, off the packet path
 	var state []byte
 	var err error
 	if br.checkpoint {
@@ -388,6 +389,11 @@ func (p *Pipeline) commit(br *barrier) error {
 	if br.err != nil {
 		p.log.Error("Checkpoint failed; input stays unacknowledged", "err", br.err)
 		br.acks = nil
+	}
+	for i := range br.evs {
+		if !record.TypeEvent(&br.evs[i]) {
+			p.invalidEvents.Add(1)
+		}
 	}
 	p.name(br.recs, br.evs)
 	backoff := 100 * time.Millisecond

@@ -44,4 +44,25 @@ type Event struct {
 	Data json.RawMessage `json:"data"`
 	// Valid is false when the producer's line was not valid JSON.
 	Valid bool `json:"valid"`
+
+	// Raw, when set, is the producer's line not yet typed: Type is only the
+	// provider's type, and Data and Valid are not set. TypeEvent fills them
+	// and clears Raw. The correlator leaves events raw so that parsing JSON
+	// happens beside the packet path, not on it.
+	Raw []byte `json:"-"`
+}
+
+// TypeEvent types a raw event (see Event.Raw) with ParseEvent and reports
+// whether its line was valid. An event that is not raw is left as it is.
+func TypeEvent(e *Event) (valid bool) {
+	if e.Raw == nil {
+		return e.Valid
+	}
+	var prov byte
+	if e.Provider != "" {
+		prov = e.Provider[0]
+	}
+	e.Type, e.Data, e.Valid = ParseEvent(prov, e.Raw)
+	e.Raw = nil
+	return e.Valid
 }
