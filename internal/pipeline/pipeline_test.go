@@ -1,0 +1,248 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/packet"
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/source"
+)
+
+// fakeStore records what the pipeline writes, in order, and can fail.
+type fakeStore struct {
+	mu       sync.Mutex
+	log      []string // "append", "state <key>", "ack <n>"
+	recs     []record.Record
+	evs      []record.Event
+	states   map[string][]byte
+	failLeft int // Append calls that fail before one succeeds
+}
+
+func (f *fakeStore) Append(_ context.Context, recs []record.Record, evs []record.Event) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failLeft > 0 {
+		f.failLeft--
+		return errors.New("disk on fire")
+	}
+	f.log = append(f.log, "append")
+	f.recs = append(f.recs, recs...)
+	f.evs = append(f.evs, evs...)
+	return nil
+}
+
+func (f *fakeStore) PutState(_ context.Context, key string, blob []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.states == nil {
+		f.states = map[string][]byte{}
+	}
+	f.states[key] = append([]byte(nil), blob...)
+	f.log = append(f.log, "state "+key)
+	return nil
+}
+
+func (f *fakeStore) GetState(_ context.Context, key string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.states[key], nil
+}
+
+func (f *fakeStore) note(s string) {
+	f.mu.Lock()
+	f.log = append(f.log, s)
+	f.mu.Unlock()
+}
+
+// transfer returns the datagrams of one file read on a server: login, and
+// an f packet with open, (optionally) close and disconnect.
+func transfer(stod uint32, seq *uint8, fseq *uint8, user, file uint32, closed bool) [][]byte {
+	*seq++
+	uid := "xroot/alice.1:77@client.example.org"
+	u := packet.AppendMap(nil, packet.Header{Code: packet.CodeUser, Pseq: *seq, Stod: stod}, user, []byte(uid+"\n&p=gsi&n=alice&h=c&o=cms&r=&g=&m=&I=4"))
+	*fseq++
+	var fb packet.FStreamBuilder
+	fb.Reset(nil, packet.Header{Pseq: *fseq, Stod: stod}, 1700000000, 1700000001, 77, true)
+	fb.Open(packet.FileOpen{FileID: file, FileSize: 10, HasLFN: true, User: user, LFN: []byte("/store/f")})
+	fb.Xfr(packet.FileXfr{FileID: file, Read: 5})
+	if closed {
+		fb.Close(packet.FileClose{FileID: file, Read: 10})
+	}
+	return [][]byte{u, fb.Finish(1700000002)}
+}
+
+func batchOf(sender string, pkts [][]byte, ack func() error, freed *int32, mu *sync.Mutex) *source.Batch {
+	b := &source.Batch{Ack: ack}
+	for _, p := range pkts {
+		b.Packets = append(b.Packets, source.Packet{Data: p, Sender: netip.MustParseAddrPort(sender), Received: time.Now()})
+	}
+	b.Free = func() { mu.Lock(); *freed++; mu.Unlock() }
+	return b
+}
+
+func testOptions() Options {
+	o := DefaultOptions()
+	o.Shards = 2
+	o.FlushInterval = 10 * time.Millisecond
+	o.CheckpointInterval = 30 * time.Millisecond
+	return o
+}
+
+// TestAckAfterCheckpoint: a batch is acknowledged only after its records are
+// appended and every shard's state has been checkpointed; every batch is
+// freed exactly once; records come out complete.
+func TestAckAfterCheckpoint(t *testing.T) {
+	st := &fakeStore{}
+	p, err := New(context.Background(), testOptions(), st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan *source.Batch)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(context.Background(), in) }()
+
+	var mu sync.Mutex
+	var freed int32
+	senders := []string{"192.0.2.1:1094", "192.0.2.2:1094", "[2001:db8::3]:1094", "192.0.2.4:1094"}
+	for i, sender := range senders {
+		var seq, fseq uint8
+		n := i
+		in <- batchOf(sender, transfer(1700000000, &seq, &fseq, 10, 11, true), func() error {
+			st.note("ack " + string(rune('0'+n)))
+			return nil
+		}, &freed, &mu)
+	}
+	close(in)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(st.recs) != 4 {
+		t.Fatalf("%d records, want 4", len(st.recs))
+	}
+	for _, r := range st.recs {
+		if r.Partial() || r.ReadBytes != 10 || r.User != "alice" {
+			t.Errorf("record %+v", r)
+		}
+	}
+	if freed != 4 {
+		t.Errorf("batches freed %d times, want 4", freed)
+	}
+	// Every ack comes after an append and after both shards' states that
+	// follow it in the log.
+	log := strings.Join(st.log, ",")
+	for _, n := range "0123" {
+		ack := strings.Index(log, "ack "+string(n))
+		if ack < 0 {
+			t.Fatalf("batch %c never acknowledged: %s", n, log)
+		}
+		before := log[:ack]
+		if !strings.Contains(before, "append") || !strings.Contains(before, "state correlate/0-of-2") ||
+			!strings.Contains(before, "state correlate/1-of-2") {
+			t.Errorf("ack %c before its records and checkpoint were durable: %s", n, log)
+		}
+	}
+	if s := p.Stats(); s.Accounted != 8 || s.TotalRejected() != 0 || s.TotalLost() != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestRestoreFromCheckpoint: a file opened before the pipeline stops is
+// completed by a close after a new pipeline restores the checkpoint.
+func TestRestoreFromCheckpoint(t *testing.T) {
+	st := &fakeStore{}
+	var mu sync.Mutex
+	var freed int32
+	var seq, fseq uint8
+	run := func(pkts [][]byte) {
+		p, err := New(context.Background(), testOptions(), st, nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := make(chan *source.Batch, 1)
+		in <- batchOf("192.0.2.9:1094", pkts, nil, &freed, &mu)
+		close(in)
+		if err := p.Run(context.Background(), in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(transfer(1700000000, &seq, &fseq, 20, 21, false))
+	if len(st.recs) != 0 {
+		t.Fatalf("records before the close: %+v", st.recs)
+	}
+	fseq++
+	var fb packet.FStreamBuilder
+	fb.Reset(nil, packet.Header{Pseq: fseq, Stod: 1700000000}, 1700000100, 1700000101, 77, true)
+	fb.Close(packet.FileClose{FileID: 21, Read: 99})
+	run([][]byte{fb.Finish(1700000102)})
+	if len(st.recs) != 1 || st.recs[0].Partial() || st.recs[0].ReadBytes != 99 || st.recs[0].User != "alice" {
+		t.Fatalf("records %+v", st.recs)
+	}
+}
+
+// TestStoreFailureRetries: a failing store delays the commit and the ack;
+// nothing is dropped.
+func TestStoreFailureRetries(t *testing.T) {
+	st := &fakeStore{failLeft: 3}
+	p, err := New(context.Background(), testOptions(), st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var freed int32
+	var seq, fseq uint8
+	acked := make(chan struct{})
+	in := make(chan *source.Batch, 1)
+	in <- batchOf("192.0.2.5:1094", transfer(1700000000, &seq, &fseq, 30, 31, true), func() error {
+		if st.failLeft > 0 {
+			t.Error("acknowledged while the store was failing")
+		}
+		close(acked)
+		return nil
+	}, &freed, &mu)
+	close(in)
+	if err := p.Run(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-acked:
+	default:
+		t.Fatal("batch never acknowledged")
+	}
+	if len(st.recs) != 1 {
+		t.Fatalf("%d records, want 1", len(st.recs))
+	}
+}
+
+// TestFlushOnExit: replay mode writes still-open files as end_of_input
+// partial records with the bytes of their last isXfr.
+func TestFlushOnExit(t *testing.T) {
+	st := &fakeStore{}
+	o := testOptions()
+	o.FlushOnExit = true
+	o.StateKey = ""
+	p, err := New(context.Background(), o, st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var freed int32
+	var seq, fseq uint8
+	in := make(chan *source.Batch, 1)
+	in <- batchOf("192.0.2.6:1094", transfer(1700000000, &seq, &fseq, 40, 41, false), nil, &freed, &mu)
+	close(in)
+	if err := p.Run(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.recs) != 1 || st.recs[0].Reason != record.EndOfInput || st.recs[0].ReadBytes != 5 {
+		t.Fatalf("records %+v", st.recs)
+	}
+	if len(st.states) != 0 {
+		t.Errorf("checkpointed with StateKey empty: %v", st.states)
+	}
+}
