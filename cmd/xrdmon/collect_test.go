@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 
 	"os"
 	"regexp"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/xrdmon/xrdmon/internal/config"
@@ -460,6 +462,98 @@ func TestCollectRestartKeepsOpenTransfers(t *testing.T) {
 		if r.Partial() || r.ReadBytes != 5000 || r.VO != "atlas" || !r.IPv6 || r.Site != "T2_TEST" ||
 			r.Start != time.Unix(1700000100, 0).UTC() || r.End != time.Unix(1700003602, 0).UTC() {
 			t.Errorf("record %+v", r)
+		}
+	}
+}
+
+// ptrServer is a DNS server on loopback answering PTR queries from names.
+func ptrServer(t *testing.T, names map[string]string) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zone := map[string]string{}
+	for ip, name := range names {
+		rev, err := dns.ReverseAddr(ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zone[rev] = name
+	}
+	started := make(chan struct{})
+	srv := &dns.Server{PacketConn: pc, NotifyStartedFunc: func() { close(started) },
+		Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+			m := new(dns.Msg)
+			m.SetReply(r)
+			name, ok := "", false
+			if len(r.Question) == 1 && r.Question[0].Qtype == dns.TypePTR {
+				name, ok = zone[strings.ToLower(r.Question[0].Name)]
+			}
+			if !ok {
+				m.SetRcode(r, dns.RcodeNameError)
+			} else {
+				m.Answer = append(m.Answer, &dns.PTR{Hdr: dns.RR_Header{Name: r.Question[0].Name,
+					Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: 3600}, Ptr: name})
+			}
+			_ = w.WriteMsg(m)
+		})}
+	go func() { _ = srv.ActivateAndServe() }()
+	<-started
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return pc.LocalAddr().String()
+}
+
+// TestCollectReverseDNS: server and client addresses are named by reverse
+// DNS (a real DNS server on loopback); an address without a name stays an
+// address.
+func TestCollectReverseDNS(t *testing.T) {
+	resolver := ptrServer(t, map[string]string{
+		"127.0.0.2":   "xrootd.example.org.",
+		"192.0.2.55":  "worker55.example.org.",
+		"2001:db8::9": "v6worker.example.org.",
+	})
+	d := startDaemon(t, func(c *config.Config) {
+		c.DNS.Enabled = true
+		c.DNS.Server = resolver
+		c.DNS.MaxWait = config.Duration(2 * time.Second)
+	})
+	s := &session{stod: 1700000000, sid: 808}
+	sid := strconv.FormatUint(s.sid, 10)
+	var pkts [][]byte
+	var fb packet.FStreamBuilder
+	s.fSq++
+	fb.Reset(nil, packet.Header{Pseq: s.fSq, Stod: s.stod}, 1700000100, 1700000101, s.sid, true)
+	for i, host := range []string{"192.0.2.55", "[2001:db8::9]", "192.0.2.77"} {
+		user, file := uint32(100+2*i), uint32(101+2*i)
+		uid := fmt.Sprintf("xroot/carol.%d:%s@%s", i, sid, host)
+		pkts = append(pkts, s.mapRec(packet.CodeUser, user, uid+"\n&p=gsi&n=carol&h=x&o=lhcb&r=&g=&m=&I=4"))
+		fb.Open(packet.FileOpen{FileID: file, FileSize: 1, HasLFN: true, User: user, LFN: []byte("/lhcb/" + strconv.Itoa(i))})
+		fb.Close(packet.FileClose{FileID: file, Read: 1})
+	}
+	pkts = append(pkts, fb.Finish(1700000102))
+	// From 127.0.0.2: 127.0.0.1 is named by /etc/hosts before DNS.
+	c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.ParseIP("127.0.0.2")}, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(d.udp)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pkts {
+		if _, err := c.Write(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	d.waitMetric(t, `xrdmon_records_total{kind="complete",reason="none"}`, 3)
+	if err := d.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"/lhcb/0": "worker55.example.org", "/lhcb/1": "v6worker.example.org", "/lhcb/2": ""}
+	for _, r := range d.records(t) {
+		if r.ServerHost != "xrootd.example.org" {
+			t.Errorf("%s: server host %q", r.Path, r.ServerHost)
+		}
+		if r.ClientName != want[r.Path] {
+			t.Errorf("%s: client name %q, want %q (client host %q)", r.Path, r.ClientName, want[r.Path], r.ClientHost)
 		}
 	}
 }
