@@ -24,7 +24,9 @@ type Config struct {
 	// still open keeps its details for packets that arrive late (reordered
 	// map or f-stream packets). It is much shorter than PendingTTL because
 	// sessions churn: at 1,000 sessions/s every second of grace holds 1,000
-	// sessions in memory and in every checkpoint. 0 means PendingTTL.
+	// sessions in memory and in every checkpoint (about 2 KB each).
+	// Packets of one server arrive reordered by milliseconds, not seconds,
+	// so the default is 10 s. 0 means PendingTTL.
 	DisconnectGrace time.Duration
 
 	// MaxOpenFiles bounds the open files of the shard; MaxOpenFilesPerServer
@@ -60,7 +62,7 @@ func DefaultConfig() Config {
 		OpenTTL:               12 * time.Hour,
 		SessionTTL:            12 * time.Hour,
 		PendingTTL:            300 * time.Second,
-		DisconnectGrace:       60 * time.Second,
+		DisconnectGrace:       10 * time.Second,
 		MaxOpenFiles:          1_000_000,
 		MaxOpenFilesPerServer: 200_000,
 		MaxSessions:           1_000_000,
