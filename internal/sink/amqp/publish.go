@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
@@ -21,7 +22,9 @@ import (
 // errNack is returned when the broker refused (nacked) a message.
 var errNack = errors.New("broker nacked a message")
 
-// publisher owns the connection. It is used by the loop goroutine only.
+// publisher owns the connection. It is used by the loop goroutine only. It
+// is a deliver.Pipeliner: the loop publishes the next batch while the
+// previous batches' confirms are outstanding.
 type publisher struct {
 	cfg    config.AMQPOutput
 	opts   Options
@@ -35,7 +38,8 @@ type publisher struct {
 
 	// per-batch scratch, reused
 	groups  [numKinds]group
-	pending []*amqp.DeferredConfirmation
+	pending []*amqp.DeferredConfirmation   // the confirms of the batch being published
+	free    [][]*amqp.DeferredConfirmation // pending slices of confirmed batches, for reuse
 }
 
 // kind indexes the message groups of a batch.
@@ -86,7 +90,7 @@ func (p *publisher) connect() error {
 	conf := amqp.Config{
 		Heartbeat:       p.opts.Heartbeat,
 		Locale:          "en_US",
-		Dial:            amqp.DefaultDial(p.opts.DialTimeout),
+		Dial:            coalescingDial(p.opts.DialTimeout),
 		TLSClientConfig: p.tls,
 		Properties:      amqp.Table{"product": "xrdmon", "connection_name": "xrdmon sink " + p.opts.Name},
 	}
@@ -141,21 +145,48 @@ func (p *publisher) close() {
 // Deliver publishes every message of batch and waits for all confirms.
 // On any failure the connection is dropped; the next call reconnects.
 func (p *publisher) Deliver(ctx context.Context, batch []store.Entry) error {
+	wait, err := p.Send(ctx, batch)
+	if err != nil {
+		return err
+	}
+	return wait(ctx)
+}
+
+// Send publishes every message of batch and returns without waiting for
+// the confirms; wait waits for them. Several batches may be in flight on
+// the channel: the deliver loop awaits them in order. On any failure
+// (Send's or wait's) the connection is dropped; the next Send reconnects,
+// and confirms still pending on the old connection are abandoned.
+func (p *publisher) Send(ctx context.Context, batch []store.Entry) (wait func(context.Context) error, err error) {
 	if p.conn == nil || p.conn.IsClosed() {
 		p.close()
 		if err := p.connect(); err != nil {
-			return err
+			return nil, err
 		}
+	}
+	if n := len(p.free); n > 0 {
+		p.pending, p.free = p.free[n-1][:0], p.free[:n-1]
+	} else {
+		p.pending = nil
 	}
 	if err := p.publishBatch(ctx, batch); err != nil {
 		p.close()
-		return err
+		return nil, err
 	}
-	return nil
+	pending, closed := p.pending, p.closed
+	p.pending = nil
+	return func(ctx context.Context) error {
+		if err := p.wait(ctx, pending, closed); err != nil {
+			p.close()
+			return err
+		}
+		clear(pending)
+		p.free = append(p.free, pending[:0])
+		return nil
+	}, nil
 }
 
 func (p *publisher) publishBatch(ctx context.Context, batch []store.Entry) error {
-	p.pending = p.pending[:0]
 	for i := range p.groups {
 		p.groups[i].n = 0
 	}
@@ -198,7 +229,7 @@ func (p *publisher) publishBatch(ctx context.Context, batch []store.Entry) error
 			return err
 		}
 	}
-	return p.wait(ctx)
+	return nil
 }
 
 // add appends one entry to group k, publishing the group first when it is
@@ -254,24 +285,25 @@ func (p *publisher) flush(ctx context.Context, k kind) error {
 	return nil
 }
 
-// wait waits for every pending confirm of the batch.
-func (p *publisher) wait(ctx context.Context) error {
-	if len(p.pending) == 0 {
+// wait waits for the confirms of one batch; closed is the close
+// notification of the connection it was published on.
+func (p *publisher) wait(ctx context.Context, pending []*amqp.DeferredConfirmation, closed chan *amqp.Error) error {
+	if len(pending) == 0 {
 		return nil
 	}
 	t := time.NewTimer(p.opts.ConfirmTimeout)
 	defer t.Stop()
-	for _, dc := range p.pending {
+	for _, dc := range pending {
 		select {
 		case <-dc.Done():
 			if !dc.Acked() {
-				if err := p.ch.IsClosed(); err {
+				if ch := p.ch; ch == nil || ch.IsClosed() {
 					return errors.New("channel closed before all confirms arrived")
 				}
 				return errNack
 			}
-		case err := <-p.closed:
-			if err != nil {
+		case err, ok := <-closed:
+			if ok && err != nil {
 				return fmt.Errorf("connection closed awaiting confirms: %w", err)
 			}
 			return errors.New("connection closed awaiting confirms")
@@ -281,8 +313,21 @@ func (p *publisher) wait(ctx context.Context) error {
 			return fmt.Errorf("await confirms: %w", ctx.Err())
 		}
 	}
-	p.pending = p.pending[:0]
 	return nil
+}
+
+// coalescingDial dials as amqp.DefaultDial does (with a deadline for the
+// handshakes, cleared by the client once connected) and wraps the socket
+// in a coalescingConn, so that the publishes of a batch share write(2)s.
+func coalescingDial(timeout time.Duration) func(network, addr string) (net.Conn, error) {
+	dial := amqp.DefaultDial(timeout)
+	return func(network, addr string) (net.Conn, error) {
+		c, err := dial(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return newCoalescingConn(c), nil
+	}
 }
 
 // readToken returns the JWT in path, without surrounding white space.

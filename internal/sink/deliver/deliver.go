@@ -38,6 +38,20 @@ type Deliverer interface {
 	Deliver(ctx context.Context, batch []store.Entry) error
 }
 
+// Pipeliner is a Deliverer that can have several batches in flight: Send
+// hands batch to the destination without waiting for its confirmation,
+// and the returned wait blocks until the destination has durably accepted
+// every entry of it (nil) or not (an error). The Loop calls the waits in
+// the order of the Sends, keeps batch untouched until its wait has
+// returned, and, after any Send or wait failed, abandons the waits still
+// pending (never calls them) and sends again from the last confirmed
+// batch: a Pipeliner must start afresh (e.g. on a new connection) after
+// it reported a failure. Send and the waits are called by one goroutine.
+type Pipeliner interface {
+	Deliverer
+	Send(ctx context.Context, batch []store.Entry) (wait func(context.Context) error, err error)
+}
+
 // Options tune a Loop. Start from DefaultOptions, or fill the zero fields
 // with WithDefaults.
 type Options struct {
@@ -45,6 +59,10 @@ type Options struct {
 	Name string
 	// BatchSize is the most log entries handed to one Deliver call.
 	BatchSize int
+	// InFlight is the most batches sent to a Pipeliner and not yet
+	// confirmed (1: each batch is confirmed before the next is sent).
+	// Plain Deliverers always have one.
+	InFlight int
 	// PollInterval is how often the store is polled when nothing is new.
 	PollInterval time.Duration
 	// MinBackoff and MaxBackoff bound the exponential retry delay.
@@ -55,10 +73,11 @@ type Options struct {
 }
 
 // DefaultOptions returns the defaults: no name (New requires one), 1000
-// entries per batch, 100 ms polling, backoff from 200 ms to 30 s, 10 s drain.
+// entries per batch, 2 batches in flight (for a Pipeliner), 100 ms polling, backoff from 200 ms to 30 s, 10 s drain.
 func DefaultOptions() Options {
 	return Options{
 		BatchSize:    1000,
+		InFlight:     2,
 		PollInterval: 100 * time.Millisecond,
 		MinBackoff:   200 * time.Millisecond,
 		MaxBackoff:   30 * time.Second,
@@ -75,6 +94,9 @@ func (o Options) WithDefaults(d Options) Options {
 	}
 	if o.BatchSize <= 0 {
 		o.BatchSize = d.BatchSize
+	}
+	if o.InFlight <= 0 {
+		o.InFlight = max(d.InFlight, 1)
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = d.PollInterval
@@ -138,8 +160,17 @@ func New(st *store.Store, d Deliverer, opts Options, log *slog.Logger, reg prome
 func (l *Loop) Name() string { return l.o.Name }
 
 type readResult struct {
+	after   int64 // the Seq the read started after
 	entries []store.Entry
 	err     error
+}
+
+// flight is a batch sent and not yet confirmed.
+type flight struct {
+	last  int64 // Seq of its last entry
+	n     int
+	start time.Time
+	wait  func(context.Context) error
 }
 
 // Run delivers until ctx is cancelled, then delivers what it can of the
@@ -148,6 +179,11 @@ type readResult struct {
 // cannot be read or registered). A sink whose cursor is not yet in the
 // store is registered at once, so that retention keeps what it has not
 // delivered.
+//
+// With a Pipeliner, up to Options.InFlight batches are sent before the
+// oldest is awaited; the cursor moves batch by batch, in order, and only
+// past batches whose wait returned nil. A failure abandons every batch in
+// flight and resumes, after the backoff, from the cursor.
 func (l *Loop) Run(ctx context.Context) error {
 	cursor, err := l.st.Cursor(ctx, l.o.Name)
 	if err != nil {
@@ -160,10 +196,16 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 	l.log.Info("Sink started", "sink", l.o.Name, "cursor", cursor)
 
+	pl, _ := l.d.(Pipeliner)
+	depth := 1
+	if pl != nil {
+		depth = l.o.InFlight
+	}
 	dctx := ctx // the context deliveries run under; replaced when draining
 	draining := false
-	var pending []store.Entry
-	var next chan readResult // prefetch of the batch after pending
+	readPos := cursor // the Seq the next batch is read after
+	var inflight []flight
+	var next chan readResult // prefetch of the batch after readPos
 	defer func() {
 		if next != nil {
 			<-next
@@ -175,6 +217,27 @@ func (l *Loop) Run(ctx context.Context) error {
 		draining = true
 		dctx, cancelDrain = context.WithTimeout(context.WithoutCancel(ctx), l.o.DrainTimeout)
 	}
+	// reset abandons what is in flight: delivery resumes from the cursor.
+	reset := func() {
+		inflight = inflight[:0]
+		readPos = cursor
+	}
+	// failed handles a failed read, send or wait; it reports whether Run
+	// must return.
+	failed := func(err error, why string) bool {
+		reset()
+		if !draining && ctx.Err() != nil {
+			return false // cancelled mid-batch: retry while draining
+		}
+		l.m.errors.Inc()
+		l.fail(err)
+		if draining {
+			l.stopped(cursor, why)
+			return true
+		}
+		l.sleep(ctx)
+		return false
+	}
 
 	for {
 		if !draining && ctx.Err() != nil {
@@ -184,36 +247,56 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.stopped(cursor, "drain timeout")
 			return nil
 		}
-		if pending == nil {
+		if len(inflight) < depth {
+			var batch []store.Entry
 			var err error
 			prefetched := false
 			if next != nil {
 				r := <-next
 				next = nil
-				pending, err = r.entries, r.err
-				prefetched = err == nil
+				if r.after == readPos && r.err == nil {
+					batch, prefetched = r.entries, true
+				}
 			}
 			if !prefetched {
-				// A failed prefetch may have run under the context
-				// cancelled since: read again under dctx.
-				pending, err = l.st.Read(dctx, cursor, l.o.BatchSize)
+				// A failed or stale prefetch may have run under the
+				// context cancelled since: read again under dctx.
+				batch, err = l.st.Read(dctx, readPos, l.o.BatchSize)
 			}
 			if err != nil {
-				pending = nil
-				if ctx.Err() != nil && !draining {
-					continue
-				}
-				l.m.errors.Inc()
-				l.fail(fmt.Errorf("read store: %w", err))
-				if draining {
-					l.stopped(cursor, "store unreadable")
+				if failed(fmt.Errorf("read store: %w", err), "store unreadable") {
 					return nil
 				}
-				l.sleep(ctx)
 				continue
 			}
-			if len(pending) == 0 {
-				pending = nil
+			if len(batch) > 0 {
+				last := batch[len(batch)-1].Seq
+				if len(batch) == l.o.BatchSize {
+					// More is likely waiting: read it while this batch is delivered.
+					next = make(chan readResult, 1)
+					go func(ctx context.Context, after int64) {
+						e, err := l.st.Read(ctx, after, l.o.BatchSize)
+						next <- readResult{after, e, err}
+					}(dctx, last)
+				}
+				f := flight{last: last, n: len(batch), start: time.Now()}
+				if pl != nil {
+					f.wait, err = pl.Send(dctx, batch)
+				} else {
+					err = l.d.Deliver(dctx, batch)
+				}
+				if err != nil {
+					if failed(err, "destination unavailable") {
+						return nil
+					}
+					continue
+				}
+				inflight = append(inflight, f)
+				readPos = last
+				if len(inflight) < depth {
+					continue
+				}
+			} else if len(inflight) == 0 {
 				if draining {
 					l.stopped(cursor, "backlog delivered")
 					return nil
@@ -226,42 +309,29 @@ func (l *Loop) Run(ctx context.Context) error {
 				t.Stop()
 				continue
 			}
-			if len(pending) == l.o.BatchSize {
-				// More is likely waiting: read it while this batch is delivered.
-				next = make(chan readResult, 1)
-				go func(ctx context.Context, after int64) {
-					e, err := l.st.Read(ctx, after, l.o.BatchSize)
-					next <- readResult{e, err}
-				}(dctx, pending[len(pending)-1].Seq)
-			}
 		}
 
-		start := time.Now()
-		if err := l.d.Deliver(dctx, pending); err != nil {
-			if !draining && ctx.Err() != nil {
-				continue // cancelled mid-batch: retry it while draining
+		// Complete the oldest batch in flight.
+		f := inflight[0]
+		if f.wait != nil {
+			if err := f.wait(dctx); err != nil {
+				if failed(err, "destination unavailable") {
+					return nil
+				}
+				continue
 			}
-			l.m.errors.Inc()
-			l.fail(err)
-			if draining {
-				l.stopped(cursor, "destination unavailable")
-				return nil
-			}
-			l.sleep(ctx)
-			continue
 		}
-		l.m.duration.Observe(time.Since(start).Seconds())
-		l.m.delivered.Add(float64(len(pending)))
+		inflight = append(inflight[:0], inflight[1:]...)
+		l.m.duration.Observe(time.Since(f.start).Seconds())
+		l.m.delivered.Add(float64(f.n))
 		l.recovered()
-		last := pending[len(pending)-1].Seq
-		if err := l.st.SetCursor(context.WithoutCancel(dctx), l.o.Name, last); err != nil {
+		if err := l.st.SetCursor(context.WithoutCancel(dctx), l.o.Name, f.last); err != nil {
 			// Delivered but not recorded: after a restart these entries
 			// are delivered again (at least once), nothing is lost.
 			l.m.errors.Inc()
-			l.log.Warn("Sink cursor not saved", "sink", l.o.Name, "seq", last, "err", err)
+			l.log.Warn("Sink cursor not saved", "sink", l.o.Name, "seq", f.last, "err", err)
 		}
-		cursor = last
-		pending = nil
+		cursor = f.last
 	}
 }
 

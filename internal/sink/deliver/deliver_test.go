@@ -431,16 +431,16 @@ func TestWithDefaults(t *testing.T) {
 	}{
 		"zero": {Options{}, d},
 		"set": {
-			Options{Name: "x", BatchSize: 7, PollInterval: 1, MinBackoff: 2, MaxBackoff: 3, DrainTimeout: 4},
-			Options{Name: "x", BatchSize: 7, PollInterval: 1, MinBackoff: 2, MaxBackoff: 3, DrainTimeout: 4},
+			Options{Name: "x", BatchSize: 7, InFlight: 5, PollInterval: 1, MinBackoff: 2, MaxBackoff: 3, DrainTimeout: 4},
+			Options{Name: "x", BatchSize: 7, InFlight: 5, PollInterval: 1, MinBackoff: 2, MaxBackoff: 3, DrainTimeout: 4},
 		},
 		"max below min": {
 			Options{Name: "x", MinBackoff: time.Minute, MaxBackoff: time.Second},
-			Options{Name: "x", BatchSize: d.BatchSize, PollInterval: d.PollInterval, MinBackoff: time.Minute,
+			Options{Name: "x", BatchSize: d.BatchSize, InFlight: d.InFlight, PollInterval: d.PollInterval, MinBackoff: time.Minute,
 				MaxBackoff: time.Minute, DrainTimeout: d.DrainTimeout},
 		},
 		"negative": {
-			Options{BatchSize: -1, PollInterval: -1, MinBackoff: -1, DrainTimeout: -1},
+			Options{BatchSize: -1, InFlight: -1, PollInterval: -1, MinBackoff: -1, DrainTimeout: -1},
 			d,
 		},
 	} {
@@ -449,5 +449,106 @@ func TestWithDefaults(t *testing.T) {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// pipe is a Pipeliner: it records each Send, and each batch's wait blocks
+// until the test confirms (nil) or fails it.
+type pipe struct {
+	fake
+	mu      sync.Mutex
+	sent    [][]int64            // seqs of every Send, in order
+	waiting map[int64]chan error // by first seq of the batch
+}
+
+func (p *pipe) Send(_ context.Context, batch []store.Entry) (func(context.Context) error, error) {
+	var seqs []int64
+	for _, e := range batch {
+		seqs = append(seqs, e.Seq)
+	}
+	ch := make(chan error, 1)
+	p.mu.Lock()
+	p.sent = append(p.sent, seqs)
+	p.waiting[seqs[0]] = ch
+	p.mu.Unlock()
+	return func(ctx context.Context) error {
+		select {
+		case err := <-ch:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}, nil
+}
+
+// answer answers the wait of the batch starting at first, once it is sent.
+func (p *pipe) answer(t *testing.T, first int64, err error) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("batch %d sent", first), func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.waiting[first] != nil
+	})
+	p.mu.Lock()
+	ch := p.waiting[first]
+	delete(p.waiting, first)
+	p.mu.Unlock()
+	ch <- err
+}
+
+func (p *pipe) sends() [][]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.sent)
+}
+
+func TestPipelinedCursor(t *testing.T) {
+	st := openStore(t, 50)
+	o := fastOptions("pipe")
+	o.BatchSize, o.InFlight = 10, 3
+	p := &pipe{waiting: map[int64]chan error{}}
+	l, err := New(st, p, o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, l)
+
+	// Three batches go out before any is confirmed; no fourth.
+	waitFor(t, "3 batches in flight", func() bool { return len(p.sends()) == 3 })
+	time.Sleep(50 * time.Millisecond)
+	if n := len(p.sends()); n != 3 {
+		t.Fatalf("%d batches sent with none confirmed, want 3 (InFlight)", n)
+	}
+	if c := cursorOf(t, st, "pipe"); c != 0 {
+		t.Fatalf("cursor %d before any confirm, want 0", c)
+	}
+	// Confirm batch 1: cursor 10, a fourth batch (31..40) is sent.
+	p.answer(t, 1, nil)
+	waitFor(t, "cursor 10", func() bool { return cursorOf(t, st, "pipe") == 10 })
+	waitFor(t, "4th batch", func() bool { return len(p.sends()) == 4 })
+	// Batch 2 fails: batches 3 and 4 are abandoned (their confirms never
+	// awaited), the cursor stays at 10, and delivery resumes at 11.
+	p.answer(t, 11, errors.New("nack"))
+	waitFor(t, "resend of 11..40", func() bool { return len(p.sends()) >= 7 })
+	if s := p.sends()[4]; s[0] != 11 {
+		t.Fatalf("after a failure, sent from %d, want 11", s[0])
+	}
+	if c := cursorOf(t, st, "pipe"); c != 10 {
+		t.Fatalf("cursor %d after a failed batch, want 10", c)
+	}
+	// Confirm everything from now on, in order: the cursor reaches 50.
+	for _, first := range []int64{11, 21, 31, 41} {
+		p.answer(t, first, nil)
+	}
+	waitFor(t, "cursor 50", func() bool { return cursorOf(t, st, "pipe") == 50 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var firsts []int64
+	for _, s := range p.sends() {
+		firsts = append(firsts, s[0])
+	}
+	if want := []int64{1, 11, 21, 31, 11, 21, 31, 41}; !slices.Equal(firsts, want) {
+		t.Fatalf("batches sent from %v, want %v", firsts, want)
 	}
 }

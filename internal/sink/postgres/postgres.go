@@ -2,11 +2,13 @@
 // the store's log, from its own persisted cursor, and bulk-loads them into
 // a records table partitioned by end time and an events table.
 //
-// Each batch is loaded in one transaction: COPY into temporary staging
-// tables, then INSERT ... SELECT ... ON CONFLICT DO NOTHING into the real
-// tables, then COMMIT; only then does the cursor move. A redelivered batch
-// (after a failure, a crash, or a cursor moved back) inserts nothing twice:
-// the load is idempotent on record_id and event_id. docs/postgres.md
+// Each batch is loaded in one transaction, with a binary COPY straight
+// into the tables, then COMMIT; only then does the cursor move. A
+// redelivered batch (after a failure, a crash, or a cursor moved back)
+// makes that COPY fail on the primary key; it is then loaded through
+// temporary staging tables and INSERT ... SELECT ... ON CONFLICT DO
+// NOTHING, so it inserts nothing twice: the load is idempotent on
+// record_id and event_id. docs/postgres.md
 // documents the schema and the reasoning; schema.go holds it as SQL.
 package postgres
 

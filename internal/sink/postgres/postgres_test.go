@@ -13,6 +13,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/store"
 )
 
 func TestClean(t *testing.T) {
@@ -265,5 +266,66 @@ func TestServerRestart(t *testing.T) {
 	waitFor(t, "cursor at end", 120*time.Second, func() bool { return cursor(t, st, opts.Name) == n })
 	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
 		t.Fatalf("%d rows, want %d", got, n)
+	}
+}
+
+// TestRedeliveryFallback: a batch that is in part in the tables already
+// (or repeats an entry) fails the direct COPY with a unique violation and
+// is loaded through staging instead; the writer stays on staging until a
+// batch holds no duplicate. Every row is stored once.
+func TestRedeliveryFallback(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	w, err := newWriter(u, fastOptions(schema), discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	ctx := context.Background()
+	entries := func(ids ...int) []store.Entry {
+		var out []store.Entry
+		for i, id := range ids {
+			if id < 0 {
+				e := testEvent(-id, record.EventTPC)
+				out = append(out, store.Entry{Seq: int64(i + 1), Event: &e})
+				continue
+			}
+			r := testRecord(id)
+			out = append(out, store.Entry{Seq: int64(i + 1), Record: &r})
+		}
+		return out
+	}
+	span := func(from, to int) []int {
+		var ids []int
+		for i := from; i < to; i++ {
+			ids = append(ids, i)
+		}
+		return ids
+	}
+	for _, tc := range []struct {
+		name      string
+		ids       []int
+		dupes     bool  // w.dupes after the batch
+		recs, evs int64 // rows after the batch
+	}{
+		{"new", append(span(0, 100), -1, -2), false, 100, 2},
+		{"overlap", append(span(50, 150), -2, -3), true, 150, 3},
+		{"repeat within batch, on staging", []int{200, 200, 201}, true, 152, 3},
+		{"clean batch leaves staging", span(300, 310), false, 162, 3},
+		{"repeat within batch, fast path", []int{400, 401, 400}, true, 164, 3},
+	} {
+		if err := w.Deliver(ctx, entries(tc.ids...)); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if w.dupes != tc.dupes {
+			t.Errorf("%s: dupes %v, want %v", tc.name, w.dupes, tc.dupes)
+		}
+		if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != tc.recs {
+			t.Errorf("%s: %d records, want %d", tc.name, got, tc.recs)
+		}
+		if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".events"); got != tc.evs {
+			t.Errorf("%s: %d events, want %d", tc.name, got, tc.evs)
+		}
 	}
 }

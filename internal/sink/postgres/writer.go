@@ -3,6 +3,7 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/store"
@@ -29,12 +31,17 @@ type writer struct {
 
 	conn       *pgx.Conn
 	partitions map[string]bool // suffixes known to exist
-	insRecords string
-	insEvents  string
+	// the statements of the fast path (COPY into the tables) and of the
+	// deduplicating one (COPY into staging, then INSERT ... ON CONFLICT)
+	copyRecords, copyStageRecords, insRecords string
+	copyEvents, copyStageEvents, insEvents    string
+	// dupes: the last batch was (in part) a redelivery; load through
+	// staging until a batch holds no duplicate.
+	dupes bool
 
 	recs []*record.Record
 	evs  []*record.Event
-	row  []any
+	copy copyBuf
 }
 
 func newWriter(url string, opts Options, log *slog.Logger) (*writer, error) {
@@ -49,15 +56,21 @@ func newWriter(url string, opts Options, log *slog.Logger) (*writer, error) {
 	cfg.RuntimeParams["application_name"] = "xrdmon"
 	cfg.RuntimeParams["statement_timeout"] = fmt.Sprint(opts.StatementTimeout.Milliseconds())
 	s := pgx.Identifier{opts.Schema}.Sanitize()
+	copySQL := func(table string, cols []string) string {
+		return `COPY ` + table + ` (` + strings.Join(cols, ", ") + `) FROM STDIN (FORMAT binary)`
+	}
 	return &writer{
-		cfg:        cfg,
-		opts:       opts,
-		log:        log,
-		partitions: map[string]bool{},
-		insRecords: `INSERT INTO ` + s + `.records SELECT * FROM ` + stageRecords + ` ON CONFLICT DO NOTHING`,
+		cfg:              cfg,
+		opts:             opts,
+		log:              log,
+		partitions:       map[string]bool{},
+		copyRecords:      copySQL(s+`.records`, recordColumns),
+		copyStageRecords: copySQL(stageRecords, recordColumns),
+		insRecords:       `INSERT INTO ` + s + `.records SELECT * FROM ` + stageRecords + ` ON CONFLICT DO NOTHING`,
+		copyEvents:       copySQL(s+`.events`, eventColumns),
+		copyStageEvents:  copySQL(stageEvents, eventColumns),
 		insEvents: `INSERT INTO ` + s + `.events (` + strings.Join(eventColumns, ", ") + `) SELECT ` +
-			strings.Join(eventColumns[:10], ", ") + `, data::jsonb, valid FROM ` + stageEvents + ` ON CONFLICT DO NOTHING`,
-		row: make([]any, len(recordColumns)),
+			strings.Join(eventColumns, ", ") + ` FROM ` + stageEvents + ` ON CONFLICT DO NOTHING`,
 	}, nil
 }
 
@@ -75,11 +88,7 @@ func (w *writer) connect(ctx context.Context) error {
 	s := pgx.Identifier{w.opts.Schema}.Sanitize()
 	for _, q := range []string{
 		`CREATE TEMP TABLE IF NOT EXISTS ` + stageRecords + ` (LIKE ` + s + `.records) ON COMMIT DELETE ROWS`,
-		// data is text here, cast to jsonb on insert.
-		`CREATE TEMP TABLE IF NOT EXISTS ` + stageEvents + ` (
-			event_id text, time timestamptz, received timestamptz, type text, provider text,
-			server_ip text, server_host text, server_id bigint, server_stod bigint, site text,
-			data text, valid boolean) ON COMMIT DELETE ROWS`,
+		`CREATE TEMP TABLE IF NOT EXISTS ` + stageEvents + ` (LIKE ` + s + `.events) ON COMMIT DELETE ROWS`,
 	} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			conn.Close(ctx)
@@ -88,6 +97,7 @@ func (w *writer) connect(ctx context.Context) error {
 	}
 	w.conn = conn
 	clear(w.partitions)
+	w.dupes = false
 	w.log.Debug("PostgreSQL sink connected", "host", w.cfg.Host, "database", w.cfg.Database, "schema", w.opts.Schema)
 	return nil
 }
@@ -129,31 +139,89 @@ func (w *writer) load(ctx context.Context, batch []store.Entry) error {
 	if err := w.ensurePartitions(ctx); err != nil {
 		return err
 	}
+	if !w.dupes {
+		err := w.loadTx(ctx, false)
+		if !isUniqueViolation(err) {
+			return err
+		}
+		// Part of the batch is in the tables already: a redelivery.
+		// Redeliveries come in runs (a crash, a cursor moved back), so
+		// the next batches go through staging too, until one holds no
+		// duplicate.
+		w.dupes = true
+		w.log.Debug("PostgreSQL batch already loaded in part, deduplicating", "entries", len(batch))
+	}
+	return w.loadTx(ctx, true)
+}
+
+// loadTx loads w.recs and w.evs in one transaction. The fast path
+// (staged false) copies them into the tables directly, and fails with a
+// unique violation when any is there already; staged copies them into the
+// staging tables and inserts those ON CONFLICT DO NOTHING, which skips
+// what is there already. After a staged load that skipped nothing,
+// w.dupes is cleared.
+func (w *writer) loadTx(ctx context.Context, staged bool) error {
 	tx, err := w.conn.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	skipped := false
 	if len(w.recs) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{stageRecords}, recordColumns, &recordRows{w: w, i: -1}); err != nil {
-			return fmt.Errorf("copy records: %w", err)
+		w.copy.reset()
+		for _, r := range w.recs {
+			w.copy.record(r)
 		}
-		if _, err := tx.Exec(ctx, w.insRecords); err != nil {
-			return fmt.Errorf("insert records: %w", err)
+		n, err := w.copyIn(ctx, staged, w.copyRecords, w.copyStageRecords, w.insRecords, len(w.recs))
+		if err != nil {
+			return fmt.Errorf("load records: %w", err)
 		}
+		skipped = skipped || n < int64(len(w.recs))
 	}
 	if len(w.evs) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{stageEvents}, eventColumns, &eventRows{w: w, i: -1}); err != nil {
-			return fmt.Errorf("copy events: %w", err)
+		w.copy.reset()
+		for _, e := range w.evs {
+			w.copy.event(e)
 		}
-		if _, err := tx.Exec(ctx, w.insEvents); err != nil {
-			return fmt.Errorf("insert events: %w", err)
+		n, err := w.copyIn(ctx, staged, w.copyEvents, w.copyStageEvents, w.insEvents, len(w.evs))
+		if err != nil {
+			return fmt.Errorf("load events: %w", err)
 		}
+		skipped = skipped || n < int64(len(w.evs))
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	if staged && !skipped {
+		w.dupes = false
+	}
 	return nil
+}
+
+// copyIn sends w.copy with the direct COPY statement, or with the staging
+// one followed by the insert; it returns the rows inserted.
+func (w *writer) copyIn(ctx context.Context, staged bool, direct, stage, insert string, rows int) (int64, error) {
+	pc := w.conn.PgConn()
+	if !staged {
+		if _, err := pc.CopyFrom(ctx, bytes.NewReader(w.copy.finish()), direct); err != nil {
+			return 0, fmt.Errorf("copy: %w", err)
+		}
+		return int64(rows), nil
+	}
+	if _, err := pc.CopyFrom(ctx, bytes.NewReader(w.copy.finish()), stage); err != nil {
+		return 0, fmt.Errorf("copy to staging: %w", err)
+	}
+	tag, err := w.conn.Exec(ctx, insert)
+	if err != nil {
+		return 0, fmt.Errorf("insert: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// isUniqueViolation reports whether err is PostgreSQL's unique_violation.
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
 // ensurePartitions creates the partitions the batch's records fall in, and
@@ -206,62 +274,6 @@ func partitionTime(r *record.Record) time.Time {
 		return r.Start
 	}
 	return time.Unix(0, 0)
-}
-
-// recordRows feeds CopyFrom; Values reuses one row slice.
-type recordRows struct {
-	w *writer
-	i int
-}
-
-func (s *recordRows) Next() bool { s.i++; return s.i < len(s.w.recs) }
-func (s *recordRows) Err() error { return nil }
-
-func (s *recordRows) Values() ([]any, error) {
-	r := s.w.recs[s.i]
-	v := s.w.row[:0]
-	v = append(v, r.RecordID, partitionTime(r), optTime(r.Start), r.Received, string(r.Reason),
-		clean(r.ServerIP), clean(r.ServerHost), int64(r.ServerID), r.ServerStod, clean(r.Site),
-		clean(r.Instance), clean(r.Program), clean(r.Version),
-		clean(r.Protocol), clean(r.User), int64(r.UserDictID), clean(r.ClientHost), clean(r.ClientName),
-		r.IPv6, clean(r.AuthProtocol), clean(r.DN),
-		clean(r.MonInfo), clean(r.VO), clean(r.Role), clean(r.Groups), clean(r.ClientRelease),
-		clean(r.AppName), clean(r.AppInfo),
-		clean(r.TokenSubject), clean(r.TokenUser), clean(r.TokenOrg), clean(r.TokenRole), clean(r.TokenGroups),
-		r.Experiment, r.Activity,
-		int64(r.FileID), clean(r.Path), r.FileSize, r.ReadWrite, r.Forced,
-		r.ReadBytes, r.ReadvBytes, r.WriteBytes,
-		r.HasOps, r.ReadOps, r.ReadvOps, r.WriteOps, r.ReadvSegs, r.ReadvSegsMin, r.ReadvSegsMax,
-		r.ReadMin, r.ReadMax, r.ReadvMin, r.ReadvMax, r.WriteMin, r.WriteMax,
-		r.HasSSQ, r.ReadSqSum, r.ReadvSqSum, r.ReadvSegSqSum, r.WriteSqSum)
-	return v, nil
-}
-
-type eventRows struct {
-	w *writer
-	i int
-}
-
-func (s *eventRows) Next() bool { s.i++; return s.i < len(s.w.evs) }
-func (s *eventRows) Err() error { return nil }
-
-func (s *eventRows) Values() ([]any, error) {
-	e := s.w.evs[s.i]
-	var data any
-	if len(e.Data) > 0 && !bytes.Equal(e.Data, []byte("null")) {
-		data = cleanJSON(e.Data)
-	}
-	v := s.w.row[:0]
-	v = append(v, e.EventID, e.Time, e.Received, string(e.Type), clean(e.Provider), clean(e.ServerIP),
-		clean(e.ServerHost), int64(e.ServerID), e.ServerStod, clean(e.Site), data, e.Valid)
-	return v, nil
-}
-
-func optTime(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t
 }
 
 // clean makes s storable in a PostgreSQL text column, which takes neither
