@@ -159,9 +159,19 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 			s.rollback()
 		}
 	}()
+	// The statements of the transaction run with a context that is never
+	// cancelled: with a cancellable one the driver starts a goroutine and a
+	// channel per statement execution to watch it (a few per 64 records).
+	// Cancellation is checked between chunks instead; the deferred rollback
+	// undoes the batch.
+	parent := ctx
+	ctx = context.WithoutCancel(ctx)
 	seq := s.lastSeq.Load()
 	args := s.args[:0]
 	for i := 0; i < len(recs); {
+		if err := parent.Err(); err != nil {
+			return 0, 0, 0, err
+		}
 		n := min(len(recs)-i, chunkRows)
 		if n < chunkRows {
 			n = 1 // the tail goes row by row
@@ -212,6 +222,9 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 	}
 	clear(args) // don't pin the batch's buffer
 	s.args = args[:0]
+	if err := parent.Err(); err != nil {
+		return 0, 0, 0, err
+	}
 	for i := range evs {
 		e := &evs[i]
 		res, err := s.insEvent.ExecContext(ctx, seq+1, e.EventID, unixNanos(e.Time), string(e.Type),
@@ -231,8 +244,8 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 			return 0, 0, 0, fmt.Errorf("update last seq: %w", err)
 		}
 	}
-	// COMMIT is not cancellable: once started it must finish.
-	if _, err := s.wc.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
+	// COMMIT is not cancellable either: once started it must finish.
+	if _, err := s.wc.ExecContext(ctx, "COMMIT"); err != nil {
 		return 0, 0, 0, fmt.Errorf("commit: %w", err)
 	}
 	s.dict.commit()

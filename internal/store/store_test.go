@@ -361,3 +361,44 @@ xrdmon_sink_backlog_records{sink="pg"} 10
 		t.Fatalf("store metrics: %d, %v", n, err)
 	}
 }
+
+// cancelAfter is a context whose Err reports cancellation from its n-th
+// call on (Done stays nil), to cancel an Append between its chunks.
+type cancelAfter struct {
+	context.Context
+	n int
+}
+
+func (c *cancelAfter) Err() error {
+	if c.n--; c.n < 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+func TestAppendCancelledMidBatch(t *testing.T) {
+	s, _ := openTest(t, nil)
+	if err := s.Append(context.Background(), testRecords(0, 3), nil); err != nil {
+		t.Fatal(err)
+	}
+	// 300 records are 4 full chunks and a tail: cancel after the second.
+	ctx := &cancelAfter{Context: context.Background(), n: 2}
+	err := s.Append(ctx, testRecords(3, 300), nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Append = %v, want context.Canceled", err)
+	}
+	if last, _ := s.LastSeq(context.Background()); last != 3 {
+		t.Fatalf("LastSeq = %d after cancelled Append, want 3", last)
+	}
+	got, err := s.Read(context.Background(), 0, 1000)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("Read = %d entries, %v; want the 3 of the first batch", len(got), err)
+	}
+	// The store still works, and the cancelled records can be appended.
+	if err := s.Append(context.Background(), testRecords(3, 300), nil); err != nil {
+		t.Fatal(err)
+	}
+	if last, _ := s.LastSeq(context.Background()); last != 303 {
+		t.Fatalf("LastSeq = %d, want 303", last)
+	}
+}
