@@ -16,10 +16,11 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 )
 
 func TestNewValidates(t *testing.T) {
-	st := openStore(t)
+	st := sinktest.OpenStore(t)
 	good := config.AMQPOutput{URL: "amqp://127.0.0.1:1/", Exchanges: config.Exchanges{Records: "x"}}
 	for name, tc := range map[string]struct {
 		cfg  config.AMQPOutput
@@ -69,7 +70,7 @@ func TestTokenIsPassword(t *testing.T) {
 	}
 	uri.Password = ""
 	p := &publisher{cfg: config.AMQPOutput{URL: uri.String(), TokenFile: tokFile}, opts: fastOptions()}
-	p.log = discard()
+	p.log = sinktest.Discard()
 	if err := p.connect(); err == nil {
 		p.close()
 		t.Fatal("connected with a wrong token")
@@ -100,32 +101,32 @@ func TestPublish(t *testing.T) {
 			t.Parallel()
 			ex := testExchanges(t, u)
 			cons := consume(t, u, exchangeNames(ex)...)
-			st := openStore(t)
+			st := sinktest.OpenStore(t)
 			const n = 250
 			recs := testRecords(0, n)
 			evs := []record.Event{
-				testEvent(1, record.EventCacheFileClose), testEvent(2, record.EventCacheFileClose),
-				testEvent(3, record.EventTPC), testEvent(4, record.EventThrottle), testEvent(5, record.EventOSS),
+				sinktest.Event(1, record.EventCacheFileClose), sinktest.Event(2, record.EventCacheFileClose),
+				sinktest.Event(3, record.EventTPC), sinktest.Event(4, record.EventThrottle), sinktest.Event(5, record.EventOSS),
 			}
 			if err := st.Append(context.Background(), recs[:100], evs); err != nil {
 				t.Fatal(err)
 			}
 			opts := fastOptions()
 			opts.BatchSize = 64
-			s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: ex, RecordsPerMessage: perMsg}, opts, st, discard(), nil)
+			s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: ex, RecordsPerMessage: perMsg}, opts, st, sinktest.Discard(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			runSink(t, s)
+			sinktest.RunSink(t, s)
 			if err := st.Append(context.Background(), recs[100:], nil); err != nil {
 				t.Fatal(err)
 			}
 			nWLCG := (n + 2) / 3
-			waitFor(t, "all messages", 20*time.Second, func() bool {
+			sinktest.WaitFor(t, "all messages", 20*time.Second, func() bool {
 				return cons.entries(ex.Records) == n && cons.entries(ex.WLCG) == nWLCG &&
 					cons.entries(ex.Cache) == 2 && cons.entries(ex.TPC) == 1 && cons.entries(ex.Events) == 2
 			})
-			waitFor(t, "cursor at end", 5*time.Second, func() bool { return cursor(t, st, opts.Name) == lastSeq(t, st) })
+			sinktest.WaitFor(t, "cursor at end", 5*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
 
 			wantGRACC := map[string]string{}
 			wantWLCG := map[string]string{}
@@ -193,19 +194,19 @@ func TestWLCGOnly(t *testing.T) {
 	ex := testExchanges(t, u)
 	ex.Cache, ex.TPC, ex.Events = "", "", ""
 	cons := consume(t, u, ex.Records, ex.WLCG)
-	st := openStore(t)
+	st := sinktest.OpenStore(t)
 	if err := st.Append(context.Background(), testRecords(0, 30), nil); err != nil {
 		t.Fatal(err)
 	}
 	opts := fastOptions()
 	opts.WLCGOnly = true
-	s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: ex, RecordsPerMessage: 1}, opts, st, discard(), nil)
+	s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: ex, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSink(t, s)
-	waitFor(t, "cursor at end", 10*time.Second, func() bool { return cursor(t, st, opts.Name) == lastSeq(t, st) })
-	waitFor(t, "messages", 5*time.Second, func() bool { return cons.entries(ex.Records)+cons.entries(ex.WLCG) == 30 })
+	sinktest.RunSink(t, s)
+	sinktest.WaitFor(t, "cursor at end", 10*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
+	sinktest.WaitFor(t, "messages", 5*time.Second, func() bool { return cons.entries(ex.Records)+cons.entries(ex.WLCG) == 30 })
 	if got := cons.entries(ex.WLCG); got != 10 {
 		t.Fatalf("%d on wlcg, want 10", got)
 	}
@@ -219,32 +220,32 @@ func TestCursorMovesOnlyAfterConfirms(t *testing.T) {
 	t.Parallel()
 	ex := testExchanges(t, u)
 	cons := consume(t, u, ex.Records)
-	st := openStore(t)
-	px := newProxy(t, freeAddr(t), brokerAddr(t, u))
-	px.start()
+	st := sinktest.OpenStore(t)
+	px := sinktest.NewProxy(t, brokerAddr(t, u))
+	px.Start()
 
 	opts := fastOptions()
-	s, err := NewWithOptions(config.AMQPOutput{URL: withAddr(t, u, px.addr), Exchanges: config.Exchanges{Records: ex.Records}, RecordsPerMessage: 1}, opts, st, discard(), nil)
+	s, err := NewWithOptions(config.AMQPOutput{URL: withAddr(t, u, px.Addr()), Exchanges: config.Exchanges{Records: ex.Records}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSink(t, s)
+	sinktest.RunSink(t, s)
 	// Let it connect, then hold the broker's replies.
 	if err := st.Append(context.Background(), testRecords(0, 1), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "first record", 10*time.Second, func() bool { return cursor(t, st, opts.Name) == 1 })
-	px.pause()
+	sinktest.WaitFor(t, "first record", 10*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == 1 })
+	px.Pause()
 	if err := st.Append(context.Background(), testRecords(1, 200), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "messages in the queue", 10*time.Second, func() bool { return cons.entries(ex.Records) == 201 })
+	sinktest.WaitFor(t, "messages in the queue", 10*time.Second, func() bool { return cons.entries(ex.Records) == 201 })
 	time.Sleep(200 * time.Millisecond) // give a wrong implementation the chance to move
-	if c := cursor(t, st, opts.Name); c != 1 {
+	if c := sinktest.Cursor(t, st, opts.Name); c != 1 {
 		t.Fatalf("cursor moved to %d before confirms arrived", c)
 	}
-	px.resume()
-	waitFor(t, "cursor after confirms", 10*time.Second, func() bool { return cursor(t, st, opts.Name) == 201 })
+	px.Resume()
+	sinktest.WaitFor(t, "cursor after confirms", 10*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == 201 })
 }
 
 // TestMissingExchange: publishing to an exchange that does not exist fails
@@ -254,19 +255,19 @@ func TestMissingExchange(t *testing.T) {
 	u := testURL(t)
 	t.Parallel()
 	name := uniq("xrdmon-test-missing")
-	st := openStore(t)
+	st := sinktest.OpenStore(t)
 	if err := st.Append(context.Background(), testRecords(0, 10), nil); err != nil {
 		t.Fatal(err)
 	}
 	opts := fastOptions()
 	reg := prometheus.NewRegistry()
-	s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: config.Exchanges{Records: name}, RecordsPerMessage: 1}, opts, st, discard(), reg)
+	s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: config.Exchanges{Records: name}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSink(t, s)
-	waitFor(t, "failed attempts", 10*time.Second, func() bool { return sinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name) >= 2 })
-	if c := cursor(t, st, opts.Name); c != 0 {
+	sinktest.RunSink(t, s)
+	sinktest.WaitFor(t, "failed attempts", 10*time.Second, func() bool { return sinktest.SinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name) >= 2 })
+	if c := sinktest.Cursor(t, st, opts.Name); c != 0 {
 		t.Fatalf("cursor %d with the exchange missing", c)
 	}
 	c, err := amqp.Dial(u)
@@ -279,8 +280,8 @@ func TestMissingExchange(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ch.ExchangeDelete(name, false, false)
-	waitFor(t, "delivery", 10*time.Second, func() bool { return cursor(t, st, opts.Name) == 10 })
-	if got := sinkCounter(t, reg, "xrdmon_sink_delivered_total", opts.Name); got != 10 {
+	sinktest.WaitFor(t, "delivery", 10*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == 10 })
+	if got := sinktest.SinkCounter(t, reg, "xrdmon_sink_delivered_total", opts.Name); got != 10 {
 		t.Fatalf("delivered_total = %v, want 10", got)
 	}
 }
@@ -293,43 +294,43 @@ func TestOutage(t *testing.T) {
 	t.Parallel()
 	ex := testExchanges(t, u)
 	cons := consume(t, u, ex.Records)
-	st := openStore(t)
-	px := newProxy(t, freeAddr(t), brokerAddr(t, u))
+	st := sinktest.OpenStore(t)
+	px := sinktest.NewProxy(t, brokerAddr(t, u))
 
 	opts := fastOptions()
 	opts.BatchSize = 100
 	reg := prometheus.NewRegistry()
-	s, err := NewWithOptions(config.AMQPOutput{URL: withAddr(t, u, px.addr), Exchanges: config.Exchanges{Records: ex.Records}, RecordsPerMessage: 1}, opts, st, discard(), reg)
+	s, err := NewWithOptions(config.AMQPOutput{URL: withAddr(t, u, px.Addr()), Exchanges: config.Exchanges{Records: ex.Records}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSink(t, s)
+	sinktest.RunSink(t, s)
 	const n = 20000
 	if err := st.Append(context.Background(), testRecords(0, n/4), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "failed connects", 10*time.Second, func() bool { return sinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name) >= 2 })
-	if c := cursor(t, st, opts.Name); c != 0 {
+	sinktest.WaitFor(t, "failed connects", 10*time.Second, func() bool { return sinktest.SinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name) >= 2 })
+	if c := sinktest.Cursor(t, st, opts.Name); c != 0 {
 		t.Fatalf("cursor %d while the broker is unreachable", c)
 	}
-	px.start()
+	px.Start()
 	for k := 1; k < 4; k++ {
 		if err := st.Append(context.Background(), testRecords(k*n/4, n/4), nil); err != nil {
 			t.Fatal(err)
 		}
 		if k < 3 {
 			target := int64(k * n / 4)
-			waitFor(t, "progress", 20*time.Second, func() bool { return cursor(t, st, opts.Name) >= target })
-			px.cut() // mid-stream: a backlog is still being published
+			sinktest.WaitFor(t, "progress", 20*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) >= target })
+			px.Cut() // mid-stream: a backlog is still being published
 			time.Sleep(100 * time.Millisecond)
-			px.start()
+			px.Start()
 		}
 	}
-	waitFor(t, "cursor at end", 60*time.Second, func() bool { return cursor(t, st, opts.Name) == n })
-	waitFor(t, "all messages", 20*time.Second, func() bool { return distinct(cons, ex.Records) == n })
+	sinktest.WaitFor(t, "cursor at end", 60*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == n })
+	sinktest.WaitFor(t, "all messages", 20*time.Second, func() bool { return distinct(cons, ex.Records) == n })
 	total := cons.entries(ex.Records)
 	t.Logf("outage: %d records, %d messages received, %d duplicates (at least once), %v failed attempts",
-		n, total, total-n, sinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name))
+		n, total, total-n, sinktest.SinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name))
 }
 
 func distinct(c *consumer, exchange string) int {
@@ -350,7 +351,7 @@ func TestBrokerRestart(t *testing.T) {
 		t.Skip("restarts the shared broker: set XRDMON_TEST_RESTART_SERVICES=1")
 	}
 	u := testURL(t)
-	st := openStore(t)
+	st := sinktest.OpenStore(t)
 	base := uniq("xrdmon-test-restart")
 	// Durable exchange and queue, so they survive the restart.
 	c, err := amqp.Dial(u)
@@ -380,11 +381,11 @@ func TestBrokerRestart(t *testing.T) {
 
 	opts := fastOptions()
 	opts.MaxBackoff = 2 * time.Second
-	s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: config.Exchanges{Records: base}, RecordsPerMessage: 1}, opts, st, discard(), nil)
+	s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: config.Exchanges{Records: base}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSink(t, s)
+	sinktest.RunSink(t, s)
 	const n = 50000
 	ctx := context.Background()
 	go func() {
@@ -396,7 +397,7 @@ func TestBrokerRestart(t *testing.T) {
 			time.Sleep(40 * time.Millisecond)
 		}
 	}()
-	waitFor(t, "progress", 30*time.Second, func() bool { return cursor(t, st, opts.Name) > 5000 })
+	sinktest.WaitFor(t, "progress", 30*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) > 5000 })
 	if out, err := exec.Command("rabbitmqctl", "stop_app").CombinedOutput(); err != nil {
 		t.Fatalf("stop_app: %v\n%s", err, out)
 	}
@@ -404,7 +405,7 @@ func TestBrokerRestart(t *testing.T) {
 	if out, err := exec.Command("rabbitmqctl", "start_app").CombinedOutput(); err != nil {
 		t.Fatalf("start_app: %v\n%s", err, out)
 	}
-	waitFor(t, "cursor at end", 120*time.Second, func() bool { return cursor(t, st, opts.Name) == n })
+	sinktest.WaitFor(t, "cursor at end", 120*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == n })
 	// Drain the durable queue and count.
 	c, err = amqp.Dial(u)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
@@ -24,7 +25,7 @@ func BenchmarkPublish(b *testing.B) {
 		b.Run(fmt.Sprintf("per_message=%d/in_flight=%d", tc.perMsg, tc.inFlight), func(b *testing.B) {
 			ex := testExchanges(b, u)
 			ex.Cache, ex.TPC, ex.Events = "", "", ""
-			p := &publisher{cfg: config.AMQPOutput{URL: u, Exchanges: ex, RecordsPerMessage: tc.perMsg}, opts: fastOptions(), log: discard(), perMsg: tc.perMsg}
+			p := &publisher{cfg: config.AMQPOutput{URL: u, Exchanges: ex, RecordsPerMessage: tc.perMsg}, opts: fastOptions(), log: sinktest.Discard(), perMsg: tc.perMsg}
 			p.opts.fill()
 			defer p.close()
 			batches := make([][]store.Entry, tc.inFlight)
@@ -78,29 +79,14 @@ func BenchmarkSink(b *testing.B) {
 		b.Run(fmt.Sprintf("per_message=%d", perMsg), func(b *testing.B) {
 			ex := testExchanges(b, u)
 			ex.Cache, ex.TPC, ex.Events = "", "", ""
-			st := openStore(b)
-			ctx := context.Background()
-			for i := 0; i < b.N; i += 1000 {
-				if err := st.Append(ctx, testRecords(i, min(1000, b.N-i)), nil); err != nil {
-					b.Fatal(err)
-				}
-			}
+			st := sinktest.OpenStore(b)
+			sinktest.Fill(b, st, b.N, testRecord)
 			opts := fastOptions()
-			s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: ex, RecordsPerMessage: perMsg}, opts, st, discard(), nil)
+			s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: ex, RecordsPerMessage: perMsg}, opts, st, sinktest.Discard(), nil)
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			stop := runSink(b, s)
-			last := lastSeq(b, st)
-			for cursor(b, st, opts.Name) < last {
-				time.Sleep(5 * time.Millisecond)
-			}
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
-			b.StopTimer()
-			stop()
+			sinktest.DrainBench(b, st, opts.Name, s)
 		})
 	}
 }

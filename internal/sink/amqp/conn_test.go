@@ -8,6 +8,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 )
 
 // TestCoalescingConn: bytes arrive whole and in order, Close sends what
@@ -39,7 +41,7 @@ func TestCoalescingConn(t *testing.T) {
 	c = newCoalescingConn(a)
 	b.Close()
 	var err error
-	waitFor(t, "a write error", 5*time.Second, func() bool {
+	sinktest.WaitFor(t, "a write error", 5*time.Second, func() bool {
 		_, err = c.Write([]byte("x"))
 		return err != nil
 	})

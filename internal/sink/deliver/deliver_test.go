@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
@@ -23,13 +23,7 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // openStore opens a store in a temp dir holding n records (seq 1..n).
 func openStore(t *testing.T, n int) *store.Store {
 	t.Helper()
-	o := store.DefaultOptions()
-	o.Path = filepath.Join(t.TempDir(), "store.db")
-	st, err := store.Open(o, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := sinktest.OpenStore(t)
 	recs := make([]record.Record, n)
 	for i := range recs {
 		recs[i] = record.Record{
@@ -136,22 +130,6 @@ func fastOptions(name string) Options {
 	}
 }
 
-// start runs l; the returned stop cancels it and returns Run's error.
-func start(t *testing.T, l *Loop) (stop func() error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- l.Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() { cancel(); err = <-done })
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
-}
-
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -161,15 +139,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-}
-
-func cursorOf(t *testing.T, st *store.Store, name string) int64 {
-	t.Helper()
-	c, err := st.Cursor(context.Background(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 var errDown = errors.New("destination down")
@@ -192,8 +161,8 @@ func TestCursorMovesOnlyAfterSuccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := start(t, l)
-	waitFor(t, "cursor at end", func() bool { return cursorOf(t, st, "s") == n })
+	stop := sinktest.Start(t, l)
+	waitFor(t, "cursor at end", func() bool { return sinktest.Cursor(t, st, "s") == n })
 	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -246,8 +215,8 @@ func TestRetryWithBackoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := start(t, l)
-	waitFor(t, "cursor at end", func() bool { return cursorOf(t, st, "s") == 3 })
+	stop := sinktest.Start(t, l)
+	waitFor(t, "cursor at end", func() bool { return sinktest.Cursor(t, st, "s") == 3 })
 	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -321,12 +290,12 @@ func TestDrainOnCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := start(t, l)
+	stop := sinktest.Start(t, l)
 	<-started
 	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	if c := cursorOf(t, st, "s"); c != n {
+	if c := sinktest.Cursor(t, st, "s"); c != n {
 		t.Fatalf("cursor %d after the drain, want %d", c, n)
 	}
 	calls := f.snapshot()
@@ -364,12 +333,12 @@ func TestDrainTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := start(t, l)
+	stop := sinktest.Start(t, l)
 	<-started
 	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	if c := cursorOf(t, st, "s"); c != 0 {
+	if c := sinktest.Cursor(t, st, "s"); c != 0 {
 		t.Fatalf("cursor %d, nothing was delivered", c)
 	}
 	if _, why := h.count(slog.LevelInfo, "Sink stopped", "why"); len(why) != 1 ||
@@ -386,7 +355,7 @@ func TestRegistersCursor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := start(t, l)
+	stop := sinktest.Start(t, l)
 	waitFor(t, "registration", func() bool { _, ok := st.Sinks()["new"]; return ok })
 	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
@@ -511,7 +480,7 @@ func TestPipelinedCursor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := start(t, l)
+	stop := sinktest.Start(t, l)
 
 	// Three batches go out before any is confirmed; no fourth.
 	waitFor(t, "3 batches in flight", func() bool { return len(p.sends()) == 3 })
@@ -519,12 +488,12 @@ func TestPipelinedCursor(t *testing.T) {
 	if n := len(p.sends()); n != 3 {
 		t.Fatalf("%d batches sent with none confirmed, want 3 (InFlight)", n)
 	}
-	if c := cursorOf(t, st, "pipe"); c != 0 {
+	if c := sinktest.Cursor(t, st, "pipe"); c != 0 {
 		t.Fatalf("cursor %d before any confirm, want 0", c)
 	}
 	// Confirm batch 1: cursor 10, a fourth batch (31..40) is sent.
 	p.answer(t, 1, nil)
-	waitFor(t, "cursor 10", func() bool { return cursorOf(t, st, "pipe") == 10 })
+	waitFor(t, "cursor 10", func() bool { return sinktest.Cursor(t, st, "pipe") == 10 })
 	waitFor(t, "4th batch", func() bool { return len(p.sends()) == 4 })
 	// Batch 2 fails: batches 3 and 4 are abandoned (their confirms never
 	// awaited), the cursor stays at 10, and delivery resumes at 11.
@@ -533,14 +502,14 @@ func TestPipelinedCursor(t *testing.T) {
 	if s := p.sends()[4]; s[0] != 11 {
 		t.Fatalf("after a failure, sent from %d, want 11", s[0])
 	}
-	if c := cursorOf(t, st, "pipe"); c != 10 {
+	if c := sinktest.Cursor(t, st, "pipe"); c != 10 {
 		t.Fatalf("cursor %d after a failed batch, want 10", c)
 	}
 	// Confirm everything from now on, in order: the cursor reaches 50.
 	for _, first := range []int64{11, 21, 31, 41} {
 		p.answer(t, first, nil)
 	}
-	waitFor(t, "cursor 50", func() bool { return cursorOf(t, st, "pipe") == 50 })
+	waitFor(t, "cursor 50", func() bool { return sinktest.Cursor(t, st, "pipe") == 50 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

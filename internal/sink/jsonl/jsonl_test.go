@@ -15,6 +15,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/deliver"
+	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
@@ -30,18 +31,6 @@ func records(from, n int) []record.Record {
 		}
 	}
 	return out
-}
-
-func openStore(t *testing.T) *store.Store {
-	t.Helper()
-	o := store.DefaultOptions()
-	o.Path = filepath.Join(t.TempDir(), "store.db")
-	st, err := store.Open(o, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	return st
 }
 
 // runUntil runs a new sink until the file holds want lines, then stops it.
@@ -132,7 +121,7 @@ func checkExactlyOnce(t *testing.T, path string, n int, eventID string) {
 }
 
 func TestExactlyOnceAcrossRestart(t *testing.T) {
-	st := openStore(t)
+	st := sinktest.OpenStore(t)
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "out", "records.jsonl")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -159,7 +148,7 @@ func TestExactlyOnceAcrossRestart(t *testing.T) {
 // TestCrashRecovery simulates a crash after a batch was fsynced but before
 // the cursor moved, followed by a torn line from a write in progress.
 func TestCrashRecovery(t *testing.T) {
-	st := openStore(t)
+	st := sinktest.OpenStore(t)
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "records.jsonl")
 	ev := record.Event{EventID: "ev1", Type: record.EventTPC, Provider: "P", Time: t0,
@@ -196,7 +185,7 @@ func TestNewRejectsEmptyPath(t *testing.T) {
 // TestSharesMetricsWithOtherSinks: the jsonl sink registers the same
 // xrdmon_sink_* vectors as every other sink, so both fit on one registry.
 func TestSharesMetricsWithOtherSinks(t *testing.T) {
-	st := openStore(t)
+	st := sinktest.OpenStore(t)
 	reg := prometheus.NewRegistry()
 	dir := t.TempDir()
 	for _, name := range []string{"a.jsonl", "b.jsonl"} {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
@@ -51,7 +52,7 @@ func TestPartitionOf(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
-	st := openStore(t)
+	st := sinktest.OpenStore(t)
 	if _, err := New(config.PostgresOutput{}, st, nil, nil); err == nil || !strings.Contains(err.Error(), "empty url") {
 		t.Fatalf("empty url: %v", err)
 	}
@@ -69,13 +70,13 @@ func TestLoad(t *testing.T) {
 	u := testURL(t)
 	t.Parallel()
 	schema := testSchema(t, u)
-	st := openStore(t)
+	st := sinktest.OpenStore(t)
 	ctx := context.Background()
 	const n = 3000 // 3000 minutes: three days
 	recs := testRecords(0, n)
 	recs[5].User = "bad\x00name"
 	recs[6].Start = time.Time{}
-	evs := []record.Event{testEvent(1, record.EventCacheFileClose), testEvent(2, record.EventTPC)}
+	evs := []record.Event{sinktest.Event(1, record.EventCacheFileClose), sinktest.Event(2, record.EventTPC)}
 	evs[1].Data = []byte(`"raw text"`)
 	evs[1].Valid = false
 	if err := st.Append(ctx, recs, evs); err != nil {
@@ -83,8 +84,8 @@ func TestLoad(t *testing.T) {
 	}
 	opts := fastOptions(schema)
 	opts.BatchSize = 700
-	stop := runSink(t, newSink(t, u, opts, st))
-	waitFor(t, "cursor at end", 30*time.Second, func() bool { return cursor(t, st, opts.Name) == lastSeq(t, st) })
+	stop := sinktest.RunSink(t, newSink(t, u, opts, st))
+	sinktest.WaitFor(t, "cursor at end", 30*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
 	stop()
 
 	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
@@ -148,8 +149,8 @@ func TestLoad(t *testing.T) {
 	if err := st.Append(ctx, testRecords(n, 10), nil); err != nil {
 		t.Fatal(err)
 	}
-	runSink(t, newSink(t, u, opts, st))
-	waitFor(t, "cursor at end again", 30*time.Second, func() bool { return cursor(t, st, opts.Name) == lastSeq(t, st) })
+	sinktest.RunSink(t, newSink(t, u, opts, st))
+	sinktest.WaitFor(t, "cursor at end again", 30*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
 	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n+10 {
 		t.Fatalf("%d records after redelivery, want %d", got, n+10)
 	}
@@ -163,13 +164,13 @@ func TestDuplicateAppend(t *testing.T) {
 	schema := testSchema(t, u)
 	ctx := context.Background()
 	for range 2 {
-		st := openStore(t)
+		st := sinktest.OpenStore(t)
 		if err := st.Append(ctx, testRecords(0, 100), nil); err != nil {
 			t.Fatal(err)
 		}
 		opts := fastOptions(schema)
-		stop := runSink(t, newSink(t, u, opts, st))
-		waitFor(t, "cursor at end", 20*time.Second, func() bool { return cursor(t, st, opts.Name) == 100 })
+		stop := sinktest.RunSink(t, newSink(t, u, opts, st))
+		sinktest.WaitFor(t, "cursor at end", 20*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == 100 })
 		stop()
 	}
 	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != 100 {
@@ -183,46 +184,46 @@ func TestOutage(t *testing.T) {
 	u := testURL(t)
 	t.Parallel()
 	schema := testSchema(t, u)
-	st := openStore(t)
+	st := sinktest.OpenStore(t)
 	ctx := context.Background()
-	px := newProxy(t, freeAddr(t), dbAddr(t, u))
+	px := sinktest.NewProxy(t, dbAddr(t, u))
 	opts := fastOptions(schema)
 	opts.BatchSize = 500
 	reg := prometheus.NewRegistry()
-	s, err := NewWithOptions(config.PostgresOutput{Enabled: true, URL: withAddr(t, u, px.addr)}, opts, st, discard(), reg)
+	s, err := NewWithOptions(config.PostgresOutput{Enabled: true, URL: withAddr(t, u, px.Addr())}, opts, st, sinktest.Discard(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSink(t, s)
+	sinktest.RunSink(t, s)
 	const n = 40000
 	if err := st.Append(ctx, testRecords(0, n/4), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "failed connects", 10*time.Second, func() bool { return sinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name) >= 2 })
-	if c := cursor(t, st, opts.Name); c != 0 {
+	sinktest.WaitFor(t, "failed connects", 10*time.Second, func() bool { return sinktest.SinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name) >= 2 })
+	if c := sinktest.Cursor(t, st, opts.Name); c != 0 {
 		t.Fatalf("cursor %d while the database is unreachable", c)
 	}
-	px.start()
+	px.Start()
 	for k := 1; k < 4; k++ {
 		if err := st.Append(ctx, testRecords(k*n/4, n/4), nil); err != nil {
 			t.Fatal(err)
 		}
 		if k < 3 {
 			target := int64(k * n / 4)
-			waitFor(t, "progress", 30*time.Second, func() bool { return cursor(t, st, opts.Name) >= target })
-			px.cut()
+			sinktest.WaitFor(t, "progress", 30*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) >= target })
+			px.Cut()
 			time.Sleep(100 * time.Millisecond)
-			px.start()
+			px.Start()
 		}
 	}
-	waitFor(t, "cursor at end", 60*time.Second, func() bool { return cursor(t, st, opts.Name) == n })
+	sinktest.WaitFor(t, "cursor at end", 60*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == n })
 	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
 		t.Fatalf("%d rows, want %d", got, n)
 	}
 	if got := query[int64](t, u, "SELECT count(DISTINCT record_id) FROM "+schema+".records"); got != n {
 		t.Fatalf("%d distinct ids, want %d", got, n)
 	}
-	t.Logf("outage: %d rows exactly once, %v failed attempts", n, sinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name))
+	t.Logf("outage: %d rows exactly once, %v failed attempts", n, sinktest.SinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name))
 }
 
 // TestServerRestart restarts the PostgreSQL cluster while loading. It
@@ -234,11 +235,11 @@ func TestServerRestart(t *testing.T) {
 	}
 	u := testURL(t)
 	schema := testSchema(t, u)
-	st := openStore(t)
+	st := sinktest.OpenStore(t)
 	ctx := context.Background()
 	opts := fastOptions(schema)
 	opts.MaxBackoff = 2 * time.Second
-	runSink(t, newSink(t, u, opts, st))
+	sinktest.RunSink(t, newSink(t, u, opts, st))
 	restart := func() error {
 		out, err := exec.Command("sh", "-c", "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main restart").CombinedOutput()
 		if err != nil {
@@ -258,12 +259,12 @@ func TestServerRestart(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	waitFor(t, "progress", 30*time.Second, func() bool { return cursor(t, st, opts.Name) > 10000 })
+	sinktest.WaitFor(t, "progress", 30*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) > 10000 })
 	if err := restart(); err != nil {
 		t.Fatal(err)
 	}
 	<-done
-	waitFor(t, "cursor at end", 120*time.Second, func() bool { return cursor(t, st, opts.Name) == n })
+	sinktest.WaitFor(t, "cursor at end", 120*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == n })
 	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
 		t.Fatalf("%d rows, want %d", got, n)
 	}
@@ -277,7 +278,7 @@ func TestRedeliveryFallback(t *testing.T) {
 	u := testURL(t)
 	t.Parallel()
 	schema := testSchema(t, u)
-	w, err := newWriter(u, fastOptions(schema), discard())
+	w, err := newWriter(u, fastOptions(schema), sinktest.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func TestRedeliveryFallback(t *testing.T) {
 		var out []store.Entry
 		for i, id := range ids {
 			if id < 0 {
-				e := testEvent(-id, record.EventTPC)
+				e := sinktest.Event(-id, record.EventTPC)
 				out = append(out, store.Entry{Seq: int64(i + 1), Event: &e})
 				continue
 			}

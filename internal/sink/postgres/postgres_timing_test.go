@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
@@ -19,7 +20,7 @@ func BenchmarkLoad(b *testing.B) {
 	for _, size := range []int{1000, 5000} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
 			schema := testSchema(b, u)
-			w, err := newWriter(u, fastOptions(schema), discard())
+			w, err := newWriter(u, fastOptions(schema), sinktest.Discard())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -62,24 +63,9 @@ func BenchmarkLoad(b *testing.B) {
 func BenchmarkSink(b *testing.B) {
 	u := testURL(b)
 	schema := testSchema(b, u)
-	st := openStore(b)
-	ctx := context.Background()
-	for i := 0; i < b.N; i += 1000 {
-		if err := st.Append(ctx, testRecords(i, min(1000, b.N-i)), nil); err != nil {
-			b.Fatal(err)
-		}
-	}
+	st := sinktest.OpenStore(b)
+	sinktest.Fill(b, st, b.N, testRecord)
 	opts := fastOptions(schema)
 	s := newSink(b, u, opts, st)
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	stop := runSink(b, s)
-	last := lastSeq(b, st)
-	for cursor(b, st, opts.Name) < last {
-		time.Sleep(5 * time.Millisecond)
-	}
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
-	b.StopTimer()
-	stop()
+	sinktest.DrainBench(b, st, opts.Name, s)
 }
