@@ -161,7 +161,7 @@ func TestAppendFloatMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
-func testEvent(t *testing.T, provider byte, line string) *Event {
+func testEvent(t testing.TB, provider byte, line string) *Event {
 	t.Helper()
 	typ, data, valid := ParseEvent(provider, []byte(line))
 	return &Event{
