@@ -13,6 +13,8 @@ type metrics struct {
 	fullRefusals     prometheus.Counter
 	retentionDeleted prometheus.Counter
 	maxBytesDropped  prometheus.Counter
+	indexed          prometheus.Counter
+	indexDuration    prometheus.Histogram
 	bytes            prometheus.GaugeFunc
 	lastSeq          prometheus.GaugeFunc
 	backlog          *backlogCollector
@@ -56,6 +58,15 @@ func newMetrics(s *Store) *metrics {
 			Name: "xrdmon_store_max_bytes_dropped_total",
 			Help: "Delivered entries deleted before their retention time to stay under max bytes.",
 		}),
+		indexed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_store_indexed_total",
+			Help: "Records added to the user and directory indexes by index passes.",
+		}),
+		indexDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "xrdmon_store_index_pass_duration_seconds",
+			Help:    "Time of one index pass (user and directory indexes of the records appended since the last one).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
 		bytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "xrdmon_store_bytes",
 			Help: "Size of the store's database and WAL files on disk.",
@@ -74,7 +85,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	m.reg = reg
 	for _, c := range []prometheus.Collector{m.batchDuration, m.recordsAppended, m.eventsAppended,
 		m.duplicates, m.appendErrors, m.fullRefusals, m.retentionDeleted, m.maxBytesDropped,
-		m.bytes, m.lastSeq, m.backlog} {
+		m.indexed, m.indexDuration, m.bytes, m.lastSeq, m.backlog} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return err

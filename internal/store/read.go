@@ -185,7 +185,7 @@ type Query struct {
 
 // Query returns the records matching q, ordered by time.
 func (s *Store) Query(ctx context.Context, q Query) ([]record.Record, error) {
-	query, args := querySQL(q)
+	query, args := querySQL(q, s.indexedSeq.Load())
 	rows, err := s.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("query records: %w", err)
@@ -193,8 +193,9 @@ func (s *Store) Query(ctx context.Context, q Query) ([]record.Record, error) {
 	defer rows.Close()
 	var out []record.Record
 	var data []byte
+	var end, seq int64
 	for rows.Next() {
-		if err := rows.Scan(&data); err != nil {
+		if err := rows.Scan(&end, &seq, &data); err != nil {
 			return nil, fmt.Errorf("query records: %w", err)
 		}
 		out = append(out, record.Record{})
@@ -208,8 +209,17 @@ func (s *Store) Query(ctx context.Context, q Query) ([]record.Record, error) {
 	return out, nil
 }
 
-// querySQL returns the statement and arguments of q.
-func querySQL(q Query) (string, []any) {
+// querySQL returns the statement and arguments of q. indexed is the index
+// pass's high-water mark: every record with seq <= indexed has ix set, so
+// it is in records_user and records_dir.
+//
+// A query with a user or path filter, whose index only holds the records
+// with ix set, is the union of two disjoint parts in one statement (one
+// snapshot): the rows with ix set through the partial index, and the rows
+// without it, which all have seq > indexed, by a rowid range scan of that
+// tail (NOT INDEXED keeps the planner on the rowid). A stale indexed (lower
+// than the stored mark) only makes the tail scan longer.
+func querySQL(q Query, indexed int64) (string, []any) {
 	var where []string
 	var args []any
 	add := func(cond string, a ...any) {
@@ -251,17 +261,29 @@ func querySQL(q Query) (string, []any) {
 		limit = 1000
 	}
 	limit = min(limit, 100000)
-	var sb strings.Builder
-	sb.WriteString("SELECT data FROM records")
-	if len(where) > 0 {
-		sb.WriteString(" WHERE ")
-		sb.WriteString(strings.Join(where, " AND "))
-	}
+	order := " ORDER BY 1, 2"
 	if q.Newest {
-		sb.WriteString(" ORDER BY end_ns DESC, seq DESC")
-	} else {
-		sb.WriteString(" ORDER BY end_ns, seq")
+		order = " ORDER BY 1 DESC, 2 DESC"
 	}
+	cond := strings.Join(where, " AND ")
+	var sb strings.Builder
+	switch {
+	case q.User != "" || q.PathPrefix != "":
+		// A compound SELECT with ORDER BY: SQLite merges the two sorted
+		// parts and stops at the limit.
+		sb.WriteString("SELECT end_ns, seq, data FROM records WHERE ix IS NOT NULL AND ")
+		sb.WriteString(cond)
+		sb.WriteString(" UNION ALL SELECT end_ns, seq, data FROM records NOT INDEXED WHERE seq > ? AND ix IS NULL AND ")
+		sb.WriteString(cond)
+		tail := append(append([]any{}, args...), indexed)
+		args = append(tail, args...)
+	case len(where) > 0:
+		sb.WriteString("SELECT end_ns, seq, data FROM records WHERE ")
+		sb.WriteString(cond)
+	default:
+		sb.WriteString("SELECT end_ns, seq, data FROM records")
+	}
+	sb.WriteString(order)
 	sb.WriteString(" LIMIT ?")
 	args = append(args, limit)
 	return sb.String(), args

@@ -8,11 +8,14 @@ import (
 )
 
 // Run applies retention and the MaxBytes bound every
-// Options.RetentionInterval until ctx is cancelled, then returns nil. Errors
-// of a pass are logged and the next pass tries again.
+// Options.RetentionInterval and runs the index pass (IndexNow) every
+// Options.IndexInterval until ctx is cancelled, then returns nil. Errors of
+// a pass are logged and the next pass tries again.
 func (s *Store) Run(ctx context.Context) error {
 	t := time.NewTicker(s.opts.RetentionInterval)
 	defer t.Stop()
+	it := time.NewTicker(s.opts.IndexInterval)
+	defer it.Stop()
 	held := false
 	for {
 		n, h, err := s.retain(ctx, time.Now())
@@ -27,10 +30,25 @@ func (s *Store) Run(ctx context.Context) error {
 			s.log.Warn("Store retention held back by a sink behind the retention period", "sink", h)
 		}
 		held = h != ""
+		if !s.waitRetention(ctx, t.C, it.C) {
+			return nil
+		}
+	}
+}
+
+// waitRetention runs index passes on ticks of index until retain ticks
+// (true) or ctx is done (false).
+func (s *Store) waitRetention(ctx context.Context, retain, index <-chan time.Time) bool {
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-t.C:
+			return false
+		case <-retain:
+			return true
+		case <-index:
+			if _, err := s.IndexNow(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
+				s.log.Warn("Store index pass failed", "err", err)
+			}
 		}
 	}
 }

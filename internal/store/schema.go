@@ -9,12 +9,13 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. FORMAT.md documents each
 // version; migrations[i] brings a database from version i to i+1.
-const schemaVersion = 2
+const schemaVersion = 3
 
 // migrations[i] brings a database from version i to i+1 inside tx.
 var migrations = []func(ctx context.Context, tx *sql.Tx) error{
 	execMigration(schemaV1),
 	migrateV2,
+	execMigration(schemaV3),
 }
 
 func execMigration(q string) func(context.Context, *sql.Tx) error {
@@ -114,6 +115,22 @@ CREATE INDEX records_user ON records (user_id, end_ns);
 CREATE INDEX records_dir ON records (dir_id, end_ns);
 `
 
+// schemaV3 takes the two many-valued indexes off the append path (2 -> 3):
+// records get a column ix, NULL when Append inserts a row and set to 1 by
+// the index pass (Store.IndexNow), and records_user and records_dir only
+// hold rows with ix set. Rows from before version 3 count as indexed
+// through the column's default, without rewriting them; Append inserts
+// NULL explicitly. meta 'indexed_seq' is the high-water mark of the pass:
+// every record with seq <= it has ix set.
+const schemaV3 = `
+ALTER TABLE records ADD COLUMN ix INTEGER DEFAULT 1;
+DROP INDEX records_user;
+DROP INDEX records_dir;
+CREATE INDEX records_user ON records (user_id, end_ns) WHERE ix IS NOT NULL;
+CREATE INDEX records_dir ON records (dir_id, end_ns) WHERE ix IS NOT NULL;
+INSERT INTO meta (key, value) SELECT 'indexed_seq', value FROM meta WHERE key = 'last_seq';
+`
+
 // migrateV2 creates the version 2 records table and moves the version 1
 // rows into it, in seq order, keeping their sequence numbers.
 func migrateV2(ctx context.Context, tx *sql.Tx) error {
@@ -153,7 +170,7 @@ func migrateV2(ctx context.Context, tx *sql.Tx) error {
 				return err
 			}
 		}
-		if _, err := tx.ExecContext(ctx, insertRecordSQL, r.seq, r.end, ridOf(r.id),
+		if _, err := tx.ExecContext(ctx, insertRecordV2SQL, r.seq, r.end, ridOf(r.id),
 			ids[0], ids[1], ids[2], ids[3], ids[4], file, r.reason, []byte(r.data)); err != nil {
 			return fmt.Errorf("copy record %d: %w", r.seq, err)
 		}
@@ -192,20 +209,26 @@ func migrate(ctx context.Context, c *sql.Conn) error {
 	return nil
 }
 
-const insertRecordSQL = `INSERT OR IGNORE INTO records
+// insertRecordV2SQL inserts a row into the version 2 table (migration).
+const insertRecordV2SQL = `INSERT OR IGNORE INTO records
 	(seq, end_ns, rid, server_id, ip_id, site_id, user_id, dir_id, file, reason, data)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// insertRecordSQL inserts one record, not yet indexed (ix NULL).
+const insertRecordSQL = `INSERT OR IGNORE INTO records
+	(seq, end_ns, rid, server_id, ip_id, site_id, user_id, dir_id, file, reason, data, ix)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`
 
 // insertChunkSQL inserts n records in one statement (see Store.insert).
 func insertChunkSQL(n int) string {
 	var b strings.Builder
 	b.WriteString(`INSERT OR IGNORE INTO records
-	(seq, end_ns, rid, server_id, ip_id, site_id, user_id, dir_id, file, reason, data) VALUES `)
+	(seq, end_ns, rid, server_id, ip_id, site_id, user_id, dir_id, file, reason, data, ix) VALUES `)
 	for i := range n {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("(?,?,?,?,?,?,?,?,?,?,?)")
+		b.WriteString("(?,?,?,?,?,?,?,?,?,?,?,NULL)")
 	}
 	return b.String()
 }

@@ -69,6 +69,11 @@ type Options struct {
 	Retention time.Duration
 	// RetentionInterval is how often Run applies retention and MaxBytes.
 	RetentionInterval time.Duration
+	// IndexInterval is how often Run adds the records appended since the
+	// last pass to the user and directory indexes (see Store.IndexNow).
+	// Queries are exact either way; a longer interval makes Appends cheaper
+	// and the unindexed tail that user and path queries scan longer.
+	IndexInterval time.Duration
 	// MaxBytes bounds the bytes used by the database (pages in use, not
 	// counting the WAL, which journal_size_limit bounds separately). Zero
 	// means no bound. When it is reached the oldest entries every sink has
@@ -105,12 +110,14 @@ type Options struct {
 }
 
 // DefaultOptions returns the defaults: 30 days retention, checked every
-// minute, 10 GiB bound, batches of 1000, synchronous=FULL.
+// minute, index pass every 15 s, 10 GiB bound, batches of 1000,
+// synchronous=FULL.
 func DefaultOptions() Options {
 	return Options{
 		Path:              "xrdmon.db",
 		Retention:         30 * 24 * time.Hour,
 		RetentionInterval: time.Minute,
+		IndexInterval:     15 * time.Second,
 		MaxBytes:          10 << 30,
 		BatchSize:         1000,
 		Synchronous:       SyncFull,
@@ -130,6 +137,9 @@ func (o *Options) fill() error {
 	}
 	if o.RetentionInterval <= 0 {
 		o.RetentionInterval = d.RetentionInterval
+	}
+	if o.IndexInterval <= 0 {
+		o.IndexInterval = d.IndexInterval
 	}
 	if o.BatchSize <= 0 {
 		o.BatchSize = d.BatchSize
@@ -191,11 +201,12 @@ type Store struct {
 	dict       *dict
 	closed     bool
 
-	lastSeq  atomic.Int64
-	cursorMu sync.Mutex
-	cursors  map[string]int64
-	full     atomic.Bool // logged state of ErrFull, for transition logs
-	pageSize int64
+	lastSeq    atomic.Int64
+	indexedSeq atomic.Int64 // every record with seq <= it has ix set
+	cursorMu   sync.Mutex
+	cursors    map[string]int64
+	full       atomic.Bool // logged state of ErrFull, for transition logs
+	pageSize   int64
 }
 
 // Open opens (creating or migrating) the store at opts.Path and registers
@@ -290,6 +301,11 @@ func (s *Store) open() error {
 		return fmt.Errorf("read last seq: %w", err)
 	}
 	s.lastSeq.Store(last)
+	var indexed int64
+	if err := s.wc.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'indexed_seq'`).Scan(&indexed); err != nil {
+		return fmt.Errorf("read indexed seq: %w", err)
+	}
+	s.indexedSeq.Store(indexed)
 	rows, err := s.wc.QueryContext(ctx, `SELECT sink, seq FROM cursors`)
 	if err != nil {
 		return fmt.Errorf("read cursors: %w", err)
@@ -328,6 +344,11 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	ctx := context.Background()
+	// Index the tail so the next open starts with none (best effort: Query
+	// is exact without it).
+	if _, err := s.indexLocked(ctx); err != nil {
+		s.log.Warn("Store index pass at close failed", "err", err)
+	}
 	// Best effort: keep the query planner's statistics fresh and fold the
 	// WAL into the database so the next open starts small.
 	_, _ = s.wc.ExecContext(ctx, "PRAGMA optimize")
