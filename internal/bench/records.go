@@ -17,6 +17,8 @@ import (
 
 	// The store's SQLite driver, to read a collector's store while it runs.
 	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/xrdmon/xrdmon/internal/record"
 )
 
 // Observed is one record as a collector wrote it, reduced to what the
@@ -67,6 +69,15 @@ func firstInt(ps ...*int64) int64 {
 // parseObserved decodes one JSON record. ok is false for lines that are not
 // records (g-stream events, envelopes without one, anything without a server).
 func parseObserved(b []byte) (o Observed, ok bool) {
+	if len(b) > 0 && b[0] != '{' { // xrdmon's store keeps records in binary form
+		var r record.Record
+		if record.DecodeStored(b, &r) != nil {
+			return o, false
+		}
+		o.ServerIP, o.Stod, o.FileID, o.HasID = r.ServerIP, r.ServerStod, r.FileID, true
+		o.Path, o.Read, o.Readv, o.Write, o.Partial = r.Path, r.ReadBytes, r.ReadvBytes, r.WriteBytes, r.Partial()
+		return o, o.ServerIP != ""
+	}
 	var j obsJSON
 	if err := json.Unmarshal(b, &j); err != nil {
 		return o, false

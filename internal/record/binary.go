@@ -2,6 +2,7 @@ package record
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -639,4 +640,23 @@ func DecodeEventBinary(b []byte, e *Event) error {
 	}
 	*e = x
 	return nil
+}
+
+// DecodeStored decodes a record stored in either form: the binary form, or
+// JSON (a blob that starts with '{', as written by earlier versions).
+func DecodeStored(b []byte, r *Record) error {
+	if len(b) > 0 && b[0] == '{' {
+		*r = Record{}
+		return json.Unmarshal(b, r)
+	}
+	return DecodeBinary(b, r)
+}
+
+// DecodeStoredEvent is DecodeStored for events.
+func DecodeStoredEvent(b []byte, e *Event) error {
+	if len(b) > 0 && b[0] == '{' {
+		*e = Event{}
+		return json.Unmarshal(b, e)
+	}
+	return DecodeEventBinary(b, e)
 }

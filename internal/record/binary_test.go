@@ -399,3 +399,25 @@ func FuzzDecodeBinary(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeStored: blobs written by earlier versions (JSON) and by this one
+// (binary) both decode to the same record and event.
+func TestDecodeStored(t *testing.T) {
+	r := Record{RecordID: "0123456789abcdef0123456789abcdef", ServerIP: "192.0.2.1", Path: "/store/x",
+		ReadBytes: 42, Start: time.Unix(1700000000, 0).UTC(), End: time.Unix(1700000100, 0).UTC(), Reason: Timeout}
+	for name, blob := range map[string][]byte{"json": AppendJSON(nil, &r), "binary": AppendBinary(nil, &r)} {
+		var got Record
+		if err := DecodeStored(blob, &got); err != nil || !reflect.DeepEqual(got, r) {
+			t.Errorf("%s: %v\n got %+v\nwant %+v", name, err, got, r)
+		}
+	}
+	e := Event{EventID: "ev", Type: EventTPC, Provider: "P", ServerIP: "192.0.2.1", Valid: true,
+		Time: time.Unix(1700000000, 0).UTC(), Data: []byte(`{"TPC":"xroot"}`)}
+	js, _ := json.Marshal(&e)
+	for name, blob := range map[string][]byte{"json": js, "binary": AppendEventBinary(nil, &e)} {
+		var got Event
+		if err := DecodeStoredEvent(blob, &got); err != nil || got.EventID != "ev" || string(got.Data) != `{"TPC":"xroot"}` {
+			t.Errorf("%s: %v %+v", name, err, got)
+		}
+	}
+}

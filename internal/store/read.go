@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -52,10 +51,10 @@ func (s *Store) Read(ctx context.Context, afterSeq int64, max int) ([]Entry, err
 		}
 		if kind == 0 {
 			e.Record = new(record.Record)
-			err = json.Unmarshal(data, e.Record)
+			err = record.DecodeStored(data, e.Record)
 		} else {
 			e.Event = new(record.Event)
-			err = json.Unmarshal(data, e.Event)
+			err = record.DecodeStoredEvent(data, e.Event)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read after %d: decode seq %d: %w", afterSeq, e.Seq, err)
@@ -199,7 +198,7 @@ func (s *Store) Query(ctx context.Context, q Query) ([]record.Record, error) {
 			return nil, fmt.Errorf("query records: %w", err)
 		}
 		out = append(out, record.Record{})
-		if err := json.Unmarshal(data, &out[len(out)-1]); err != nil {
+		if err := record.DecodeStored(data, &out[len(out)-1]); err != nil {
 			return nil, fmt.Errorf("query records: decode: %w", err)
 		}
 	}
