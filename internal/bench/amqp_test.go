@@ -3,34 +3,16 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/xrdmon/xrdmon/internal/source/sourcetest"
 )
 
-// amqpURL returns the test broker, skipping (or failing under CI=true) when
-// it does not answer.
-func amqpURL(t *testing.T) string {
-	t.Helper()
-	url := os.Getenv("XRDMON_TEST_AMQP_URL")
-	if url == "" {
-		url = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	c, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("RabbitMQ at %s: %v", url, err)
-		}
-		t.Skipf("RabbitMQ at %s does not answer (%v); set XRDMON_TEST_AMQP_URL", url, err)
-	}
-	c.Close()
-	return url
-}
-
 func TestAMQPSource(t *testing.T) {
-	url := amqpURL(t)
+	url := sourcetest.AMQPURL(t)
 	queue := fmt.Sprintf("xrdmon-bench-test-%d", time.Now().UnixNano())
 	s, err := newAMQPSource(url, queue)
 	if err != nil {

@@ -4,37 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/xrdmon/xrdmon/internal/source"
+	"github.com/xrdmon/xrdmon/internal/source/sourcetest"
 )
-
-// amqpURL returns the test broker, skipping (or failing in CI) when it does
-// not answer.
-func amqpURL(t *testing.T) string {
-	t.Helper()
-	url := os.Getenv("XRDMON_TEST_AMQP_URL")
-	if url == "" {
-		url = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("RabbitMQ at %s: %v", url, err)
-		}
-		t.Skipf("RabbitMQ not available at %s (set XRDMON_TEST_AMQP_URL): %v", url, err)
-	}
-	conn.Close()
-	return url
-}
 
 // TestAMQP publishes a run as shoveler messages and reads them back.
 func TestAMQP(t *testing.T) {
-	url := amqpURL(t)
+	url := sourcetest.AMQPURL(t)
 	name := fmt.Sprintf("loadgen-test-%d", time.Now().UnixNano())
 	cfg := smallConfig()
 	cfg.Duration, cfg.Count, cfg.Restarts = 0, 700, 0

@@ -44,6 +44,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xrdmon/xrdmon/internal/backoff"
 	"github.com/xrdmon/xrdmon/internal/correlate"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/source"
@@ -396,7 +397,7 @@ func (p *Pipeline) commit(br *barrier) error {
 		}
 	}
 	p.name(br.recs, br.evs)
-	backoff := 100 * time.Millisecond
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 0; ; attempt++ {
 		err := p.write(br)
 		if err == nil {
@@ -407,8 +408,7 @@ func (p *Pipeline) commit(br *barrier) error {
 		if attempt%10 == 0 {
 			p.log.Warn("Store commit failed; retrying", "err", err, "records", len(br.recs), "attempt", attempt+1)
 		}
-		time.Sleep(backoff)
-		backoff = min(2*backoff, 5*time.Second)
+		time.Sleep(retry.Next())
 	}
 	p.ready.Store(true)
 	for _, ack := range br.acks {

@@ -19,11 +19,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xrdmon/xrdmon/internal/backoff"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
@@ -126,6 +126,7 @@ type Loop struct {
 	down      bool
 	downSince time.Time
 	attempts  int
+	backoff   backoff.Backoff // delays between the attempts of an outage
 }
 
 // New returns a loop delivering the log of st to d from the cursor named
@@ -153,7 +154,8 @@ func New(st *store.Store, d Deliverer, opts Options, log *slog.Logger, reg prome
 	if err != nil {
 		return nil, fmt.Errorf("new delivery loop %s: %w", opts.Name, err)
 	}
-	return &Loop{o: opts, st: st, d: d, log: log, m: m}, nil
+	return &Loop{o: opts, st: st, d: d, log: log, m: m,
+		backoff: backoff.Backoff{Min: opts.MinBackoff, Max: opts.MaxBackoff}}, nil
 }
 
 // Name returns the loop's cursor name.
@@ -359,29 +361,15 @@ func (l *Loop) recovered() {
 			"outage", time.Since(l.downSince).Round(time.Millisecond), "failed_attempts", l.attempts)
 	}
 	l.down, l.attempts = false, 0
+	l.backoff.Reset()
 }
 
-// sleep waits the backoff for the current attempt count, or until ctx ends.
+// sleep waits the next backoff delay of the outage, or until ctx ends.
 func (l *Loop) sleep(ctx context.Context) {
-	t := time.NewTimer(backoff(l.attempts, l.o.MinBackoff, l.o.MaxBackoff))
+	t := time.NewTimer(l.backoff.Next())
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-}
-
-// backoff returns the delay before retry number attempt (1-based):
-// min·2^(attempt-1), capped at max, jittered to [d/2, d).
-func backoff(attempt int, minD, maxD time.Duration) time.Duration {
-	d := minD
-	for i := 1; i < attempt && d < maxD; i++ {
-		d *= 2
-	}
-	d = min(d, maxD)
-	if d <= 1 {
-		return d
-	}
-	half := d / 2
-	return half + rand.N(d-half)
 }

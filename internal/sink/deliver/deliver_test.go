@@ -248,28 +248,6 @@ func TestRetryWithBackoff(t *testing.T) {
 	}
 }
 
-func TestBackoff(t *testing.T) {
-	const lo, hi = 100 * time.Millisecond, 2 * time.Second
-	for _, tc := range []struct {
-		attempt int
-		want    time.Duration // upper bound; the delay is in [want/2, want)
-	}{
-		{1, 100 * time.Millisecond},
-		{2, 200 * time.Millisecond},
-		{3, 400 * time.Millisecond},
-		{4, 800 * time.Millisecond},
-		{5, 1600 * time.Millisecond},
-		{6, 2 * time.Second},
-		{60, 2 * time.Second},
-	} {
-		for range 50 {
-			if d := backoff(tc.attempt, lo, hi); d < tc.want/2 || d >= tc.want {
-				t.Fatalf("backoff(%d) = %s, want in [%s, %s)", tc.attempt, d, tc.want/2, tc.want)
-			}
-		}
-	}
-}
-
 // TestDrainOnCancel: a batch interrupted by the cancellation is delivered
 // again, under a live context, and so is the rest of the backlog, before
 // Run returns.

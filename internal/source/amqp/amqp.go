@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/xrdmon/xrdmon/internal/backoff"
 	"github.com/xrdmon/xrdmon/internal/source"
 )
 
@@ -223,7 +223,7 @@ func tlsConfig(c TLSConfig) (*tls.Config, error) {
 // reconnect can no longer be acknowledged (Ack returns ErrStaleAck); the
 // broker redelivers their messages, so the pipeline may see them twice.
 func (a *AMQP) Run(ctx context.Context, out chan<- *source.Batch) error {
-	backoff := a.cfg.ReconnectMin
+	bo := backoff.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
 	first := true
 	for {
 		if !first {
@@ -238,20 +238,19 @@ func (a *AMQP) Run(ctx context.Context, out chan<- *source.Batch) error {
 		}
 		if errors.Is(err, errTokenChanged) {
 			a.log.Info("AMQP token file changed; reconnecting")
-			backoff = a.cfg.ReconnectMin
+			bo.Reset()
 			continue
 		}
 		if time.Since(start) > 2*a.cfg.ReconnectMax {
-			backoff = a.cfg.ReconnectMin // it worked for a while: start over
+			bo.Reset() // it worked for a while: start over
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
+		wait := bo.Next()
 		a.log.Warn("AMQP connection lost; reconnecting", "err", err, "wait", wait)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, a.cfg.ReconnectMax)
 	}
 }
 
