@@ -494,39 +494,37 @@ func deleteAMQP(url string, exchanges, queues []string) {
 // are not counted by the broker's declare-ok).
 func queueDepth(t testing.TB, url, queue string) int {
 	t.Helper()
+	conn, _, q := inspectQueue(t, url, queue)
+	conn.Close()
+	return q.Messages
+}
+
+// inspectQueue connects and reads the queue's state; the caller closes conn.
+func inspectQueue(t testing.TB, url, queue string) (*amqp.Connection, *amqp.Channel, amqp.Queue) {
+	t.Helper()
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		t.Fatalf("amqp dial: %v", err)
 	}
-	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
+		conn.Close()
 		t.Fatal(err)
 	}
 	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 	if err != nil {
+		conn.Close()
 		t.Fatalf("inspect queue %s: %v", queue, err)
 	}
-	return q.Messages
+	return conn, ch, q
 }
 
 // drainQueue consumes every message of queue and returns how many carried
 // each message id.
 func drainQueue(t testing.TB, url, queue string) map[string]int {
 	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatalf("amqp dial: %v", err)
-	}
+	conn, ch, q := inspectQueue(t, url, queue)
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		t.Fatalf("inspect queue %s: %v", queue, err)
-	}
 	if err := ch.Qos(2000, 0, false); err != nil {
 		t.Fatal(err)
 	}
