@@ -282,7 +282,6 @@ func storeOptions(c config.Store) store.Options {
 	o.Path = filepath.Join(c.Path, "xrdmon.db")
 	o.Retention = c.Retention.D()
 	o.MaxBytes = int64(c.MaxBytes)
-	o.IndexInterval = c.IndexInterval.D()
 	return o
 }
 

@@ -3,22 +3,18 @@ package bench
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	// The store's SQLite driver, to read a collector's store while it runs.
-	_ "github.com/mattn/go-sqlite3"
-
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/store"
 )
 
 // Observed is one record as a collector wrote it, reduced to what the
@@ -68,15 +64,20 @@ func firstInt(ps ...*int64) int64 {
 
 // parseObserved decodes one JSON record. ok is false for lines that are not
 // records (g-stream events, envelopes without one, anything without a server).
+// observedRecord reduces one of xrdmon's records.
+func observedRecord(r *record.Record) (o Observed, ok bool) {
+	o.ServerIP, o.Stod, o.FileID, o.HasID = r.ServerIP, r.ServerStod, r.FileID, true
+	o.Path, o.Read, o.Readv, o.Write, o.Partial = r.Path, r.ReadBytes, r.ReadvBytes, r.WriteBytes, r.Partial()
+	return o, o.ServerIP != ""
+}
+
 func parseObserved(b []byte) (o Observed, ok bool) {
 	if len(b) > 0 && b[0] != '{' { // xrdmon's store keeps records in binary form
 		var r record.Record
 		if record.DecodeStored(b, &r) != nil {
 			return o, false
 		}
-		o.ServerIP, o.Stod, o.FileID, o.HasID = r.ServerIP, r.ServerStod, r.FileID, true
-		o.Path, o.Read, o.Readv, o.Write, o.Partial = r.Path, r.ReadBytes, r.ReadvBytes, r.WriteBytes, r.Partial()
-		return o, o.ServerIP != ""
+		return observedRecord(&r)
 	}
 	var j obsJSON
 	if err := json.Unmarshal(b, &j); err != nil {
@@ -117,7 +118,7 @@ type RecordSource interface {
 // cursor, on a query-only connection beside the collector's writer.
 type storeSource struct {
 	path string
-	db   *sql.DB
+	r    *store.Reader
 	seq  int64
 }
 
@@ -126,44 +127,34 @@ type storeSource struct {
 func newStoreSource(path string) *storeSource { return &storeSource{path: path} }
 
 func (s *storeSource) Poll(ctx context.Context) ([]Observed, error) {
-	if s.db == nil {
+	if s.r == nil {
 		if _, err := os.Stat(s.path); err != nil {
 			return nil, nil // not created yet
 		}
-		db, err := sql.Open("sqlite3", "file:"+(&url.URL{Path: s.path}).EscapedPath()+"?_busy_timeout=10000&_query_only=1")
+		r, err := store.OpenReader(s.path)
 		if err != nil {
-			return nil, fmt.Errorf("open store: %w", err)
+			return nil, err
 		}
-		db.SetMaxOpenConns(1)
-		s.db = db
+		s.r = r
 	}
 	var out []Observed
 	for {
-		n := 0
-		rows, err := s.db.QueryContext(ctx, `SELECT seq, data FROM records WHERE seq > ? ORDER BY seq LIMIT 5000`, s.seq)
+		entries, err := s.r.Read(ctx, s.seq, 5000)
 		if err != nil {
 			if isNoTable(err) {
 				return out, nil
 			}
 			return out, fmt.Errorf("read store after %d: %w", s.seq, err)
 		}
-		var data []byte
-		for rows.Next() {
-			if err := rows.Scan(&s.seq, &data); err != nil {
-				rows.Close()
-				return out, fmt.Errorf("read store after %d: %w", s.seq, err)
-			}
-			n++
-			if o, ok := parseObserved(data); ok {
-				out = append(out, o)
+		for _, e := range entries {
+			s.seq = e.Seq
+			if e.Record != nil {
+				if o, ok := observedRecord(e.Record); ok {
+					out = append(out, o)
+				}
 			}
 		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return out, fmt.Errorf("read store after %d: %w", s.seq, err)
-		}
-		if n < 5000 {
+		if len(entries) < 5000 {
 			return out, nil
 		}
 	}
@@ -174,10 +165,10 @@ func isNoTable(err error) bool {
 }
 
 func (s *storeSource) Close() error {
-	if s.db == nil {
+	if s.r == nil {
 		return nil
 	}
-	return s.db.Close()
+	return s.r.Close()
 }
 
 // jsonlSource tails a JSON-lines file (one record per line).

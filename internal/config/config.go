@@ -75,8 +75,6 @@ type Store struct {
 	Path      string   `yaml:"path" help:"directory holding the store's files"`
 	Retention Duration `yaml:"retention" help:"records older than this are deleted; 0 keeps them forever"`
 	MaxBytes  ByteSize `yaml:"max_bytes" help:"the oldest records are deleted to stay under this size; 0 means no size limit"`
-	// IndexInterval is how often new records join the user and path indexes.
-	IndexInterval Duration `yaml:"index_interval" help:"how often records appended since the last pass join the user and path indexes (one bulk pass; queries scan the tail not yet indexed)"`
 }
 
 // DNS configures reverse DNS of server and client addresses. Lookups run in
@@ -174,9 +172,8 @@ func Default() *Config {
 		},
 		HTTP: HTTP{Address: ":" + DefaultHTTPPort},
 		Store: Store{
-			Path:          "./xrdmon-data",
-			Retention:     Duration(90 * 24 * time.Hour),
-			IndexInterval: Duration(15 * time.Second),
+			Path:      "./xrdmon-data",
+			Retention: Duration(90 * 24 * time.Hour),
 		},
 		DNS: DNS{
 			Enabled:     true,

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -64,7 +63,6 @@ func (c *Config) Validate() error {
 	p.check(c.Store.Path != "", "store.path", "required")
 	p.check(c.Store.Retention >= 0, "store.retention", "must be >= 0 (0 keeps records forever)")
 	p.check(c.Store.MaxBytes >= 0, "store.max_bytes", "must be >= 0 (0 means no limit)")
-	p.check(c.Store.IndexInterval >= Duration(time.Second), "store.index_interval", "must be >= 1s")
 
 	// dns
 	d := c.DNS

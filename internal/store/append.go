@@ -89,9 +89,15 @@ func serverName(host, ip string) string {
 // Append writes recs and then evs to the log in one transaction and gives
 // each new entry the next sequence number, in that order. When Append
 // returns nil the batch is durable (see Options.Synchronous) and the input
-// that produced it may be acknowledged. Entries whose record_id or event_id
-// is already in the store (or earlier in the same batch) are skipped and
-// counted in xrdmon_store_duplicates_total; they take no sequence number.
+// that produced it may be acknowledged.
+//
+// Entries whose record_id or event_id appeared earlier in the same batch,
+// or among the entries an earlier process appended after its last
+// checkpoint (PutState), are skipped and counted in
+// xrdmon_store_duplicates_total; they take no sequence number. Those are
+// the entries a restart can produce again: the correlator resumes from its
+// checkpoint and unacknowledged input is delivered again. Ids are compared
+// by a 64-bit hash (entryID). See FORMAT.md, "Idempotence".
 //
 // On error nothing of the batch was written. ErrFull (possibly with
 // ErrDiskFull) means the store has no room: retry later.
@@ -162,86 +168,95 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 	}()
 	// The statements of the transaction run with a context that is never
 	// cancelled: with a cancellable one the driver starts a goroutine and a
-	// channel per statement execution to watch it (a few per 64 records).
-	// Cancellation is checked between chunks instead; the deferred rollback
-	// undoes the batch.
+	// channel per statement execution to watch it. Cancellation is checked
+	// between blocks instead; the deferred rollback undoes the batch.
 	parent := ctx
 	ctx = context.WithoutCancel(ctx)
 	seq := s.lastSeq.Load()
-	args := s.args[:0]
-	for i := 0; i < len(recs); {
+	bb := s.bb
+	bb.reset(seq + 1)
+	clear(s.batchIDs)
+	flush := func() error {
+		if bb.n == 0 {
+			return nil
+		}
 		if err := parent.Err(); err != nil {
+			return err
+		}
+		if err := s.writeBlock(ctx, s.wc, bb); err != nil {
+			return err
+		}
+		bb.reset(seq + 1)
+		return nil
+	}
+	// dup reports whether id was stored by an earlier process after its
+	// last checkpoint (the entries a restart may produce again) or earlier
+	// in this batch.
+	dup := func(rid uint64) bool {
+		if _, ok := s.recent[rid]; ok {
+			return true
+		}
+		if _, ok := s.batchIDs[rid]; ok {
+			return true
+		}
+		s.batchIDs[rid] = struct{}{}
+		return false
+	}
+	for i := range recs {
+		r := &recs[i]
+		rid := entryID(r.RecordID)
+		if dup(rid) {
+			dups++
+			continue
+		}
+		if err := s.postRecord(ctx, bb, r); err != nil {
 			return 0, 0, 0, err
 		}
-		n := min(len(recs)-i, chunkRows)
-		if n < chunkRows {
-			n = 1 // the tail goes row by row
-		}
-		args = args[:0]
-		for j := i; j < i+n; j++ {
-			if args, err = s.recordArgs(ctx, args, seq+1+int64(j-i), &recs[j], b.get(j)); err != nil {
+		seq++
+		bb.add(entryRecord, seq, rid, recordTime(r), b.get(i))
+		nrec++
+		if bb.n == maxBlockEntries {
+			if err := flush(); err != nil {
 				return 0, 0, 0, err
 			}
 		}
-		if n == chunkRows {
-			// Fast path: one statement for the chunk. It is INSERT OR
-			// IGNORE, because a multi-row statement that may abort makes
-			// SQLite copy every page it touches to a statement journal.
-			// If a row was a duplicate, the chunk's rows are deleted
-			// again and the chunk is redone row by row below, so that
-			// duplicates take no sequence number.
-			res, err := s.insChunk.ExecContext(ctx, args...)
-			if err != nil {
-				return 0, 0, 0, fmt.Errorf("insert records: %w", err)
-			}
-			if k, _ := res.RowsAffected(); k == int64(n) {
-				seq += int64(n)
-				nrec += n
-				i += n
-				continue
-			}
-			if _, err := s.delChunk.ExecContext(ctx, seq+1, seq+int64(n)); err != nil {
-				return 0, 0, 0, fmt.Errorf("undo records chunk: %w", err)
-			}
-		}
-		for j := i; j < i+n; j++ {
-			r := &recs[j]
-			a := args[(j-i)*recordCols : (j-i+1)*recordCols]
-			a[0] = seq + 1
-			res, err := s.insRecord.ExecContext(ctx, a...)
-			if err != nil {
-				return 0, 0, 0, fmt.Errorf("insert record %s: %w", r.RecordID, err)
-			}
-			if k, _ := res.RowsAffected(); k == 1 {
-				seq++
-				nrec++
-			} else {
-				dups++
-			}
-		}
-		i += n
-	}
-	clear(args) // don't pin the batch's buffer
-	s.args = args[:0]
-	if err := parent.Err(); err != nil {
-		return 0, 0, 0, err
 	}
 	for i := range evs {
 		e := &evs[i]
-		res, err := s.insEvent.ExecContext(ctx, seq+1, e.EventID, unixNanos(e.Time), string(e.Type),
-			serverName(e.ServerHost, e.ServerIP), e.Site, b.get(len(recs)+i))
-		if err != nil {
-			return 0, 0, 0, fmt.Errorf("insert event %s: %w", e.EventID, err)
-		}
-		if n, _ := res.RowsAffected(); n == 1 {
-			seq++
-			nev++
-		} else {
+		rid := entryID(e.EventID)
+		if dup(rid) {
 			dups++
+			continue
+		}
+		for _, n := range [2]struct {
+			k dictKind
+			v string
+		}{{kindServer, serverName(e.ServerHost, e.ServerIP)}, {kindSite, e.Site}} {
+			id, err := s.dict.id(ctx, s.wc, n.k, n.v)
+			if err != nil {
+				return 0, 0, 0, fmt.Errorf("event %s: %w", e.EventID, err)
+			}
+			bb.post(id)
+		}
+		seq++
+		bb.add(entryEvent, seq, rid, unixNanos(e.Time), b.get(len(recs)+i))
+		nev++
+		if bb.n == maxBlockEntries {
+			if err := flush(); err != nil {
+				return 0, 0, 0, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return 0, 0, 0, err
+	}
+	if time.Since(s.lastPost) >= postInterval {
+		if _, err := s.postLocked(ctx, s.wc); err != nil {
+			return 0, 0, 0, err
 		}
 	}
 	if seq != s.lastSeq.Load() {
-		if _, err := s.setLastSeq.ExecContext(ctx, seq); err != nil {
+		if _, err := s.wc.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'last_seq'`, seq); err != nil {
 			return 0, 0, 0, fmt.Errorf("update last seq: %w", err)
 		}
 	}
@@ -251,31 +266,82 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 	}
 	s.dict.commit()
 	s.lastSeq.Store(seq)
+	if s.pendingPosted > s.postedSeq.Load() {
+		s.postCommitted()
+	}
 	return nrec, nev, dups, nil
 }
 
-// chunkRows is the number of records per multi-row INSERT statement.
-const chunkRows = 64
-
-// recordCols is the number of values bound per record row.
-const recordCols = 11
-
-// recordArgs appends the recordCols values of r's row to args. It runs in
-// the Append transaction (new names are inserted there).
-func (s *Store) recordArgs(ctx context.Context, args []any, seq int64, r *record.Record, data []byte) ([]any, error) {
-	dir, file := splitPath(r.Path)
-	var ids [5]int64
-	var err error
-	for k, n := range [5]struct {
+// postRecord adds the dictionary ids of r's server, server address, site,
+// user and directory (dirKey) to the block's names. It runs in the Append
+// transaction (new names are inserted there).
+func (s *Store) postRecord(ctx context.Context, bb *blockBuilder, r *record.Record) error {
+	for _, n := range [5]struct {
 		k dictKind
 		v string
-	}{{kindServer, serverName(r.ServerHost, r.ServerIP)}, {kindIP, r.ServerIP}, {kindSite, r.Site}, {kindUser, r.User}, {kindDir, dir}} {
-		if ids[k], err = s.dict.id(ctx, s.wc, n.k, n.v); err != nil {
-			return args, fmt.Errorf("record %s: %w", r.RecordID, err)
+	}{{kindServer, serverName(r.ServerHost, r.ServerIP)}, {kindIP, r.ServerIP}, {kindSite, r.Site}, {kindUser, r.User}, {kindDir, dirKey(r.Path)}} {
+		id, err := s.dict.id(ctx, s.wc, n.k, n.v)
+		if err != nil {
+			return fmt.Errorf("record %s: %w", r.RecordID, err)
 		}
+		bb.post(id)
 	}
-	return append(args, seq, recordTime(r), ridOf(r.RecordID),
-		ids[0], ids[1], ids[2], ids[3], ids[4], file, string(r.Reason), data), nil
+	return nil
+}
+
+// writeBlock inserts the block bb on c (in the caller's transaction). Its
+// postings are added later, in bulk (see postLocked).
+func (s *Store) writeBlock(ctx context.Context, c dbtx, bb *blockBuilder) error {
+	data, names := bb.finish()
+	if _, err := c.ExecContext(ctx, `INSERT INTO blocks (first_seq, last_seq, min_ns, max_ns, records, events, names, data)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, bb.first, bb.last, bb.minNs, bb.maxNs, bb.records, bb.events, names, data); err != nil {
+		return fmt.Errorf("insert block %d-%d: %w", bb.first, bb.last, err)
+	}
+	s.m.blockBytes.Observe(float64(len(data)))
+	return nil
+}
+
+// postChunk is the number of postings per INSERT statement.
+const postChunk = 128
+
+var postChunkSQL = postingsSQL(postChunk)
+
+func postingsSQL(n int) string {
+	var sb strings.Builder
+	sb.WriteString("INSERT OR IGNORE INTO block_names (name_id, first_seq) VALUES ")
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString("(?,?)")
+	}
+	return sb.String()
+}
+
+// posting is one row of block_names.
+type posting struct{ name, first int64 }
+
+// insertPostings inserts ps (sorted) postChunk rows per statement. args
+// is a reused argument buffer.
+func insertPostings(ctx context.Context, c dbtx, ps []posting, args *[]any) error {
+	for len(ps) > 0 {
+		n := min(len(ps), postChunk)
+		a := (*args)[:0]
+		for _, p := range ps[:n] {
+			a = append(a, p.name, p.first)
+		}
+		q := postChunkSQL
+		if n < postChunk {
+			q = postingsSQL(n)
+		}
+		if _, err := c.ExecContext(ctx, q, a...); err != nil {
+			return fmt.Errorf("insert postings: %w", err)
+		}
+		clear(a)
+		*args = a[:0]
+		ps = ps[n:]
+	}
+	return nil
 }
 
 // rollback ends a failed transaction. SQLite may already have rolled it back

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // dictKind says which column a dictionary name belongs to (names.kind).
@@ -18,7 +20,7 @@ const (
 	kindIP     dictKind = 2 // records.ip_id: ServerIP
 	kindSite   dictKind = 3 // records.site_id
 	kindUser   dictKind = 4 // records.user_id
-	kindDir    dictKind = 5 // records.dir_id: the path up to and including its last '/'
+	kindDir    dictKind = 5 // dirKey of the path (version 4; full directories before)
 )
 
 type dictKey struct {
@@ -112,12 +114,38 @@ func (d *dict) reset() {
 	d.added = d.added[:0]
 }
 
+// dirLevels is the most directory levels of a path that are posted (see
+// dirKey).
+const dirLevels = 6
+
+// dirKey returns the directory under which a record with path p is posted:
+// p up to and including its last '/', cut after the dirLevels-th '/'
+// ("/store/data/Run2026A/MinimumBias/AOD/" for a CMS file). Deeper
+// directories (dataset blocks, one per few files) would post nearly one
+// name per record; the exact path is checked when a candidate block is read.
+func dirKey(p string) string {
+	n := 0
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' {
+			if n++; n == dirLevels {
+				return p[:i+1]
+			}
+		}
+	}
+	dir, _ := splitPath(p)
+	return dir
+}
+
 // splitPath splits p after its last '/': dir keeps the slash. A path
 // without '/' is all file.
 func splitPath(p string) (dir, file string) {
 	i := strings.LastIndexByte(p, '/')
 	return p[:i+1], p[i+1:]
 }
+
+// entryID is the 64-bit key of a record or event id kept in blocks for
+// duplicate detection (see Append): xxHash64 of the whole id.
+func entryID(id string) uint64 { return xxhash.Sum64String(id) }
 
 // ridOf is the 64-bit key of a record id stored in records.rid: the first
 // 16 hex digits of the id (record ids are hex SHA-256 prefixes), or an

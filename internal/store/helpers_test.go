@@ -91,3 +91,19 @@ func openTest(tb testing.TB, mod func(*Options)) (*Store, *prometheus.Registry) 
 	tb.Cleanup(func() { _ = s.Close() })
 	return s, reg
 }
+
+// reopen closes s and opens its database again with the same options and
+// metrics registry, as a restart would.
+func reopen(tb testing.TB, s *Store) *Store {
+	tb.Helper()
+	o, reg := s.opts, s.m.reg
+	if err := s.Close(); err != nil {
+		tb.Fatalf("close: %v", err)
+	}
+	s, err := Open(o, nil, reg)
+	if err != nil {
+		tb.Fatalf("reopen: %v", err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}

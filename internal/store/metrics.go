@@ -13,8 +13,8 @@ type metrics struct {
 	fullRefusals     prometheus.Counter
 	retentionDeleted prometheus.Counter
 	maxBytesDropped  prometheus.Counter
-	indexed          prometheus.Counter
-	indexDuration    prometheus.Histogram
+	blockBytes       prometheus.Histogram
+	postDuration     prometheus.Histogram
 	bytes            prometheus.GaugeFunc
 	lastSeq          prometheus.GaugeFunc
 	backlog          *backlogCollector
@@ -58,14 +58,15 @@ func newMetrics(s *Store) *metrics {
 			Name: "xrdmon_store_max_bytes_dropped_total",
 			Help: "Delivered entries deleted before their retention time to stay under max bytes.",
 		}),
-		indexed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_store_indexed_total",
-			Help: "Records added to the user and directory indexes by index passes.",
+		blockBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "xrdmon_store_block_bytes",
+			Help:    "Compressed size of the blocks written to the store (up to 4096 entries each).",
+			Buckets: prometheus.ExponentialBuckets(256, 4, 9),
 		}),
-		indexDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "xrdmon_store_index_pass_duration_seconds",
-			Help:    "Time of one index pass (user and directory indexes of the records appended since the last one).",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		postDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "xrdmon_store_posting_pass_duration_seconds",
+			Help:    "Time of one posting pass (the name postings of the blocks written since the last one, every 10 s).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
 		bytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "xrdmon_store_bytes",
@@ -85,7 +86,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	m.reg = reg
 	for _, c := range []prometheus.Collector{m.batchDuration, m.recordsAppended, m.eventsAppended,
 		m.duplicates, m.appendErrors, m.fullRefusals, m.retentionDeleted, m.maxBytesDropped,
-		m.indexed, m.indexDuration, m.bytes, m.lastSeq, m.backlog} {
+		m.blockBytes, m.postDuration, m.bytes, m.lastSeq, m.backlog} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return err

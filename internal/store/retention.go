@@ -8,14 +8,11 @@ import (
 )
 
 // Run applies retention and the MaxBytes bound every
-// Options.RetentionInterval and runs the index pass (IndexNow) every
-// Options.IndexInterval until ctx is cancelled, then returns nil. Errors of
-// a pass are logged and the next pass tries again.
+// Options.RetentionInterval until ctx is cancelled, then returns nil.
+// Errors of a pass are logged and the next pass tries again.
 func (s *Store) Run(ctx context.Context) error {
 	t := time.NewTicker(s.opts.RetentionInterval)
 	defer t.Stop()
-	it := time.NewTicker(s.opts.IndexInterval)
-	defer it.Stop()
 	held := false
 	for {
 		n, h, err := s.retain(ctx, time.Now())
@@ -30,25 +27,10 @@ func (s *Store) Run(ctx context.Context) error {
 			s.log.Warn("Store retention held back by a sink behind the retention period", "sink", h)
 		}
 		held = h != ""
-		if !s.waitRetention(ctx, t.C, it.C) {
-			return nil
-		}
-	}
-}
-
-// waitRetention runs index passes on ticks of index until retain ticks
-// (true) or ctx is done (false).
-func (s *Store) waitRetention(ctx context.Context, retain, index <-chan time.Time) bool {
-	for {
 		select {
 		case <-ctx.Done():
-			return false
-		case <-retain:
-			return true
-		case <-index:
-			if _, err := s.IndexNow(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
-				s.log.Warn("Store index pass failed", "err", err)
-			}
+			return nil
+		case <-t.C:
 		}
 	}
 }
@@ -61,25 +43,23 @@ func (s *Store) waitRetention(ctx context.Context, retain, index <-chan time.Tim
 func (s *Store) retain(ctx context.Context, now time.Time) (deleted int64, heldBy string, err error) {
 	maxSeq, who := s.minCursor()
 	if s.opts.Retention > 0 {
+		// A block goes when its newest entry is older than the cutoff and
+		// every sink has passed it.
 		cutoff := now.Add(-s.opts.Retention).UnixNano()
-		for _, q := range []string{
-			`DELETE FROM records WHERE seq IN (SELECT seq FROM records WHERE end_ns < ?1 AND seq <= ?2 LIMIT ?3)`,
-			`DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE time_ns < ?1 AND seq <= ?2 LIMIT ?3)`,
-		} {
-			for {
-				n, err := s.deleteChunk(ctx, q, cutoff, maxSeq, s.opts.BatchSize)
-				deleted += n
-				if err != nil {
-					return deleted, "", fmt.Errorf("retention: %w", err)
-				}
-				if n < int64(s.opts.BatchSize) {
-					break
-				}
+		for {
+			n, k, err := s.deleteBlocks(ctx, `SELECT first_seq, records + events, names FROM blocks
+				WHERE max_ns < ?1 AND last_seq <= ?2 ORDER BY first_seq LIMIT ?3`, cutoff, maxSeq, retentionBlocks)
+			deleted += n
+			if err != nil {
+				return deleted, "", fmt.Errorf("retention: %w", err)
+			}
+			if k < retentionBlocks {
+				break
 			}
 		}
 		if who != "" {
 			var one int
-			err := s.rdb.QueryRowContext(ctx, `SELECT 1 FROM records WHERE end_ns < ? AND seq > ? LIMIT 1`, cutoff, maxSeq).Scan(&one)
+			err := s.rdb.QueryRowContext(ctx, `SELECT 1 FROM blocks WHERE max_ns < ? AND last_seq > ? LIMIT 1`, cutoff, maxSeq).Scan(&one)
 			if err == nil {
 				heldBy = who
 			}
@@ -112,44 +92,86 @@ func (s *Store) retain(ctx context.Context, now time.Time) (deleted int64, heldB
 	return deleted, heldBy, nil
 }
 
-// deleteChunk runs one bounded delete statement under mu.
-func (s *Store) deleteChunk(ctx context.Context, q string, args ...any) (int64, error) {
+// retentionBlocks is the most blocks deleted in one transaction.
+const retentionBlocks = 16
+
+// deleteBlocks deletes, in one transaction under mu, the blocks listed by
+// the query sel (first_seq, entries, names) and their postings. It returns
+// the entries and the blocks deleted.
+func (s *Store) deleteBlocks(ctx context.Context, sel string, args ...any) (entries int64, blocks int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return 0, ErrClosed
+		return 0, 0, ErrClosed
 	}
-	res, err := s.wc.ExecContext(ctx, q, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return s.deleteBlocksLocked(ctx, sel, args...)
 }
 
-// dropOldest deletes up to BatchSize of the oldest entries (by Seq, in both
-// tables) with Seq <= maxSeq, in one transaction. Call with mu held.
-func (s *Store) dropOldest(ctx context.Context, maxSeq int64) (n int64, err error) {
+// deleteBlocksLocked is deleteBlocks with mu held.
+func (s *Store) deleteBlocksLocked(ctx context.Context, sel string, args ...any) (entries int64, blocks int, err error) {
 	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
+		return 0, 0, fmt.Errorf("begin: %w", err)
 	}
 	defer func() {
 		if err != nil {
 			s.rollback()
 		}
 	}()
-	for _, q := range []string{
-		`DELETE FROM records WHERE seq IN (SELECT seq FROM records WHERE seq <= ? ORDER BY seq LIMIT ?)`,
-		`DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <= ? ORDER BY seq LIMIT ?)`,
-	} {
-		res, err := s.wc.ExecContext(ctx, q, maxSeq, s.opts.BatchSize)
-		if err != nil {
-			return 0, fmt.Errorf("drop oldest: %w", err)
+	type victim struct {
+		first, n int64
+		names    []byte
+	}
+	var vs []victim
+	rows, err := s.wc.QueryContext(ctx, sel, args...)
+	if err != nil {
+		return 0, 0, fmt.Errorf("select blocks: %w", err)
+	}
+	for rows.Next() {
+		var v victim
+		if err := rows.Scan(&v.first, &v.n, &v.names); err != nil {
+			rows.Close()
+			return 0, 0, fmt.Errorf("select blocks: %w", err)
 		}
-		k, _ := res.RowsAffected()
-		n += k
+		vs = append(vs, v)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return 0, 0, fmt.Errorf("select blocks: %w", err)
+	}
+	if len(vs) == 0 {
+		_, err := s.wc.ExecContext(ctx, "ROLLBACK")
+		return 0, 0, err
+	}
+	for _, v := range vs {
+		ids, err := decodeIDs(v.names)
+		if err != nil {
+			return 0, 0, fmt.Errorf("block %d: %w", v.first, err)
+		}
+		for _, id := range ids {
+			if _, err := s.wc.ExecContext(ctx, `DELETE FROM block_names WHERE name_id = ? AND first_seq = ?`, id, v.first); err != nil {
+				return 0, 0, fmt.Errorf("delete postings of block %d: %w", v.first, err)
+			}
+		}
+		if _, err := s.wc.ExecContext(ctx, `DELETE FROM blocks WHERE first_seq = ?`, v.first); err != nil {
+			return 0, 0, fmt.Errorf("delete block %d: %w", v.first, err)
+		}
+		entries += v.n
 	}
 	if _, err := s.wc.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
-		return 0, fmt.Errorf("commit: %w", err)
+		return 0, 0, fmt.Errorf("commit: %w", err)
+	}
+	return entries, len(vs), nil
+}
+
+// dropOldest deletes up to retentionBlocks of the oldest blocks (by seq)
+// that every sink has passed (last_seq <= maxSeq), in one transaction, and
+// returns the entries deleted. Call with mu held.
+func (s *Store) dropOldest(ctx context.Context, maxSeq int64) (int64, error) {
+	n, _, err := s.deleteBlocksLocked(ctx, `SELECT first_seq, records + events, names FROM blocks
+		WHERE last_seq <= ? ORDER BY first_seq LIMIT ?`, maxSeq, retentionBlocks)
+	if err != nil {
+		return 0, fmt.Errorf("drop oldest: %w", err)
 	}
 	s.m.maxBytesDropped.Add(float64(n))
 	return n, nil

@@ -13,15 +13,21 @@ import (
 func TestRetention(t *testing.T) {
 	s, _ := openTest(t, func(o *Options) { o.Retention = time.Hour; o.BatchSize = 7 })
 	ctx := context.Background()
-	// Records end at t0 + i s, events at t0 + i s too.
-	evs := []record.Event{testEvent(0), testEvent(3000)}
-	if err := s.Append(ctx, testRecords(0, 100), evs); err != nil {
-		t.Fatal(err)
+	// Records end at t0 + i s, events at t0 + i s too. Retention deletes
+	// whole blocks (one per Append here): seq 1..20, 21..51, 52..102.
+	for _, b := range []struct {
+		from, n int
+		evs     []record.Event
+	}{{0, 20, nil}, {20, 30, []record.Event{testEvent(0)}}, {50, 50, []record.Event{testEvent(3000)}}} {
+		if err := s.Append(ctx, testRecords(b.from, b.n), b.evs); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Now is t0 + 1h + 50s: records 0..49 and event 0 are expired.
 	now := t0.Add(time.Hour + 50*time.Second)
 
-	// A sink that has passed only seq 20 holds back expired records 20..49.
+	// A sink that has passed only seq 20 holds back expired records 20..49
+	// (and event 0, in their block).
 	if err := s.SetCursor(ctx, "slow", 20); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +49,7 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("retain = %d, %q, %v; want 31", n, held, err)
 	}
 	left, _ := s.Read(ctx, 0, 1000)
-	if len(left) != 51 || left[0].Record.RecordID != testRecord(50).RecordID || left[50].Event == nil {
+	if len(left) != 51 || left[0].Record.RecordID != testRecord(50).RecordID || left[50].Event == nil || left[0].Seq != 52 {
 		t.Fatalf("left %d entries, want records 50..99 and event 3000", len(left))
 	}
 	if got, _ := s.Query(ctx, Query{To: now.Add(-time.Hour)}); len(got) != 0 {
@@ -78,11 +84,11 @@ func TestMaxBytes(t *testing.T) {
 	t.Run("drops delivered", func(t *testing.T) {
 		s, _ := openTest(t, func(o *Options) { o.MaxBytes = max; o.BatchSize = 100 })
 		ctx := context.Background()
-		for i := range 40 { // ~40 x 100 x 1.2 KiB, several times max
+		for i := range 40 { // ~40 x 400 x ~150 bytes compressed, several times max
 			if err := s.SetCursor(ctx, "fast", s.lastSeq.Load()); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Append(ctx, testRecords(i*100, 100), nil); err != nil {
+			if err := s.Append(ctx, testRecords(i*400, 400), nil); err != nil {
 				t.Fatalf("batch %d: %v", i, err)
 			}
 		}
@@ -93,8 +99,8 @@ func TestMaxBytes(t *testing.T) {
 		if used > max+max/2 {
 			t.Fatalf("used %d bytes, bound %d", used, max)
 		}
-		entries, _ := s.Read(ctx, 0, 10000)
-		if len(entries) == 0 || entries[len(entries)-1].Seq != 4000 || entries[0].Seq == 1 {
+		entries, _ := s.Read(ctx, 0, 100000)
+		if len(entries) == 0 || entries[len(entries)-1].Seq != 16000 || entries[0].Seq == 1 {
 			t.Fatalf("want the newest entries kept and the oldest dropped, got %d entries", len(entries))
 		}
 	})
@@ -107,7 +113,7 @@ func TestMaxBytes(t *testing.T) {
 		var err error
 		i := 0
 		for ; i < 100 && err == nil; i++ {
-			err = s.Append(ctx, testRecords(i*100, 100), nil)
+			err = s.Append(ctx, testRecords(i*400, 400), nil)
 		}
 		if !errors.Is(err, ErrFull) || errors.Is(err, ErrDiskFull) {
 			t.Fatalf("after %d batches: err = %v, want ErrFull", i, err)

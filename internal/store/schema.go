@@ -4,18 +4,20 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
+
+	"github.com/xrdmon/xrdmon/internal/record"
 )
 
 // schemaVersion is stored in PRAGMA user_version. FORMAT.md documents each
 // version; migrations[i] brings a database from version i to i+1.
-const schemaVersion = 3
+const schemaVersion = 4
 
 // migrations[i] brings a database from version i to i+1 inside tx.
 var migrations = []func(ctx context.Context, tx *sql.Tx) error{
 	execMigration(schemaV1),
 	migrateV2,
 	execMigration(schemaV3),
+	migrateV4,
 }
 
 func execMigration(q string) func(context.Context, *sql.Tx) error {
@@ -214,27 +216,116 @@ const insertRecordV2SQL = `INSERT OR IGNORE INTO records
 	(seq, end_ns, rid, server_id, ip_id, site_id, user_id, dir_id, file, reason, data)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
-// insertRecordSQL inserts one record, not yet indexed (ix NULL).
-const insertRecordSQL = `INSERT OR IGNORE INTO records
-	(seq, end_ns, rid, server_id, ip_id, site_id, user_id, dir_id, file, reason, data, ix)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`
+// schemaV4 replaces the records and events tables by blocks of entries
+// (3 -> 4); migrateV4 copies the rows. See FORMAT.md, "Blocks".
+const schemaV4 = `
+CREATE TABLE blocks (
+	first_seq INTEGER PRIMARY KEY,
+	last_seq  INTEGER NOT NULL,
+	min_ns    INTEGER NOT NULL,
+	max_ns    INTEGER NOT NULL,
+	records   INTEGER NOT NULL,
+	events    INTEGER NOT NULL,
+	names     BLOB NOT NULL,
+	data      BLOB NOT NULL
+);
+CREATE INDEX blocks_min ON blocks (min_ns);
+CREATE INDEX blocks_max ON blocks (max_ns);
+CREATE TABLE block_names (
+	name_id   INTEGER NOT NULL,
+	first_seq INTEGER NOT NULL,
+	PRIMARY KEY (name_id, first_seq)
+) WITHOUT ROWID;
+ALTER TABLE state ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;
+DELETE FROM meta WHERE key = 'indexed_seq';
+INSERT INTO meta (key, value) VALUES ('posted_seq', 0);
+`
 
-// insertChunkSQL inserts n records in one statement (see Store.insert).
-func insertChunkSQL(n int) string {
-	var b strings.Builder
-	b.WriteString(`INSERT OR IGNORE INTO records
-	(seq, end_ns, rid, server_id, ip_id, site_id, user_id, dir_id, file, reason, data, ix) VALUES `)
-	for i := range n {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(?,?,?,?,?,?,?,?,?,?,?,NULL)")
+// migrateV4 creates the version 4 tables and moves the records and events
+// of version 3 into blocks, in seq order, keeping their sequence numbers,
+// then drops the old tables.
+func migrateV4(ctx context.Context, tx *sql.Tx) error {
+	if _, err := tx.ExecContext(ctx, schemaV4); err != nil {
+		return err
 	}
-	return b.String()
+	rows, err := tx.QueryContext(ctx, `
+		SELECT seq, 0, rid, '', end_ns, server_id, ip_id, site_id, user_id, '', '', data FROM records
+		UNION ALL
+		SELECT seq, 1, 0, event_id, time_ns, 0, 0, 0, 0, server, site, data FROM events
+		ORDER BY 1`)
+	if err != nil {
+		return fmt.Errorf("read version 3 entries: %w", err)
+	}
+	defer rows.Close()
+	s := &Store{bb: newBlockBuilder(), m: newMetrics(nil)}
+	d := newDict(1 << 20)
+	bb := s.bb
+	bb.reset(1)
+	started := false
+	flush := func() error {
+		if bb.n == 0 {
+			return nil
+		}
+		if err := s.writeBlock(ctx, tx, bb); err != nil {
+			return err
+		}
+		bb.n = 0
+		return nil
+	}
+	for rows.Next() {
+		var (
+			seq, rid, t           int64
+			kind                  byte
+			eventID, server, site string
+			sid, ip, site1, usr   int64
+			data                  []byte
+		)
+		if err := rows.Scan(&seq, &kind, &rid, &eventID, &t, &sid, &ip, &site1, &usr, &server, &site, &data); err != nil {
+			return fmt.Errorf("read version 3 entries: %w", err)
+		}
+		if !started || bb.n == maxBlockEntries {
+			if err := flush(); err != nil {
+				return err
+			}
+			bb.reset(seq)
+			started = true
+		}
+		var key uint64
+		if kind == entryRecord {
+			var r record.Record
+			if err := record.DecodeStored(data, &r); err != nil {
+				return fmt.Errorf("record %d: %w", seq, err)
+			}
+			key = entryID(r.RecordID)
+			dk, err := d.id(ctx, tx, kindDir, dirKey(r.Path))
+			if err != nil {
+				return err
+			}
+			for _, id := range [5]int64{sid, ip, site1, usr, dk} {
+				bb.post(id)
+			}
+		} else {
+			key = entryID(eventID)
+			for _, n := range [2]struct {
+				k dictKind
+				v string
+			}{{kindServer, server}, {kindSite, site}} {
+				id, err := d.id(ctx, tx, n.k, n.v)
+				if err != nil {
+					return err
+				}
+				bb.post(id)
+			}
+		}
+		bb.add(kind, seq, key, t, data)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read version 3 entries: %w", err)
+	}
+	rows.Close()
+	if err := flush(); err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `DROP TABLE records; DROP TABLE events;`)
+	return err
 }
-
-const deleteChunkSQL = `DELETE FROM records WHERE seq BETWEEN ? AND ?`
-
-const insertEventSQL = `INSERT OR IGNORE INTO events
-	(seq, event_id, time_ns, type, server, site, data)
-	VALUES (?, ?, ?, ?, ?, ?, ?)`

@@ -15,36 +15,71 @@ import (
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
-// TestAppendChunks exercises the multi-row insert: full chunks, a tail, and
-// chunks holding duplicates (of stored records and within the chunk) that
-// fall back to row-by-row inserts, without seq gaps.
-func TestAppendChunks(t *testing.T) {
-	s, _ := openTest(t, nil)
+// TestAppendDuplicates: an id seen earlier in the batch is skipped, and so
+// is an id an earlier process appended after its oldest checkpoint (the
+// entries a restart may produce again); duplicates take no sequence number.
+func TestAppendDuplicates(t *testing.T) {
+	o := DefaultOptions()
+	o.Path = filepath.Join(t.TempDir(), "store.db")
 	ctx := context.Background()
-	if err := s.Append(ctx, testRecords(0, 3*chunkRows+5), nil); err != nil {
+	s, err := Open(o, nil, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	// Records 100..299: 100..196 are stored; 250 appears twice.
-	batch := testRecords(100, 200)
-	batch = slices.Insert(batch, 160, testRecord(250))
-	if err := s.Append(ctx, batch, nil); err != nil {
+	batch := testRecords(0, 100)
+	batch = slices.Insert(batch, 60, testRecord(7)) // 7 twice in one batch
+	if err := s.Append(ctx, batch, []record.Event{testEvent(1), testEvent(1)}); err != nil {
 		t.Fatal(err)
 	}
-	const want = 300
-	if last := s.lastSeq.Load(); last != want {
-		t.Fatalf("LastSeq = %d, want %d", last, want)
+	if last := s.lastSeq.Load(); last != 101 {
+		t.Fatalf("LastSeq = %d, want 101", last)
 	}
-	if got := testutil.ToFloat64(s.m.duplicates); got != 98 {
-		t.Fatalf("duplicates = %v, want 98", got)
+	if got := testutil.ToFloat64(s.m.duplicates); got != 2 {
+		t.Fatalf("duplicates = %v, want 2", got)
+	}
+	// Checkpoints after seq 101 and, for a second shard, after 151.
+	if err := s.PutState(ctx, "shard-0", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(ctx, testRecords(100, 50), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutState(ctx, "shard-1", []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(ctx, testRecords(150, 50), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// After a restart, records 100..199 (appended after the oldest
+	// checkpoint) are in the window; records before it are not.
+	s, err = Open(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if len(s.recent) != 100 {
+		t.Fatalf("duplicate window holds %d ids, want 100", len(s.recent))
+	}
+	if err := s.Append(ctx, testRecords(100, 120), nil); err != nil { // 100..199 again, 200..219 new
+		t.Fatal(err)
+	}
+	if last := s.lastSeq.Load(); last != 221 {
+		t.Fatalf("LastSeq = %d, want 221", last)
 	}
 	all, err := s.Read(ctx, 0, 1000)
-	if err != nil || len(all) != want {
-		t.Fatalf("read %d, %v; want %d", len(all), err, want)
+	if err != nil || len(all) != 221 {
+		t.Fatalf("read %d, %v; want 221", len(all), err)
 	}
-	for i, e := range all {
+	for i, e := range all[:100] {
 		if e.Seq != int64(i+1) || e.Record.RecordID != testRecord(i).RecordID {
 			t.Fatalf("entry %d: seq %d record %s, want seq %d record %d", i, e.Seq, e.Record.RecordID, i+1, i)
 		}
+	}
+	if got := all[len(all)-1].Record.RecordID; got != testRecord(219).RecordID {
+		t.Fatalf("last record %s, want record 219", got)
 	}
 }
 
@@ -82,33 +117,33 @@ func TestQueryPathPrefix(t *testing.T) {
 	}
 }
 
-// TestQueryPlans checks that each indexed filter is answered from its
-// index, not by a scan of the records table; user and path queries read the
-// unindexed tail by a rowid range.
+// TestQueryPlans checks that each indexed filter picks its blocks through
+// an index (postings or block times), never by a scan of every block row.
 func TestQueryPlans(t *testing.T) {
 	s, _ := openTest(t, nil)
 	ctx := context.Background()
-	if err := s.Append(ctx, testRecords(0, 10), nil); err != nil {
+	for i := range 5 {
+		if err := s.Append(ctx, testRecords(10*i, 10), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.PostNow(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.IndexNow(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Append(ctx, testRecords(10, 10), nil); err != nil {
-		t.Fatal(err)
-	}
-	const tail = "USING INTEGER PRIMARY KEY (rowid>?)"
 	from := t0.Add(time.Hour)
-	for q, want := range map[*Query][]string{
-		{From: from, To: from.Add(time.Minute)}: {"INDEX records_key"},
-		{Server: "xrootd1.example.org"}:         {"INDEX records_server"},
-		{Site: "T1_US_FNAL", From: from}:        {"INDEX records_site"},
-		{User: "user1", From: from}:             {"INDEX records_user", tail},
-		{User: "user1", Newest: true}:           {"INDEX records_user", tail},
-		{PathPrefix: "/store/data/"}:            {"INDEX records_dir", tail},
-		{PathPrefix: "/store/data/f"}:           {"INDEX records_dir", tail},
+	for q, want := range map[*Query]string{
+		{From: from, To: from.Add(time.Minute)}: "INDEX blocks_m",
+		{Server: "xrootd1.example.org"}:         "PRIMARY KEY (name_id=?)",
+		{Site: "T1_US_FNAL", From: from}:        "PRIMARY KEY (name_id=?)",
+		{User: "user1", Newest: true}:           "PRIMARY KEY (name_id=?)",
+		{PathPrefix: "/store/data/"}:            "PRIMARY KEY (name_id=?)",
+		{PathPrefix: "/store/data/R"}:           "PRIMARY KEY (name_id=?)",
 	} {
-		query, args := querySQL(*q, s.indexedSeq.Load())
+		qp, err := s.plan(ctx, *q)
+		if err != nil || qp.none {
+			t.Fatalf("%+v: plan %+v, %v", *q, qp, err)
+		}
+		query, args := querySQL(*q, &qp)
 		rows, err := s.wc.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
 		if err != nil {
 			t.Fatal(err)
@@ -125,10 +160,8 @@ func TestQueryPlans(t *testing.T) {
 		rows.Close()
 		joined := strings.Join(plan, "; ")
 		t.Logf("%+v: %s", *q, joined)
-		for _, w := range want {
-			if !strings.Contains(joined, w) || strings.Contains(joined, "SCAN records") {
-				t.Errorf("%+v: plan %q does not use %s", *q, joined, w)
-			}
+		if !strings.Contains(joined, want) || strings.Contains(joined, "SCAN blocks") {
+			t.Errorf("%+v: plan %q does not use %s", *q, joined, want)
 		}
 	}
 }
@@ -149,7 +182,7 @@ func TestDictRollback(t *testing.T) {
 	if _, err := s.wc.ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", pages+2)); err != nil {
 		t.Fatal(err)
 	}
-	batch := testRecords(1000, 500)
+	batch := testRecords(1000, 3000) // more than the free pages left by the migrations
 	for i := range batch {
 		batch[i].Site = fmt.Sprintf("new-site-%d", i)
 	}
@@ -162,7 +195,7 @@ func TestDictRollback(t *testing.T) {
 	if err := s.Append(ctx, batch, nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, i := range []int{0, 250, 499} {
+	for _, i := range []int{0, 250, 2999} {
 		got, err := s.Query(ctx, Query{Site: batch[i].Site})
 		if err != nil || len(got) != 1 || got[0].RecordID != batch[i].RecordID {
 			t.Fatalf("site %s: got %d records, %v", batch[i].Site, len(got), err)

@@ -69,11 +69,6 @@ type Options struct {
 	Retention time.Duration
 	// RetentionInterval is how often Run applies retention and MaxBytes.
 	RetentionInterval time.Duration
-	// IndexInterval is how often Run adds the records appended since the
-	// last pass to the user and directory indexes (see Store.IndexNow).
-	// Queries are exact either way; a longer interval makes Appends cheaper
-	// and the unindexed tail that user and path queries scan longer.
-	IndexInterval time.Duration
 	// MaxBytes bounds the bytes used by the database (pages in use, not
 	// counting the WAL, which journal_size_limit bounds separately). Zero
 	// means no bound. When it is reached the oldest entries every sink has
@@ -94,10 +89,9 @@ type Options struct {
 	// WALLimit is SQLite's journal_size_limit: the WAL file is truncated to
 	// this size after a checkpoint.
 	WALLimit int64
-	// CacheBytes is the writer's page cache (SQLite cache_size). Index
-	// inserts need the upper levels of every index and the current page of
-	// each server, site, user and directory in memory; with SQLite's 2 MiB
-	// default each batch rereads pages from disk.
+	// CacheBytes is the writer's page cache (SQLite cache_size): the
+	// upper levels of the postings index and the names dictionary stay in
+	// memory.
 	CacheBytes int64
 	// PageSize is the SQLite page size of a new database (ignored for an
 	// existing one). Larger pages mean fewer WAL frames and syscalls per
@@ -105,19 +99,17 @@ type Options struct {
 	PageSize int
 	// CheckpointPages is SQLite's wal_autocheckpoint: after a commit that
 	// leaves the WAL longer than this many pages, it is folded into the
-	// database. Longer means hot index pages are copied less often.
+	// database.
 	CheckpointPages int
 }
 
 // DefaultOptions returns the defaults: 30 days retention, checked every
-// minute, index pass every 15 s, 10 GiB bound, batches of 1000,
-// synchronous=FULL.
+// minute, 10 GiB bound, batches of 1000, synchronous=FULL.
 func DefaultOptions() Options {
 	return Options{
 		Path:              "xrdmon.db",
 		Retention:         30 * 24 * time.Hour,
 		RetentionInterval: time.Minute,
-		IndexInterval:     15 * time.Second,
 		MaxBytes:          10 << 30,
 		BatchSize:         1000,
 		Synchronous:       SyncFull,
@@ -137,9 +129,6 @@ func (o *Options) fill() error {
 	}
 	if o.RetentionInterval <= 0 {
 		o.RetentionInterval = d.RetentionInterval
-	}
-	if o.IndexInterval <= 0 {
-		o.IndexInterval = d.IndexInterval
 	}
 	if o.BatchSize <= 0 {
 		o.BatchSize = d.BatchSize
@@ -186,27 +175,36 @@ type Store struct {
 	m    *metrics
 
 	wdb *sql.DB // one connection, held in wc
-	rdb *sql.DB // read pool
 
-	// mu serialises all writes on wc and guards the prepared statements,
-	// the in-memory last sequence and the cursor map.
-	mu         sync.Mutex
-	wc         *sql.Conn
-	insRecord  *sql.Stmt
-	insChunk   *sql.Stmt // chunkRows records
-	delChunk   *sql.Stmt // undoes insChunk
-	args       []any     // reused by insert
-	insEvent   *sql.Stmt
-	setLastSeq *sql.Stmt
-	dict       *dict
-	closed     bool
+	// mu serialises all writes on wc and guards the block builder, the
+	// duplicate sets and the dictionary.
+	mu       sync.Mutex
+	wc       *sql.Conn
+	bb       *blockBuilder
+	postArgs []any // reused by insertPostings
+	postings []posting
+	// postedSeq is meta 'posted_seq': every block with first_seq <= it
+	// has its postings in block_names. pendingPosted is the mark of a
+	// pass whose transaction has not committed yet; lastPost the time of
+	// the last pass.
+	postedSeq     atomic.Int64
+	pendingPosted int64
+	lastPost      time.Time
+	dict          *dict
+	closed        bool
+	// recent holds the ids (ridOf) of the entries an earlier process
+	// appended after its oldest checkpoint: a restart may produce them
+	// again. batchIDs are the ids of the current Append.
+	recent   map[uint64]struct{}
+	batchIDs map[uint64]struct{}
 
-	lastSeq    atomic.Int64
-	indexedSeq atomic.Int64 // every record with seq <= it has ix set
-	cursorMu   sync.Mutex
-	cursors    map[string]int64
-	full       atomic.Bool // logged state of ErrFull, for transition logs
-	pageSize   int64
+	*Reader // the read side: Read, Query, GetState
+
+	lastSeq  atomic.Int64
+	cursorMu sync.Mutex
+	cursors  map[string]int64
+	full     atomic.Bool // logged state of ErrFull, for transition logs
+	pageSize int64
 }
 
 // Open opens (creating or migrating) the store at opts.Path and registers
@@ -223,7 +221,8 @@ func Open(opts Options, log *slog.Logger, reg prometheus.Registerer) (*Store, er
 			return nil, fmt.Errorf("open store: create dir: %w", err)
 		}
 	}
-	s := &Store{opts: opts, log: log, cursors: map[string]int64{}, dict: newDict(dictCacheSize)}
+	s := &Store{opts: opts, log: log, cursors: map[string]int64{}, dict: newDict(dictCacheSize),
+		bb: newBlockBuilder(), batchIDs: make(map[uint64]struct{})}
 	if err := s.open(); err != nil {
 		s.closeDBs()
 		return nil, fmt.Errorf("open store %s: %w", opts.Path, err)
@@ -236,7 +235,7 @@ func Open(opts Options, log *slog.Logger, reg prometheus.Registerer) (*Store, er
 		}
 	}
 	log.Info("Store opened", "path", opts.Path, "last_seq", s.lastSeq.Load(),
-		"sinks", len(s.cursors), "synchronous", opts.Synchronous)
+		"sinks", len(s.cursors), "synchronous", opts.Synchronous, "dedup_window", len(s.recent))
 	return s, nil
 }
 
@@ -281,31 +280,11 @@ func (s *Store) open() error {
 	if err := s.wc.QueryRowContext(ctx, "PRAGMA page_size").Scan(&s.pageSize); err != nil {
 		return fmt.Errorf("read page size: %w", err)
 	}
-	if s.insRecord, err = s.wc.PrepareContext(ctx, insertRecordSQL); err != nil {
-		return fmt.Errorf("prepare record insert: %w", err)
-	}
-	if s.insChunk, err = s.wc.PrepareContext(ctx, insertChunkSQL(chunkRows)); err != nil {
-		return fmt.Errorf("prepare record chunk insert: %w", err)
-	}
-	if s.delChunk, err = s.wc.PrepareContext(ctx, deleteChunkSQL); err != nil {
-		return fmt.Errorf("prepare record chunk delete: %w", err)
-	}
-	if s.insEvent, err = s.wc.PrepareContext(ctx, insertEventSQL); err != nil {
-		return fmt.Errorf("prepare event insert: %w", err)
-	}
-	if s.setLastSeq, err = s.wc.PrepareContext(ctx, `UPDATE meta SET value = ? WHERE key = 'last_seq'`); err != nil {
-		return fmt.Errorf("prepare meta update: %w", err)
-	}
 	var last int64
 	if err := s.wc.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'last_seq'`).Scan(&last); err != nil {
 		return fmt.Errorf("read last seq: %w", err)
 	}
 	s.lastSeq.Store(last)
-	var indexed int64
-	if err := s.wc.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'indexed_seq'`).Scan(&indexed); err != nil {
-		return fmt.Errorf("read indexed seq: %w", err)
-	}
-	s.indexedSeq.Store(indexed)
 	rows, err := s.wc.QueryContext(ctx, `SELECT sink, seq FROM cursors`)
 	if err != nil {
 		return fmt.Errorf("read cursors: %w", err)
@@ -323,13 +302,17 @@ func (s *Store) open() error {
 		return fmt.Errorf("read cursors: %w", err)
 	}
 
-	if s.rdb, err = sql.Open(driverName, dsn(s.opts, true)); err != nil {
-		return fmt.Errorf("open readers: %w", err)
+	var posted int64
+	if err := s.wc.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'posted_seq'`).Scan(&posted); err != nil {
+		return fmt.Errorf("read posted seq: %w", err)
 	}
-	s.rdb.SetMaxOpenConns(s.opts.ReadConns)
-	s.rdb.SetMaxIdleConns(s.opts.ReadConns)
-	if err := s.rdb.PingContext(ctx); err != nil {
-		return fmt.Errorf("connect reader: %w", err)
+	s.postedSeq.Store(posted)
+	s.lastPost = time.Now()
+	if err := s.loadRecent(ctx); err != nil {
+		return err
+	}
+	if s.Reader, err = newReader(s.opts); err != nil {
+		return err
 	}
 	return nil
 }
@@ -344,10 +327,10 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	ctx := context.Background()
-	// Index the tail so the next open starts with none (best effort: Query
-	// is exact without it).
-	if _, err := s.indexLocked(ctx); err != nil {
-		s.log.Warn("Store index pass at close failed", "err", err)
+	// Post the last blocks so the next open starts with none (best effort:
+	// Query is exact without it).
+	if err := s.postTx(ctx); err != nil {
+		s.log.Warn("Store posting pass at close failed", "err", err)
 	}
 	// Best effort: keep the query planner's statistics fresh and fold the
 	// WAL into the database so the next open starts small.
@@ -366,19 +349,14 @@ func (s *Store) Close() error {
 
 func (s *Store) closeDBs() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{s.insRecord, s.insChunk, s.delChunk, s.insEvent, s.setLastSeq} {
-		if st != nil {
-			errs = append(errs, st.Close())
-		}
-	}
 	if s.wc != nil {
 		errs = append(errs, s.wc.Close())
 	}
 	if s.wdb != nil {
 		errs = append(errs, s.wdb.Close())
 	}
-	if s.rdb != nil {
-		errs = append(errs, s.rdb.Close())
+	if s.Reader != nil {
+		errs = append(errs, s.Reader.Close())
 	}
 	return errors.Join(errs...)
 }

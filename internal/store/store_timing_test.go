@@ -6,8 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -114,6 +112,9 @@ func benchAppendRealistic(b *testing.B, batch, prefill int) {
 			b.Fatal(err)
 		}
 	}
+	if err := s.PostNow(ctx); err != nil {
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	var cpu time.Duration
@@ -131,6 +132,13 @@ func benchAppendRealistic(b *testing.B, batch, prefill int) {
 		b.StartTimer()
 		n += batch
 	}
+	// The posting pass of the blocks written (Append runs it every
+	// postInterval, which a short run may not reach): counted too.
+	c0 := cpuTime()
+	if err := s.PostNow(ctx); err != nil {
+		b.Fatal(err)
+	}
+	cpu += cpuTime() - c0
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
 	b.ReportMetric(float64(n)/cpu.Seconds(), "records/cpu-s")
 }
@@ -183,16 +191,12 @@ func realisticRecord(i int) record.Record {
 // size of the store: batches of 5000 realistic records (as in
 // BenchmarkAppendRealistic) appended to a store that already holds 0, 1 M
 // and 3 M of them. It reports CPU microseconds per record (process CPU
-// time, all threads, during Append only), the same including the index
-// passes (IndexNow every indexEvery() batches, "cpu-µs/record+ix"), records
-// per CPU second and records/s (wall, Append only).
+// time, all threads, during Append only), records per CPU second and
+// records/s (wall).
 //
-// The preloaded databases are built once per run, faster than by Append:
-// the four (id, end_ns) indexes are dropped while the records are loaded in
-// batches of 50,000 and created again at the end (the data is the same as
-// after Append; index pages are packed tighter). Each sub-benchmark works
-// on its own copy. A 3 M database takes 3.2 GB in a temp dir (6.5 GB
-// while the 3 M case runs); preloading takes ~40 s.
+// The preloaded databases are built once per run by Append in batches of
+// 50,000 with synchronous=NORMAL. Each sub-benchmark works on its own
+// copy.
 //
 //	go test ./internal/store -run '^$' -bench AppendLargeStore -benchtime 40x -timeout 30m
 func BenchmarkAppendLargeStore(b *testing.B) {
@@ -251,20 +255,10 @@ func benchAppendOn(b *testing.B, path string, next, batch int) {
 			b.Fatal(err)
 		}
 	}
-	if _, err := s.IndexNow(ctx); err != nil {
-		b.Fatal(err)
-	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	var cpu, ixCPU time.Duration
-	n, batches, every := 0, 0, indexEvery()
-	pass := func() {
-		c0 := cpuTime()
-		if _, err := s.IndexNow(ctx); err != nil {
-			b.Fatal(err)
-		}
-		ixCPU += cpuTime() - c0
-	}
+	var cpu time.Duration
+	n := 0
 	for b.Loop() {
 		b.StopTimer()
 		gen()
@@ -277,29 +271,10 @@ func benchAppendOn(b *testing.B, path string, next, batch int) {
 		cpu += cpuTime() - c0
 		b.StartTimer()
 		n += batch
-		if batches++; batches%every == 0 {
-			pass()
-		}
-	}
-	if batches%every != 0 {
-		pass()
 	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
 	b.ReportMetric(float64(n)/cpu.Seconds(), "records/cpu-s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-µs/record")
-	b.ReportMetric(float64((cpu+ixCPU).Microseconds())/float64(n), "cpu-µs/record+ix")
-}
-
-// indexEvery returns the number of batches between index passes in
-// benchAppendOn: by default 40 x 5000 = 200,000 records, the records of
-// ~2 s at the collector's 90,000/s (the default IndexInterval is 15 s, so
-// a pass in production covers more records and costs less per record).
-// XRDMON_BENCH_INDEX_EVERY overrides it.
-func indexEvery() int {
-	if n, err := strconv.Atoi(os.Getenv("XRDMON_BENCH_INDEX_EVERY")); err == nil && n > 0 {
-		return n
-	}
-	return 40
 }
 
 // preloadTemplates writes databases holding the first sizes[i] realistic
@@ -315,19 +290,10 @@ func preloadTemplates(b *testing.B, dir string, sizes []int, out map[int]string)
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	idx := []string{
-		"records_server ON records (server_id, end_ns)",
-		"records_site ON records (site_id, end_ns)",
-		"records_user ON records (user_id, end_ns) WHERE ix IS NOT NULL",
-		"records_dir ON records (dir_id, end_ns) WHERE ix IS NOT NULL",
-	}
 	exec := func(q string) {
 		if _, err := s.wc.ExecContext(ctx, q); err != nil {
 			b.Fatalf("%s: %v", q, err)
 		}
-	}
-	for _, d := range idx {
-		exec("DROP INDEX " + strings.Fields(d)[0])
 	}
 	recs := make([]record.Record, 50_000)
 	next := 0
@@ -340,23 +306,12 @@ func preloadTemplates(b *testing.B, dir string, sizes []int, out map[int]string)
 			if err := s.Append(ctx, recs[:n], nil); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := s.IndexNow(ctx); err != nil {
-				b.Fatal(err)
-			}
 			next += n
-		}
-		for _, d := range idx {
-			exec("CREATE INDEX " + d)
 		}
 		exec("PRAGMA wal_checkpoint(TRUNCATE)")
 		out[size] = filepath.Join(dir, fmt.Sprintf("preload-%d.db", size))
 		if err := copyFile(o.Path, out[size]); err != nil {
 			b.Fatal(err)
-		}
-		if size != sizes[len(sizes)-1] {
-			for _, d := range idx {
-				exec("DROP INDEX " + strings.Fields(d)[0])
-			}
 		}
 	}
 	if err := s.Close(); err != nil {

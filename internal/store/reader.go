@@ -1,0 +1,516 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+// Entry is one entry of the log: exactly one of Record and Event is set.
+// Seq is its sequence number, strictly increasing in append order and never
+// reused.
+type Entry struct {
+	Seq    int64
+	Record *record.Record
+	Event  *record.Event
+}
+
+// Reader reads a store: the log from any position (Read), records by time,
+// server, site, user and path (Query), and checkpoint state. A Store reads
+// through its own Reader; OpenReader opens one on a database another
+// process is writing (WAL readers never block the writer). A Reader is safe
+// for concurrent use.
+type Reader struct {
+	rdb       *sql.DB
+	batchSize int
+
+	// A few decompressed blocks, most recently used last: sinks read a
+	// block in several Reads of BatchSize entries. Blocks never change
+	// once written, so a cached block stays valid until it is deleted
+	// (and then it is simply no longer listed).
+	cacheMu sync.Mutex
+	cache   []cachedBlock
+}
+
+type cachedBlock struct {
+	first int64
+	raw   []byte
+}
+
+// readerCacheBlocks is the number of decompressed blocks a Reader keeps.
+const readerCacheBlocks = 4
+
+// OpenReader opens the store database at path read-only. The database must
+// have been created by this version of the store (or migrated by it).
+func OpenReader(path string) (*Reader, error) {
+	o := DefaultOptions()
+	o.Path = path
+	r, err := newReader(o)
+	if err != nil {
+		return nil, fmt.Errorf("open store reader %s: %w", path, err)
+	}
+	return r, nil
+}
+
+func newReader(o Options) (*Reader, error) {
+	rdb, err := sql.Open(driverName, dsn(o, true))
+	if err != nil {
+		return nil, fmt.Errorf("open readers: %w", err)
+	}
+	rdb.SetMaxOpenConns(o.ReadConns)
+	rdb.SetMaxIdleConns(o.ReadConns)
+	if err := rdb.PingContext(context.Background()); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("connect reader: %w", err)
+	}
+	return &Reader{rdb: rdb, batchSize: o.BatchSize}, nil
+}
+
+// Close closes the reader's connections.
+func (r *Reader) Close() error { return r.rdb.Close() }
+
+// block returns the decompressed entry list of the block starting at
+// first, or nil when it no longer exists (deleted by retention).
+func (r *Reader) block(ctx context.Context, first int64) ([]byte, error) {
+	r.cacheMu.Lock()
+	for i, c := range r.cache {
+		if c.first == first {
+			r.cache = append(append(r.cache[:i:i], r.cache[i+1:]...), c)
+			r.cacheMu.Unlock()
+			return c.raw, nil
+		}
+	}
+	r.cacheMu.Unlock()
+	var data []byte
+	err := r.rdb.QueryRowContext(ctx, `SELECT data FROM blocks WHERE first_seq = ?`, first).Scan(&data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read block %d: %w", first, err)
+	}
+	// A new buffer every time: decoded entries may point into it.
+	raw, err := blockEntries(nil, data)
+	if err != nil {
+		return nil, fmt.Errorf("block %d: %w", first, err)
+	}
+	r.cacheMu.Lock()
+	if len(r.cache) == readerCacheBlocks {
+		r.cache = append(r.cache[:0], r.cache[1:]...)
+	}
+	r.cache = append(r.cache, cachedBlock{first: first, raw: raw})
+	r.cacheMu.Unlock()
+	return raw, nil
+}
+
+// blockSpan is a block's position in the log.
+type blockSpan struct{ first, last int64 }
+
+// blocksFromSQL lists the blocks that may hold entries after ?1: from the
+// last block starting at or before ?1 + 1.
+const blocksFromSQL = `SELECT first_seq, last_seq FROM blocks
+	WHERE first_seq >= IFNULL((SELECT MAX(first_seq) FROM blocks WHERE first_seq <= ?1 + 1), 0)
+	ORDER BY first_seq LIMIT ?2`
+
+// Read returns up to max entries with Seq > afterSeq, in Seq order
+// (max <= 0: Options.BatchSize). An empty result means the reader is at the
+// end of the log. Entries deleted by retention are skipped silently.
+func (r *Reader) Read(ctx context.Context, afterSeq int64, max int) ([]Entry, error) {
+	if max <= 0 {
+		max = r.batchSize
+	}
+	rows, err := r.rdb.QueryContext(ctx, blocksFromSQL, afterSeq, max+1)
+	if err != nil {
+		return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
+	}
+	var spans []blockSpan
+	for rows.Next() {
+		var b blockSpan
+		if err := rows.Scan(&b.first, &b.last); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
+		}
+		spans = append(spans, b)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
+	}
+	var out []Entry
+	for _, b := range spans {
+		if b.last <= afterSeq {
+			continue
+		}
+		raw, err := r.block(ctx, b.first)
+		if err != nil {
+			return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
+		}
+		it := newEntryIter(raw, b.first)
+		for it.next() {
+			if it.cur.seq <= afterSeq {
+				continue
+			}
+			e, err := decodeEntry(it.cur)
+			if err != nil {
+				return nil, fmt.Errorf("read after %d: block %d: %w", afterSeq, b.first, err)
+			}
+			if out == nil {
+				out = make([]Entry, 0, min(max, 1024))
+			}
+			out = append(out, e)
+			if len(out) == max {
+				return out, nil
+			}
+		}
+		if it.err != nil {
+			return nil, fmt.Errorf("read after %d: block %d: %w", afterSeq, b.first, it.err)
+		}
+	}
+	return out, nil
+}
+
+// Query selects records for the dashboard, the API and tests. Zero fields
+// do not filter.
+type Query struct {
+	// From (inclusive) and To (exclusive) bound the record time: End, or
+	// Start when End is unknown.
+	From, To time.Time
+	// Server matches ServerHost, or ServerIP for records without a host
+	// name (indexed).
+	Server string
+	// ServerIP matches ServerIP exactly (indexed).
+	ServerIP string
+	Site     string
+	User     string
+	// PathPrefix matches paths starting with it (indexed by directory).
+	PathPrefix string
+	// Reason, when set, selects partial records of that reason;
+	// Partial selects all partial records.
+	Reason  record.Reason
+	Partial bool
+	// Limit caps the result (<= 0: 1000; at most 100000).
+	Limit int
+	// Newest returns the latest records first (default: oldest first).
+	Newest bool
+}
+
+// match reports whether rec passes every filter of q but the limit.
+func (q *Query) match(rec *record.Record, t int64) bool {
+	switch {
+	case !q.From.IsZero() && t < q.From.UnixNano(),
+		!q.To.IsZero() && t >= q.To.UnixNano(),
+		q.Server != "" && serverName(rec.ServerHost, rec.ServerIP) != q.Server,
+		q.ServerIP != "" && rec.ServerIP != q.ServerIP,
+		q.Site != "" && rec.Site != q.Site,
+		q.User != "" && rec.User != q.User,
+		q.PathPrefix != "" && !strings.HasPrefix(rec.Path, q.PathPrefix),
+		q.Reason != record.Complete && rec.Reason != q.Reason,
+		q.Partial && rec.Reason == record.Complete:
+		return false
+	}
+	return true
+}
+
+// hit is a matching record with its sort key.
+type hit struct {
+	t, seq int64
+	rec    record.Record
+}
+
+// Query returns the records matching q, ordered by time (then sequence
+// number).
+//
+// The candidate blocks are those whose time span meets [From, To) and
+// that have a posting (or, not yet posted, a names entry) for every named
+// server, server address, site and user and for a directory key that can
+// hold PathPrefix. Blocks are visited in
+// order of their earliest record time (latest, with Newest), every record
+// of a candidate block is decoded and filtered exactly, and the visit
+// stops as soon as no further block can hold a record that sorts before
+// the Limit-th one found.
+func (r *Reader) Query(ctx context.Context, q Query) ([]record.Record, error) {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	limit = min(limit, 100000)
+	plan, err := r.plan(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("query records: %w", err)
+	}
+	if plan.none {
+		return nil, nil
+	}
+	query, args := querySQL(q, &plan)
+	rows, err := r.rdb.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query records: %w", err)
+	}
+	type cand struct{ first, minNs, maxNs int64 }
+	var cands []cand
+	for rows.Next() {
+		var c cand
+		var names []byte
+		var isPosted bool
+		if err := rows.Scan(&c.first, &c.minNs, &c.maxNs, &isPosted, &names); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("query records: %w", err)
+		}
+		if !isPosted { // not posted yet: check its names here
+			ids, err := decodeIDs(names)
+			if err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("query records: block %d: %w", c.first, err)
+			}
+			if !plan.has(ids) {
+				continue
+			}
+		}
+		cands = append(cands, c)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return nil, fmt.Errorf("query records: %w", err)
+	}
+	less := func(a, b *hit) int {
+		if a.t != b.t {
+			if a.t < b.t {
+				return -1
+			}
+			return 1
+		}
+		if a.seq < b.seq {
+			return -1
+		}
+		if a.seq > b.seq {
+			return 1
+		}
+		return 0
+	}
+	order := less
+	if q.Newest {
+		order = func(a, b *hit) int { return less(b, a) }
+	}
+	var hits []*hit
+	trim := func() {
+		slices.SortFunc(hits, order)
+		if len(hits) > limit {
+			clear(hits[limit:])
+			hits = hits[:limit]
+		}
+	}
+	var rec record.Record
+	for _, c := range cands {
+		if len(hits) >= limit {
+			trim()
+			bound := hits[limit-1].t
+			if (!q.Newest && c.minNs > bound) || (q.Newest && c.maxNs < bound) {
+				break
+			}
+		}
+		raw, err := r.block(ctx, c.first)
+		if err != nil {
+			return nil, fmt.Errorf("query records: %w", err)
+		}
+		it := newEntryIter(raw, c.first)
+		for it.next() {
+			if it.cur.kind != entryRecord {
+				continue
+			}
+			rec = record.Record{}
+			if err := record.DecodeStored(it.cur.data, &rec); err != nil {
+				return nil, fmt.Errorf("query records: decode seq %d: %w", it.cur.seq, err)
+			}
+			t := recordTime(&rec)
+			if q.match(&rec, t) {
+				hits = append(hits, &hit{t: t, seq: it.cur.seq, rec: rec})
+			}
+		}
+		if it.err != nil {
+			return nil, fmt.Errorf("query records: block %d: %w", c.first, it.err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	trim()
+	out := make([]record.Record, len(hits))
+	for i, h := range hits {
+		out[i] = h.rec
+	}
+	return out, nil
+}
+
+// queryPlan is what Query needs to list its candidate blocks.
+type queryPlan struct {
+	// need holds one set of name ids per named filter: a block is a
+	// candidate when it has a name of every set. nil (no filter) or an
+	// empty set (the name is unknown: no block can match) per filter.
+	need [][]int64
+	// none is true when a filter names something no block has.
+	none bool
+}
+
+// plan resolves q's names to dictionary ids.
+func (r *Reader) plan(ctx context.Context, q Query) (queryPlan, error) {
+	var p queryPlan
+	ids := func(query string, args ...any) error {
+		rows, err := r.rdb.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var set []int64
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			set = append(set, id)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(set) == 0 {
+			p.none = true
+		}
+		slices.Sort(set)
+		p.need = append(p.need, slices.Compact(set))
+		return nil
+	}
+	nameID := "SELECT id FROM names WHERE kind = ? AND name = ?"
+	for _, n := range []struct {
+		k dictKind
+		v string
+	}{{kindServer, q.Server}, {kindIP, q.ServerIP}, {kindSite, q.Site}, {kindUser, q.User}} {
+		if n.v != "" {
+			if err := ids(nameID, n.k, n.v); err != nil {
+				return p, fmt.Errorf("resolve %q: %w", n.v, err)
+			}
+		}
+	}
+	if p := q.PathPrefix; p != "" {
+		// The directory keys (dirKey) a path starting with p can have:
+		// p's own key when p reaches dirLevels levels; otherwise the keys
+		// starting with p and p's own directory. A path without '/' has
+		// the empty key, which is not posted: then the path filter is
+		// left to the exact match.
+		var err error
+		switch dir, rest := splitPath(p); {
+		case strings.Count(p, "/") >= dirLevels:
+			err = ids(nameID, kindDir, dirKey(p))
+		case dir == "" && rest != "":
+		default:
+			rangeSQL, rangeArgs := textRange("name", p)
+			err = ids("SELECT id FROM names WHERE kind = ? AND "+rangeSQL+" UNION SELECT id FROM names WHERE kind = ? AND name = ?",
+				append(append([]any{kindDir}, rangeArgs...), kindDir, dir)...)
+		}
+		if err != nil {
+			return queryPlan{}, fmt.Errorf("resolve path prefix: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// has reports whether a block with the sorted names ids can hold a match.
+func (p *queryPlan) has(ids []int64) bool {
+	for _, set := range p.need {
+		found := false
+		for _, id := range set {
+			if _, ok := slices.BinarySearch(ids, id); ok {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// querySQL returns the statement listing q's candidate blocks and its
+// arguments: the posted blocks through block_names, and the blocks after
+// meta 'posted_seq' with their names column, which Query checks itself
+// (one statement: one snapshot, so the two parts are disjoint and
+// complete). The second part is a rowid range (NOT INDEXED: the planner
+// would rather walk a time index in order, i.e. every block).
+func querySQL(q Query, p *queryPlan) (string, []any) {
+	var timeCond []string
+	var args []any
+	if !q.From.IsZero() {
+		timeCond = append(timeCond, "max_ns >= ?")
+		args = append(args, q.From.UnixNano())
+	}
+	if !q.To.IsZero() {
+		timeCond = append(timeCond, "min_ns < ?")
+		args = append(args, q.To.UnixNano())
+	}
+	common := strings.Join(append([]string{"records > 0"}, timeCond...), " AND ")
+	posted := common + " AND first_seq <= (SELECT value FROM meta WHERE key = 'posted_seq')"
+	for _, set := range p.need {
+		var sb strings.Builder
+		for i, id := range set {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			sb.WriteString(strconv.FormatInt(id, 10))
+		}
+		posted += " AND first_seq IN (SELECT first_seq FROM block_names WHERE name_id IN (" + sb.String() + "))"
+	}
+	order := " ORDER BY 2, 1"
+	if q.Newest {
+		order = " ORDER BY 3 DESC, 1 DESC"
+	}
+	query := "SELECT first_seq, min_ns, max_ns, 1, NULL FROM blocks WHERE " + posted +
+		" UNION ALL SELECT first_seq, min_ns, max_ns, 0, names FROM blocks NOT INDEXED WHERE " + common +
+		" AND first_seq > (SELECT value FROM meta WHERE key = 'posted_seq')" + order
+	return query, append(append([]any{}, args...), args...)
+}
+
+// textRange returns the condition "col starts with p" as an index range.
+func textRange(col, p string) (string, []any) {
+	if hi, ok := prefixEnd(p); ok {
+		return "(" + col + " >= ? AND " + col + " < ?)", []any{p, hi}
+	}
+	return col + " >= ?", []any{p}
+}
+
+// prefixEnd returns the smallest string greater than every string with the
+// given prefix, or false when there is none (all bytes 0xff).
+func prefixEnd(p string) (string, bool) {
+	b := []byte(p)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1]), true
+		}
+	}
+	return "", false
+}
+
+// GetState returns the blob last put under key, or ErrNotFound.
+func (r *Reader) GetState(ctx context.Context, key string) ([]byte, error) {
+	var blob []byte
+	err := r.rdb.QueryRowContext(ctx, `SELECT blob FROM state WHERE key = ?`, key).Scan(&blob)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("get state %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get state %s: %w", key, err)
+	}
+	if blob == nil {
+		blob = []byte{}
+	}
+	return blob, nil
+}
