@@ -176,6 +176,15 @@ func (u *UDP) listen() error {
 		return setReusePort(c)
 	}}
 	addr := u.cfg.Addr
+	if u.cfg.ReusePort {
+		// SO_REUSEPORT would let a second collector (same user) bind the
+		// port too, and the kernel would then split the datagrams between
+		// the two: each would see half of every server's packets. A plain
+		// bind first fails if any other socket holds the port.
+		if err := probePort(addr); err != nil {
+			return err
+		}
+	}
 	for i := range n {
 		pc, err := lc.ListenPacket(context.Background(), "udp", addr)
 		if err != nil {
@@ -195,6 +204,20 @@ func (u *UDP) listen() error {
 	}
 	u.log.Info("Listening for UDP monitoring packets", "addr", u.local.String(), "sockets", n, "readers", u.cfg.Readers)
 	return nil
+}
+
+// probePort binds addr without SO_REUSEPORT and releases it, so that a
+// port already held by another socket (another collector) is an error at
+// start rather than a silent split of the traffic. Port 0 needs no probe.
+func probePort(addr string) error {
+	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		return nil
+	}
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w (is another collector running on this port?)", addr, err)
+	}
+	return pc.Close()
 }
 
 func (u *UDP) setReceiveBuffer(conn *net.UDPConn, report bool) error {

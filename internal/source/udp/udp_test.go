@@ -336,3 +336,16 @@ func benchReceive(b *testing.B, readers int, reuse bool) {
 	b.ReportMetric(got/b.Elapsed().Seconds(), "packets/s")
 	b.ReportMetric(float64(drops)/float64(b.N), "dropped/op")
 }
+
+// TestSecondCollectorRefused: with SO_REUSEPORT the kernel would let a
+// second collector bind the same port and split every server's packets
+// between the two; the second one must fail at start instead, naming the
+// cause.
+func TestSecondCollectorRefused(t *testing.T) {
+	first, _ := start(t, Config{Addr: "127.0.0.1:0", Readers: 2, ReusePort: true}, prometheus.NewRegistry())
+	addr := first.LocalAddr().String()
+	_, err := New(Config{Addr: addr, Readers: 2, ReusePort: true}, nil, prometheus.NewRegistry())
+	if err == nil || !strings.Contains(err.Error(), "another collector") {
+		t.Fatalf("second source on %s: err = %v, want a refusal naming another collector", addr, err)
+	}
+}
