@@ -70,14 +70,19 @@ func (s *Shard) newFile(inc *incarnation, fileID uint32, tBeg, tEnd uint32) int3
 }
 
 // linkSession links file fi to the session of its user dictid, if known.
-func (s *Shard) linkSession(fi int32, inc *incarnation) {
+// hint is a slab index where that session may be (-1: no idea); it is
+// used, saving a look-up, only if it holds that session.
+func (s *Shard) linkSession(fi int32, inc *incarnation, hint int32) {
 	f := &s.files[fi]
 	if f.sess >= 0 || f.user == 0 {
 		return
 	}
-	si, ok := s.sessIdx[dictKey(inc.id, f.user)]
-	if !ok {
-		return
+	si := hint
+	if si < 0 || int(si) >= len(s.sess) || s.sess[si].inc != inc.id || s.sess[si].dictID != f.user {
+		var ok bool
+		if si, ok = s.sessIdx[dictKey(inc.id, f.user)]; !ok {
+			return
+		}
 	}
 	f.sess = si
 	lpush(s.files, &s.sess[si].files, fileSess, fi)
@@ -101,7 +106,7 @@ func (s *Shard) requeue(fi int32) {
 	if f.flags&fPending == 0 {
 		ltouch(s.files, &s.lru, fileLRU, fi)
 	}
-	ltouch(s.files, &s.byID[f.inc].files, fileInc, fi)
+	ltouch(s.files, &s.incOf(f.inc).files, fileInc, fi)
 }
 
 // evict emits the least recently used file of list l (k: which list) as
@@ -139,20 +144,29 @@ func (s *Shard) open(inc *incarnation, o packet.FileOpen, tBeg, tEnd uint32) {
 	if o.RW {
 		f.flags |= fRW
 	}
+	p, pending := s.paths[k]
+	hint := int32(-1)
 	if o.HasLFN {
-		f.path = s.pathsI.bytes(o.LFN)
+		// The d record that usually precedes an open with LFN carried the
+		// same path: reuse its string rather than intern the LFN again.
+		if pending && p.path == string(o.LFN) {
+			f.path = p.path
+		} else {
+			f.path = s.pathsI.bytes(o.LFN)
+		}
 		f.user = o.User
 	}
-	if p, ok := s.paths[k]; ok {
+	if pending {
 		if f.path == "" {
 			f.path = p.path
 		}
 		if f.user == 0 {
 			f.user = p.user
 		}
+		hint = p.sess
 		delete(s.paths, k)
 	}
-	s.linkSession(fi, inc)
+	s.linkSession(fi, inc, hint)
 	if f.flags&fClosed != 0 { // its close came first: complete now
 		cd := s.closes[fi]
 		s.finishFile(fi, rComplete, cd.tEnd, &cd.c)
@@ -249,7 +263,7 @@ func (s *Shard) finishFile(fi int32, r uint8, end uint32, c *packet.FileClose) {
 			r = rNoOpen
 		}
 	}
-	inc := s.byID[f.inc]
+	inc := s.incOf(f.inc)
 	s.emit(f, inc, r, end, c)
 	s.removeFile(fi, inc)
 }

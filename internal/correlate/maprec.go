@@ -112,7 +112,7 @@ func (s *Shard) pendUser(inc *incarnation, dictID uint32) *pendingUser {
 		s.boundPending()
 		p = &pendingUser{at: s.nowS}
 		s.users[k] = p
-		s.pending.push(fifoEntry{key: k, at: s.nowS, kind: pendUser})
+		s.pushPending(k, pendUser)
 	}
 	return p
 }
@@ -122,6 +122,48 @@ func (s *Shard) boundPending() {
 	for len(s.paths)+len(s.users) >= s.cfg.MaxPending && s.pending.len() > 0 {
 		s.expirePending()
 	}
+}
+
+// pushPending queues pending reference k (of kind pendPath or pendUser,
+// just set at nowS) for expiry.
+//
+// A reference resolved (or replaced) before it expires leaves a stale entry
+// behind, skipped when popped. Most references are resolved within
+// milliseconds (a d record by its open), so without care the queue would
+// hold every reference of the last PendingTTL (300 s: millions at a high
+// rate), grow without the MaxPending bound, and be written into every
+// checkpoint. So it is compacted whenever it has doubled since the last
+// compaction, which costs at most two map look-ups per push (amortised).
+func (s *Shard) pushPending(k uint64, kind uint8) {
+	if n := s.pending.len(); n >= minCompact && n >= s.pending.compactAt {
+		s.compactPending()
+	}
+	s.pending.push(fifoEntry{key: k, at: s.nowS, kind: kind})
+}
+
+// compactPending drops the stale entries of the expiry queue, those for
+// which expirePending would do nothing, keeping the order of the others,
+// and sets the next compaction at twice the length kept: each compaction
+// then scans at most twice as many entries as were pushed since the last.
+func (s *Shard) compactPending() {
+	f := &s.pending
+	q := f.q[:0]
+	for _, e := range f.q[f.head:] {
+		var live bool
+		switch e.kind {
+		case pendPath:
+			p, ok := s.paths[e.key]
+			live = ok && p.at == e.at
+		case pendUser:
+			p, ok := s.users[e.key]
+			live = ok && p.at == e.at
+		}
+		if live {
+			q = append(q, e)
+		}
+	}
+	f.q, f.head = q, 0
+	f.compactAt = max(2*len(q), minCompact)
 }
 
 // expirePending pops the oldest pending reference; a still-unresolved one
@@ -234,7 +276,7 @@ func (s *Shard) touchSession(i int32) {
 	if !ss.disc {
 		ltouch(s.sess, &s.sessLRU, sessLRU, i)
 	}
-	inc := s.byID[ss.inc]
+	inc := s.incOf(ss.inc)
 	ltouch(s.sess, &inc.sessions, sessInc, i)
 }
 
@@ -251,7 +293,7 @@ func (s *Shard) removeSession(i int32) {
 	} else {
 		lremove(s.sess, &s.sessLRU, sessLRU, i)
 	}
-	if inc := s.byID[ss.inc]; inc != nil {
+	if inc := s.incOf(ss.inc); inc != nil {
 		lremove(s.sess, &inc.sessions, sessInc, i)
 		if j, ok := inc.byText[ss.userText]; ok && j == i {
 			delete(inc.byText, ss.userText)
@@ -269,8 +311,9 @@ func (s *Shard) removeSession(i int32) {
 func (s *Shard) path(inc *incarnation, dictID uint32, uid, payload []byte) {
 	k := dictKey(inc.id, dictID)
 	var user uint32
+	sess := int32(-1)
 	if i, ok := inc.byText[string(uid)]; ok {
-		user = s.sess[i].dictID
+		user, sess = s.sess[i].dictID, i
 	}
 	if fi, ok := s.fileIdx[k]; ok {
 		f := &s.files[fi]
@@ -279,13 +322,15 @@ func (s *Shard) path(inc *incarnation, dictID uint32, uid, payload []byte) {
 		}
 		if f.user == 0 && user != 0 {
 			f.user = user
-			s.linkSession(fi, inc)
+			s.linkSession(fi, inc, sess)
 		}
 		return
 	}
-	if _, ok := s.paths[k]; !ok {
-		s.boundPending()
+	if len(s.paths)+len(s.users) >= s.cfg.MaxPending { // boundPending has work only then
+		if _, ok := s.paths[k]; !ok {
+			s.boundPending()
+		}
 	}
-	s.paths[k] = pendingPath{path: s.pathsI.bytes(payload), user: user, at: s.nowS}
-	s.pending.push(fifoEntry{key: k, at: s.nowS, kind: pendPath})
+	s.paths[k] = pendingPath{path: s.pathsI.bytes(payload), user: user, sess: sess, at: s.nowS}
+	s.pushPending(k, pendPath)
 }

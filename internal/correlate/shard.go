@@ -53,6 +53,7 @@ func addrHash(a netip.Addr) uint64 {
 type pendingPath struct {
 	path string
 	user uint32 // dictid of the session whose userid text the d record carried
+	sess int32  // that session's slab index then: a hint for linkSession (not checkpointed)
 	at   int64
 }
 
@@ -273,6 +274,16 @@ func (s *Shard) resolve(addr netip.Addr, stod uint32, sid uint64, hasSID bool) *
 	inc.seen = s.nowS
 	s.last = inc
 	return inc
+}
+
+// incOf returns the incarnation with id, nil if there is none. The one
+// of the packet being handled (s.last) is checked first: it is almost
+// always the one asked for, and a comparison costs less than a look-up.
+func (s *Shard) incOf(id uint32) *incarnation {
+	if l := s.last; l != nil && l.id == id {
+		return l
+	}
+	return s.byID[id]
 }
 
 func (s *Shard) newIncarnation(k incKey, hasSID bool) *incarnation {

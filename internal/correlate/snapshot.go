@@ -941,7 +941,7 @@ func (s *Shard) restore(data []byte) error {
 	// pending references
 	for n, i := d.count(), 0; i < n && d.err == nil; i++ {
 		k := d.uv()
-		s.paths[k] = pendingPath{path: d.str(&s.pathsI), user: d.u32(), at: d.v()}
+		s.paths[k] = pendingPath{path: d.str(&s.pathsI), user: d.u32(), sess: -1, at: d.v()}
 	}
 	for n, i := d.count(), 0; i < n && d.err == nil; i++ {
 		k := d.uv()

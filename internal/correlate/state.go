@@ -229,6 +229,9 @@ const (
 type fifo struct {
 	q    []fifoEntry
 	head int
+	// compactAt is the length at which the queue is next rid of its stale
+	// entries (see Shard.pushPending); 0 until the first compaction.
+	compactAt int
 }
 
 func (f *fifo) push(e fifoEntry) {
@@ -241,6 +244,9 @@ func (f *fifo) push(e fifoEntry) {
 }
 
 func (f *fifo) len() int { return len(f.q) - f.head }
+
+// minCompact is the least length at which the queue is compacted.
+const minCompact = 1024
 
 func (f *fifo) front() *fifoEntry { return &f.q[f.head] }
 
