@@ -28,10 +28,41 @@ const benchSynopsis = "[flags]\n\n" +
 	"Another collector: --target-cmd 'cmd args' with placeholders {udp_port},\n" +
 	"{udp_addr}, {http_port} and {dir} (a fresh directory per step), plus where\n" +
 	"it writes records: --records-jsonl FILE or --records-amqp URL --records-queue Q\n" +
-	"(FILE and Q may use the placeholders too)."
+	"(FILE and Q may use the placeholders too).\n\n" +
+	"--target null measures the machine's ceiling for any collector: a receiver\n" +
+	"that only counts datagrams (recvmmsg, 64 MiB buffer) replaces the collector,\n" +
+	"and the table shows datagrams received and kernel drops instead of records.\n" +
+	"--pregenerate generates each step's packets before sending them, so that\n" +
+	"the sender costs little more than the kernel's work while measured."
 
-// runBench implements `xrdmon bench`.
+// runBench implements `xrdmon bench`. `xrdmon bench nullrecv` is the null
+// target's receiver, which the bench starts as a child process.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "nullrecv" {
+		return runNullRecv(ctx, args[1:], stderr)
+	}
+	return runBenchMain(ctx, args, stdout, stderr)
+}
+
+// runNullRecv implements the hidden `xrdmon bench nullrecv`.
+func runNullRecv(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlagSet("bench nullrecv", "--udp host:port [flags]\n\n"+
+		"The null target of `xrdmon bench --target null`: receives datagrams and\n"+
+		"only counts them, until SIGTERM.", stderr)
+	addr := fs.String("udp", "", "listen on `host:port`")
+	countFile := fs.String("count-file", "", "write \"packets bytes\" received to `file` every 100 ms and at exit")
+	rcvbuf := fs.Int("rcvbuf", bench.DefaultNullRcvbuf, "socket receive buffer `bytes` (SO_RCVBUFFORCE when permitted)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *addr == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "xrdmon bench nullrecv: need --udp and no arguments")
+		return errUsage
+	}
+	return bench.RunNullReceiver(ctx, *addr, *countFile, *rcvbuf)
+}
+
+func runBenchMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	base := loadgen.DefaultConfig()
 	base.Rate = 20000
 	bc := bench.DefaultConfig()
@@ -50,6 +81,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&bc.Profile, "profile", 0, "take a CPU profile of this `time` in each step (xrdmon target; saved in --workdir)")
 	workDir := fs.String("workdir", "", "`dir` for the steps' stores, collector logs and profiles (default: a new temporary dir, kept)")
 	targetCmd := fs.String("target-cmd", "", "collector `command line` to measure instead of xrdmon collect")
+	target := fs.String("target", "xrdmon", "`target`: xrdmon (this xrdmon's collect) or null (a receiver that only counts datagrams: the machine's ceiling)")
+	fs.BoolVar(&bc.Pregenerate, "pregenerate", false, "generate each step's packets in memory before starting the collector, then only send them\n"+
+		"(memory: ~285 bytes per packet, e.g. 3.4 GB for 200,000/s for 60 s; see --pregenerate-max-bytes)")
+	fs.IntVar(&bc.SendWorkers, "send-workers", 0, "most `goroutines` sending UDP at once, one server's packets always on one (0: one per CPU)")
+	fs.Int64Var(&bc.PregenerateMax, "pregenerate-max-bytes", loadgen.DefaultPregenerateMax, "with --pregenerate: refuse a step whose packets need more than this many `bytes`")
 	recJSONL := fs.String("records-jsonl", "", "with --target-cmd: JSON-lines `file` the collector writes records to")
 	recAMQP := fs.String("records-amqp", "", "with --target-cmd: RabbitMQ `URL` of the queue the collector publishes records to")
 	recQueue := fs.String("records-queue", "", "with --records-amqp: the `queue`")
@@ -96,7 +132,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errUsage
 	}
 	bc.Scenario = sc
+	if *target != "xrdmon" && *target != "null" {
+		fmt.Fprintf(stderr, "xrdmon bench: --target %q: want xrdmon or null\n", *target)
+		return errUsage
+	}
+	if *target == "null" && *targetCmd != "" {
+		fmt.Fprintln(stderr, "xrdmon bench: --target null and --target-cmd exclude each other")
+		return errUsage
+	}
 	switch {
+	case *target == "null":
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find xrdmon executable: %w", err)
+		}
+		bc.Target = bench.NullTarget(exe)
 	case *targetCmd != "":
 		argv, err := splitCommand(*targetCmd)
 		if err != nil {

@@ -107,6 +107,8 @@ func TestBenchFlags(t *testing.T) {
 		{"--target-cmd", "true"}, // no record location
 		{"--target-cmd", "'unterminated", "--records-jsonl", "x"},
 		{"extra"},
+		{"--target", "nonsense"},
+		{"--target", "null", "--target-cmd", "true"},
 	} {
 		if err := runBench(context.Background(), args, &out, &errb); err != errUsage {
 			t.Errorf("%q: err %v, want errUsage", args, err)
@@ -130,5 +132,122 @@ func TestSplitCommand(t *testing.T) {
 	}
 	if _, err := splitCommand("  "); err == nil {
 		t.Error("no error for an empty command")
+	}
+}
+
+// readBenchCSV returns the rows of a bench CSV as maps by column.
+func readBenchCSV(t *testing.T, path string) []map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]string
+	for _, rec := range recs[1:] {
+		row := make(map[string]string)
+		for i, c := range recs[0] {
+			row[c] = rec[i]
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+func num(t *testing.T, row map[string]string, name string) float64 {
+	t.Helper()
+	s, ok := row[name]
+	if !ok {
+		t.Fatalf("no column %q", name)
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatalf("column %s: %q: %v", name, s, err)
+	}
+	return v
+}
+
+// TestBenchPregenerate runs a short step with pregenerated packets against
+// the real collector: every record must match and be timed.
+func TestBenchPregenerate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a collector and sends for several seconds")
+	}
+	t.Setenv(benchChildEnv, "1")
+	dir := t.TempDir()
+	csvPath := filepath.Join(dir, "bench.csv")
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := runBench(ctx, []string{"--pregenerate", "--scenario", "rate=3000", "--step-duration", "2s", "--quiet", "1s",
+		"--max-settle", "20s", "--workdir", filepath.Join(dir, "work"), "--csv", csvPath}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr.String())
+	}
+	rows := readBenchCSV(t, csvPath)
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1:\n%s", len(rows), stdout.String())
+	}
+	row := rows[0]
+	if got := num(t, row, "sent"); got != 6000 {
+		t.Errorf("sent %g, want 6000", got)
+	}
+	for name, want := range map[string]float64{"missing": 0, "wrong_bytes": 0, "partial": 0, "unexpected": 0, "loss_pct": 0, "seq_gaps": 0, "kernel_drops": 0} {
+		if got := num(t, row, name); got != want {
+			t.Errorf("%s = %g, want %g", name, got, want)
+		}
+	}
+	if num(t, row, "expected") <= 0 || num(t, row, "complete") != num(t, row, "expected") {
+		t.Errorf("complete %g of %g expected", num(t, row, "complete"), num(t, row, "expected"))
+	}
+	// Every record is timed from the sending of its packets (the Sent
+	// hook, replayed by the pregenerated sender).
+	if num(t, row, "latency_p50_ms") <= 0 {
+		t.Errorf("no latency:\n%s", stdout.String())
+	}
+	if p50, p99 := num(t, row, "latency_p50_ms"), num(t, row, "latency_p99_ms"); p50 <= 0 || p99 < p50 {
+		t.Errorf("latency p50 %g ms, p99 %g ms", p50, p99)
+	}
+	if num(t, row, "offered_pps") <= 0 || num(t, row, "sender_cpu_s_per_100k") < 0 {
+		t.Errorf("offered %g, sender CPU %g", num(t, row, "offered_pps"), num(t, row, "sender_cpu_s_per_100k"))
+	}
+}
+
+// TestBenchNull runs the null target: datagrams received instead of
+// records.
+func TestBenchNull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the null receiver and sends for a few seconds")
+	}
+	t.Setenv(benchChildEnv, "1")
+	dir := t.TempDir()
+	csvPath := filepath.Join(dir, "null.csv")
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := runBench(ctx, []string{"--target", "null", "--pregenerate", "--scenario", "rate=5000,10000", "--step-duration", "1s",
+		"--quiet", "1s", "--workdir", filepath.Join(dir, "work"), "--csv", csvPath}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr.String())
+	}
+	rows := readBenchCSV(t, csvPath)
+	if len(rows) != 2 {
+		t.Fatalf("%d rows, want 2:\n%s", len(rows), stdout.String())
+	}
+	for _, row := range rows {
+		if _, ok := row["expected"]; ok {
+			t.Errorf("null target row has record columns: %v", row)
+		}
+		sent, recv, drops := num(t, row, "sent"), num(t, row, "received"), num(t, row, "kernel_drops")
+		if sent <= 0 || recv+drops != sent {
+			t.Errorf("%s: sent %g, received %g, dropped %g", row["step"], sent, recv, drops)
+		}
+	}
+	if !bytes.Contains(stdout.Bytes(), []byte("received")) {
+		t.Errorf("table lacks the received column:\n%s", stdout.String())
 	}
 }

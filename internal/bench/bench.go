@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +51,10 @@ type Target struct {
 	// MatchByPath matches records by (server IP, path) when they carry no
 	// server start time and file id (GRACC records).
 	MatchByPath bool
+	// Null says the target is the null receiver (NullTarget): it writes no
+	// records, only the count of datagrams it received, to
+	// {dir}/received.
+	Null bool
 }
 
 // XrdmonTarget returns the target for `exe collect` on loopback ports with
@@ -91,6 +96,15 @@ type Config struct {
 	// StopOnLoss ends the scenario after the first step with loss (a
 	// rate ramp "until loss appears").
 	StopOnLoss bool
+	// Pregenerate generates each step's packets (and its truth) before
+	// starting the collector, and then only sends them: the sender then
+	// costs little more than the kernel's work. It holds the step's
+	// packets in memory (~285 bytes each with the default mix), at most
+	// PregenerateMax bytes (0: loadgen.DefaultPregenerateMax).
+	Pregenerate    bool
+	PregenerateMax int64
+	// SendWorkers is the most goroutines sending at once (0: GOMAXPROCS).
+	SendWorkers int
 }
 
 // DefaultConfig returns 10 s steps, a 2 s quiet period bounded by 60 s,
@@ -121,6 +135,15 @@ type Row struct {
 	Latencies   int // records timed
 	Check
 	Profile string `json:"-"` // CPU profile path, if taken
+	// Null marks a null target's row: Received is the datagrams it
+	// received, and there are no records (Check and latencies are zero).
+	Null     bool
+	Received int64
+	// SenderCPU is the bench process's CPU (user+system) while sending:
+	// the generator unless pregenerated, the sending and the kernel's
+	// work in the sender's context, and the record polling.
+	SenderCPU        time.Duration
+	SenderCPUPer100k float64
 }
 
 // Run runs every step of the scenario in order and returns one row per
@@ -321,7 +344,7 @@ func newSource(t Target, vars map[string]string) (RecordSource, error) {
 }
 
 func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slog.Logger) (Row, error) {
-	row := Row{Step: st.Name, Value: st.Value, Servers: st.Config.Servers, Clients: st.Config.Clients, SeqGaps: -1}
+	row := Row{Step: st.Name, Value: st.Value, Servers: st.Config.Servers, Clients: st.Config.Clients, SeqGaps: -1, Null: cfg.Target.Null}
 	name := fmt.Sprintf("%02d-%s", idx, sanitize(st.Name))
 	dir := filepath.Join(cfg.WorkDir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -349,6 +372,28 @@ func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slo
 	if err != nil {
 		return row, err
 	}
+	m := newMatcher(time.Now(), cfg.Target.MatchByPath)
+	if !cfg.Target.Null {
+		gen.SetHooks(loadgen.Hooks{Record: m.add, Sent: m.sent})
+	}
+	udp, err := loadgen.NewUDP(vars["udp_addr"])
+	if err != nil {
+		return row, err
+	}
+	defer udp.Close()
+	if cfg.SendWorkers > 0 {
+		udp.Workers = cfg.SendWorkers
+	}
+	var pg *loadgen.Pregenerated
+	var truth *loadgen.Truth
+	if cfg.Pregenerate {
+		t0 := time.Now()
+		if pg, truth, err = gen.Pregenerate(ctx, udp, cfg.PregenerateMax); err != nil {
+			return row, fmt.Errorf("pregenerate: %w", err)
+		}
+		log.Info("Pregenerated", "step", st.Name, "packets", pg.Len(), "bytes", pg.Bytes(), "memory", pg.Size(),
+			"took", time.Since(t0).Round(time.Millisecond))
+	}
 
 	logPath := filepath.Join(cfg.WorkDir, name+".log")
 	proc, err := startCollector(cfg.Target, vars, logPath)
@@ -364,9 +409,11 @@ func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slo
 	if err := waitReady(ctx, proc, cfg.Target, udpPort, base, hc); err != nil {
 		return row, fmt.Errorf("%w; collector log:\n%s", err, lastLines(logPath, 10))
 	}
-	src, err := newSource(cfg.Target, vars)
-	if err != nil {
-		return row, err
+	var src RecordSource = nullSource{}
+	if !cfg.Target.Null {
+		if src, err = newSource(cfg.Target, vars); err != nil {
+			return row, err
+		}
 	}
 	defer src.Close()
 	pid := proc.cmd.Process.Pid
@@ -383,8 +430,8 @@ func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slo
 	}
 
 	start := time.Now()
-	m := newMatcher(start, cfg.Target.MatchByPath)
-	gen.SetHooks(loadgen.Hooks{Record: m.add, Sent: m.sent})
+	m.start = start // nothing reads it before the poller starts
+	cpu0 := selfCPU()
 
 	// Follow the records while sending.
 	pollCtx, stopPoll := context.WithCancel(ctx)
@@ -437,23 +484,31 @@ func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slo
 		}()
 	}
 
-	udp, err := loadgen.NewUDP(vars["udp_addr"])
-	if err != nil {
-		stopPoll()
-		pollWG.Wait()
-		return row, err
+	var runErr error
+	if pg != nil {
+		runErr = pg.Send(ctx)
+	} else {
+		truth, runErr = gen.Run(ctx, udp)
 	}
-	truth, runErr := gen.Run(ctx, udp)
 	sendEnd := time.Now()
+	row.SenderCPU = selfCPU() - cpu0
 	_ = udp.Close()
+	if pg != nil {
+		pg = nil
+		debug.FreeOSMemory() // give the step's packets back before the next
+	}
 	if runErr != nil {
 		stopPoll()
 		pollWG.Wait()
 		return row, fmt.Errorf("send: %w", runErr)
 	}
-	row.Sent = truth.Emitted - udp.Failed
+	row.Sent = udp.Sent
 	row.SendTime = sendEnd.Sub(start)
 	row.Offered = float64(row.Sent) / row.SendTime.Seconds()
+	if row.Sent > 0 {
+		row.SenderCPUPer100k = row.SenderCPU.Seconds() / float64(row.Sent) * 1e5
+	}
+	countFile := filepath.Join(dir, nullCountFile)
 
 	// Settle: wait for the records (and, for xrdmon, the packet counters).
 	settleEnd := sendEnd.Add(cfg.MaxSettle)
@@ -467,6 +522,18 @@ func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slo
 		lastMu.Unlock()
 		quietSince = later(quietSince, sendEnd)
 		stable := true
+		if cfg.Target.Null {
+			// The receiver does nothing: it is done once every datagram
+			// is received or dropped, or nothing new came for Quiet.
+			got, _ := readNullCount(countFile)
+			if got+udpPortStats(udpPort).Drops-drops0 >= row.Sent {
+				break
+			}
+			if got != row.Received {
+				row.Received, lastGrowth = got, now
+			}
+			stable = now.Sub(lastGrowth) >= cfg.Quiet
+		}
 		if cfg.Target.Xrdmon {
 			ms, err := scrape(ctx, hc, base+"/metrics")
 			if err == nil {
@@ -519,6 +586,13 @@ func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slo
 	}
 
 	row.KernelDrops = drops1 - drops0
+	if cfg.Target.Null {
+		got, ok := readNullCount(countFile)
+		if !ok {
+			return row, errors.New("null receiver wrote no count")
+		}
+		row.Received = got
+	}
 	row.CPU = after.CPU - before.CPU
 	row.PeakRSS = after.PeakRSS
 	if row.Sent > 0 {
@@ -533,6 +607,10 @@ func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slo
 		accounted = mEnd.series(`xrdmon_packets_total{outcome="accounted"}`) - m0.series(`xrdmon_packets_total{outcome="accounted"}`)
 		lost = max(row.Sent-int64(handled), row.SeqGaps, row.KernelDrops, 0)
 		accTime = max(accTime, lastGrowth.Sub(start))
+	}
+	if cfg.Target.Null {
+		accounted = float64(row.Received)
+		lost = max(row.Sent-row.Received, row.KernelDrops, 0)
 	}
 	row.Accepted = accounted / accTime.Seconds()
 	if row.Sent > 0 {

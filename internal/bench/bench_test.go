@@ -269,6 +269,16 @@ func TestWriteTableAndCSV(t *testing.T) {
 		back[1].LatencyP99 != 900*time.Millisecond || back[0].PeakRSS != 40<<20 {
 		t.Errorf("ReadCSV: %+v", back)
 	}
+	// A CSV from before the sender's CPU column still reads.
+	var old strings.Builder
+	for _, line := range strings.SplitAfter(string(csvBytes), "\n") {
+		if i := strings.LastIndexByte(line, ','); i >= 0 {
+			old.WriteString(line[:i] + "\n") // the last column is the sender's CPU
+		}
+	}
+	if _, err := ReadCSV(strings.NewReader(old.String())); err != nil {
+		t.Errorf("CSV without sender_cpu_s_per_100k: %v", err)
+	}
 	for name, want := range map[string]string{"seq_gaps": "-", "kernel_drops": "100", "loss_pct": "0.500", "latency_p99_ms": "900.0", "missing": "10", "peak_rss_mib": "50.0"} {
 		if got := recs[2][col(name)]; got != want {
 			t.Errorf("row 2 %s = %q, want %q", name, got, want)

@@ -16,12 +16,36 @@ import (
 var Columns = []string{
 	"step", "servers", "clients", "sent", "offered_pps", "accepted_pps", "seq_gaps", "kernel_drops", "loss_pct",
 	"cpu_s_per_100k", "peak_rss_mib", "latency_p50_ms", "latency_p99_ms",
-	"expected", "complete", "partial", "missing", "wrong_bytes", "open", "unexpected",
+	"expected", "complete", "partial", "missing", "wrong_bytes", "open", "unexpected", "sender_cpu_s_per_100k",
+}
+
+// NullColumns are the columns of a null target's rows (Row.Null): no records, the datagrams received instead.
+var NullColumns = []string{
+	"step", "servers", "clients", "sent", "offered_pps", "received", "received_pps", "kernel_drops", "loss_pct",
+	"cpu_s_per_100k", "peak_rss_mib", "sender_cpu_s_per_100k",
+}
+
+// columns returns the columns for rows: NullColumns when they are a null
+// target's.
+func columns(rows []Row) []string {
+	if len(rows) > 0 && rows[0].Null {
+		return NullColumns
+	}
+	return Columns
 }
 
 func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) }
 
 func (r *Row) fields() []string {
+	if r.Null {
+		return []string{
+			r.Step, strconv.Itoa(r.Servers), strconv.Itoa(r.Clients), strconv.FormatInt(r.Sent, 10),
+			strconv.FormatFloat(r.Offered, 'f', 0, 64), strconv.FormatInt(r.Received, 10), strconv.FormatFloat(r.Accepted, 'f', 0, 64),
+			strconv.FormatInt(r.KernelDrops, 10), strconv.FormatFloat(r.LossPct, 'f', 3, 64),
+			strconv.FormatFloat(r.CPUPer100k, 'f', 3, 64), strconv.FormatFloat(float64(r.PeakRSS)/(1<<20), 'f', 1, 64),
+			strconv.FormatFloat(r.SenderCPUPer100k, 'f', 3, 64),
+		}
+	}
 	gaps := "-"
 	if r.SeqGaps >= 0 {
 		gaps = strconv.FormatInt(r.SeqGaps, 10)
@@ -34,14 +58,16 @@ func (r *Row) fields() []string {
 		ms(r.LatencyP50), ms(r.LatencyP99),
 		strconv.Itoa(r.Expected), strconv.Itoa(r.Complete), strconv.Itoa(r.Partial), strconv.Itoa(r.Missing),
 		strconv.Itoa(r.WrongBytes), strconv.Itoa(r.Open), strconv.Itoa(r.Unexpected),
+		strconv.FormatFloat(r.SenderCPUPer100k, 'f', 3, 64),
 	}
 }
 
 // WriteTable writes rows as an aligned text table, with the header line
-// when header is set.
+// when header is set. A null target's rows have NullColumns.
 func WriteTable(w io.Writer, rows []Row, header bool) {
-	width := make([]int, len(Columns))
-	for i, c := range Columns {
+	cols := columns(rows)
+	width := make([]int, len(cols))
+	for i, c := range cols {
 		width[i] = max(len(c), 7)
 	}
 	cells := make([][]string, len(rows))
@@ -66,17 +92,18 @@ func WriteTable(w io.Writer, rows []Row, header bool) {
 		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 	}
 	if header {
-		line(Columns)
+		line(cols)
 	}
 	for _, c := range cells {
 		line(c)
 	}
 }
 
-// WriteCSV writes the header and rows as CSV.
+// WriteCSV writes the header and rows as CSV (NullColumns for a null
+// target's rows).
 func WriteCSV(w io.Writer, rows []Row) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write(Columns)
+	_ = cw.Write(columns(rows))
 	for i := range rows {
 		_ = cw.Write(rows[i].fields())
 	}
@@ -209,8 +236,13 @@ func ReadCSV(r io.Reader) ([]Row, error) {
 	for i, c := range recs[0] {
 		col[c] = i
 	}
-	for _, c := range Columns {
-		if _, ok := col[c]; !ok {
+	_, null := col["received"]
+	want := Columns
+	if null {
+		want = NullColumns
+	}
+	for _, c := range want {
+		if _, ok := col[c]; !ok && c != "sender_cpu_s_per_100k" { // absent from older files
 			return nil, fmt.Errorf("read csv: no column %q", c)
 		}
 	}
@@ -218,7 +250,11 @@ func ReadCSV(r io.Reader) ([]Row, error) {
 	for n, rec := range recs[1:] {
 		var bad error
 		f := func(name string) float64 {
-			s := rec[col[name]]
+			i, ok := col[name]
+			if !ok {
+				return 0
+			}
+			s := rec[i]
 			if s == "-" {
 				return -1
 			}
@@ -233,10 +269,14 @@ func ReadCSV(r io.Reader) ([]Row, error) {
 		row := Row{
 			Step: rec[col["step"]], Servers: i("servers"), Clients: i("clients"), Sent: int64(f("sent")),
 			Offered: f("offered_pps"), Accepted: f("accepted_pps"), SeqGaps: int64(f("seq_gaps")),
-			KernelDrops: int64(f("kernel_drops")), LossPct: f("loss_pct"), CPUPer100k: f("cpu_s_per_100k"),
+			SenderCPUPer100k: f("sender_cpu_s_per_100k"),
+			KernelDrops:      int64(f("kernel_drops")), LossPct: f("loss_pct"), CPUPer100k: f("cpu_s_per_100k"),
 			PeakRSS: int64(f("peak_rss_mib") * (1 << 20)), LatencyP50: msd("latency_p50_ms"), LatencyP99: msd("latency_p99_ms"),
 			Check: Check{Expected: i("expected"), Complete: i("complete"), Partial: i("partial"), Missing: i("missing"),
 				WrongBytes: i("wrong_bytes"), Open: i("open"), Unexpected: i("unexpected")},
+		}
+		if null {
+			row.Null, row.Received, row.Accepted, row.SeqGaps = true, int64(f("received")), f("received_pps"), -1
 		}
 		if _, v, ok := strings.Cut(row.Step, "="); ok {
 			row.Value, _ = strconv.ParseFloat(v, 64)

@@ -93,24 +93,12 @@ func (u *UDP) Bind(senders []netip.AddrPort) ([]netip.AddrPort, error) {
 // kernel's work per datagram is most of the cost.
 func (u *UDP) Write(_ context.Context, b []Packet) error {
 	for i := range b {
-		s := b[i].Server
-		ms := u.msgs[s]
-		if len(ms) == 0 {
-			u.dirty = append(u.dirty, s)
+		if u.queue(b[i].Server, b[i].Data) {
+			u.dirty = append(u.dirty, b[i].Server)
 		}
-		n := len(ms)
-		if n < cap(ms) {
-			ms = ms[:n+1]
-		} else {
-			ms = append(ms, ipv4.Message{})
-		}
-		if ms[n].Buffers == nil {
-			ms[n].Buffers = make([][]byte, 1)
-		}
-		ms[n].Buffers[0] = b[i].Data
-		u.msgs[s] = ms
 	}
 	workers := min(u.Workers, len(u.dirty))
+	u.growStats(workers)
 	if workers <= 1 {
 		for _, s := range u.dirty {
 			if err := u.send(s, &u.stats[0]); err != nil {
@@ -136,12 +124,42 @@ func (u *UDP) Write(_ context.Context, b []Packet) error {
 		}
 	}
 	u.dirty = u.dirty[:0]
+	u.tally()
+	return nil
+}
+
+// queue appends a datagram to server s's next sendmmsg and reports whether
+// it is the first one queued for s.
+func (u *UDP) queue(s int, data []byte) bool {
+	ms := u.msgs[s]
+	n := len(ms)
+	if n < cap(ms) {
+		ms = ms[:n+1]
+	} else {
+		ms = append(ms, ipv4.Message{})
+	}
+	if ms[n].Buffers == nil {
+		ms[n].Buffers = make([][]byte, 1)
+	}
+	ms[n].Buffers[0] = data
+	u.msgs[s] = ms
+	return n == 0
+}
+
+// growStats makes room for the counts of n workers.
+func (u *UDP) growStats(n int) {
+	if n > len(u.stats) {
+		u.stats = append(u.stats, make([]udpStats, n-len(u.stats))...)
+	}
+}
+
+// tally sums the workers' counts into Sent and Failed.
+func (u *UDP) tally() {
 	u.Sent, u.Failed = 0, 0
 	for i := range u.stats {
 		u.Sent += u.stats[i].sent
 		u.Failed += u.stats[i].failed
 	}
-	return nil
 }
 
 type udpStats struct {
