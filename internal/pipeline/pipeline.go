@@ -50,7 +50,8 @@ import (
 	"github.com/xrdmon/xrdmon/internal/source"
 )
 
-// Store is what the pipeline needs of the durable store.
+// Store is what the pipeline needs of the durable store. Append must not
+// keep recs or evs after it returns: the pipeline reuses them.
 type Store interface {
 	Append(ctx context.Context, recs []record.Record, evs []record.Event) error
 	PutState(ctx context.Context, key string, blob []byte) error
@@ -116,6 +117,8 @@ type Pipeline struct {
 
 	ready         atomic.Bool
 	invalidEvents atomic.Uint64 // g-stream lines that were not valid JSON (typed in commit)
+
+	free chan barrierBuffers // slices of committed barriers, for reuse
 }
 
 // New returns a pipeline writing to st and naming hosts with namer (nil: no
@@ -136,7 +139,7 @@ func New(ctx context.Context, opts Options, st Store, namer Namer, log *slog.Log
 	if opts.Queue <= 0 {
 		opts.Queue = DefaultOptions().Queue
 	}
-	p := &Pipeline{opts: opts, store: st, namer: namer, log: log}
+	p := &Pipeline{opts: opts, store: st, namer: namer, log: log, free: make(chan barrierBuffers, 2)}
 	p.shards = make([]*shard, opts.Shards)
 	p.stats = make([]correlate.Stats, opts.Shards)
 	restored := 0
@@ -233,8 +236,6 @@ type shard struct {
 	id, n int
 	c     *correlate.Shard
 	in    chan shardMsg
-	recs  []record.Record
-	evs   []record.Event
 	snap  bytes.Buffer
 }
 
@@ -262,8 +263,6 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 	} else {
 		s.c.Tick(br.now)
 	}
-	s.recs = s.c.TakeRecords(s.recs[:0])
-	s.evs = s.c.TakeRawEvents(s.evs[:0]) // typed by the writer, off the packet path
 	var state []byte
 	var err error
 	if br.checkpoint {
@@ -278,8 +277,13 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 	p.statsMu.Unlock()
 
 	br.mu.Lock()
-	br.recs = append(br.recs, s.recs...)
-	br.evs = append(br.evs, s.evs...)
+	// Straight into the barrier's slices (reused from earlier barriers):
+	// a record is copied once on its way to the writer.
+	if br.recs == nil {
+		br.recs, br.evs = p.buffers()
+	}
+	br.recs = s.c.TakeRecords(br.recs)
+	br.evs = s.c.TakeRawEvents(br.evs) // typed by the writer, off the packet path
 	if state != nil {
 		br.states[s.id] = state
 	}
@@ -287,8 +291,34 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 		br.err = fmt.Errorf("snapshot shard %d: %w", s.id, err)
 	}
 	br.mu.Unlock()
-	clear(s.recs)
-	clear(s.evs)
+}
+
+// buffers returns record and event slices for a barrier: ones a committed
+// barrier gave back (release), else new ones.
+func (p *Pipeline) buffers() ([]record.Record, []record.Event) {
+	select {
+	case b := <-p.free:
+		return b.recs, b.evs
+	default:
+		return nil, nil
+	}
+}
+
+// release gives a committed barrier's slices back for reuse.
+func (p *Pipeline) release(br *barrier) {
+	clear(br.recs)
+	clear(br.evs)
+	select {
+	case p.free <- barrierBuffers{br.recs[:0], br.evs[:0]}:
+	default:
+	}
+	br.recs, br.evs = nil, nil
+}
+
+// barrierBuffers are the slices of a committed barrier, kept for reuse.
+type barrierBuffers struct {
+	recs []record.Record
+	evs  []record.Event
 }
 
 // Run applies batches from in until in is closed (its owner closes it after
@@ -378,6 +408,7 @@ func (p *Pipeline) writer(commits <-chan *barrier) error {
 			failed = err
 			p.ready.Store(false)
 		}
+		p.release(br)
 	}
 	return failed
 }
