@@ -446,8 +446,14 @@ func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slo
 		for {
 			obs, err := src.Poll(pollCtx)
 			now := time.Now()
+			grew := len(obs) > 0
+			if p, ok := src.(progresser); ok {
+				grew = p.Progressed()
+			}
 			if len(obs) > 0 {
 				m.observe(obs, now, false)
+			}
+			if grew {
 				lastMu.Lock()
 				lastNew = now
 				lastMu.Unlock()
@@ -581,7 +587,15 @@ func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slo
 		log.Warn("Collector stop", "step", st.Name, "err", stopErr)
 	}
 	// Records made durable at shutdown count for the check, not the latency.
-	if obs, err := src.Poll(ctx); err == nil {
+	if d, ok := src.(drainer); ok {
+		groups, err := d.Drain(ctx)
+		if err != nil {
+			return row, err
+		}
+		for _, g := range groups {
+			m.observe(g.obs, g.at, g.late)
+		}
+	} else if obs, err := src.Poll(ctx); err == nil {
 		m.observe(obs, time.Now(), true)
 	}
 

@@ -178,6 +178,17 @@ func (r *Reader) Read(ctx context.Context, afterSeq int64, max int) ([]Entry, er
 	return out, nil
 }
 
+// HighWater returns the sequence number of the last entry in the log (0
+// when it is empty): one cheap query, for following a writer's progress.
+func (r *Reader) HighWater(ctx context.Context) (int64, error) {
+	var seq int64
+	err := r.rdb.QueryRowContext(ctx, `SELECT IFNULL((SELECT last_seq FROM blocks ORDER BY first_seq DESC LIMIT 1), 0)`).Scan(&seq)
+	if err != nil {
+		return 0, fmt.Errorf("read high-water mark: %w", err)
+	}
+	return seq, nil
+}
+
 // Query selects records for the dashboard, the API and tests. Zero fields
 // do not filter.
 type Query struct {
