@@ -58,12 +58,14 @@ type Target struct {
 }
 
 // XrdmonTarget returns the target for `exe collect` on loopback ports with
-// a fresh store in {dir} and DNS off.
+// a fresh store in {dir} without retention (the simulated times are in the
+// past: retention would delete the records before they are checked) and DNS
+// off.
 func XrdmonTarget(exe string) Target {
 	return Target{
 		Command: []string{exe, "collect",
 			"--listen.udp={udp_addr}", "--http.address=127.0.0.1:{http_port}",
-			"--store.path={dir}", "--dns.enabled=false", "--log.level=warn"},
+			"--store.path={dir}", "--store.retention=0", "--dns.enabled=false", "--log.level=warn"},
 		Xrdmon: true,
 		Store:  "{dir}/xrdmon.db",
 	}
