@@ -119,6 +119,8 @@ type Pipeline struct {
 	invalidEvents atomic.Uint64 // g-stream lines that were not valid JSON (typed in commit)
 
 	free chan barrierBuffers // slices of committed barriers, for reuse
+
+	pruned bool // checkpoints of other shard layouts dropped (writer only)
 }
 
 // New returns a pipeline writing to st and naming hosts with namer (nil: no
@@ -468,7 +470,42 @@ func (p *Pipeline) write(br *barrier) error {
 			return fmt.Errorf("checkpoint shard %d: %w", id, err)
 		}
 	}
+	if len(br.states) == len(p.shards) && !p.pruned {
+		p.pruneStates(ctx)
+	}
 	return nil
+}
+
+// statePruner is a Store that can drop the checkpoints of other shard
+// layouts (store.Store.PruneStates).
+type statePruner interface {
+	PruneStates(ctx context.Context, prefix string, keep []string) (int, error)
+}
+
+// pruneStates deletes, once every shard of this layout has checkpointed,
+// the checkpoints of earlier layouts (another shard count): they are never
+// restored, and the store measures the window of entries a restart may
+// replay from its oldest checkpoint. Failure is only logged; the next
+// checkpoint tries again.
+func (p *Pipeline) pruneStates(ctx context.Context) {
+	sp, ok := p.store.(statePruner)
+	if !ok {
+		p.pruned = true
+		return
+	}
+	keep := make([]string, len(p.shards))
+	for i := range keep {
+		keep[i] = p.stateKey(i)
+	}
+	n, err := sp.PruneStates(ctx, p.opts.StateKey+"/", keep)
+	if err != nil {
+		p.log.Warn("Dropping checkpoints of another shard layout failed", "err", err)
+		return
+	}
+	if n > 0 {
+		p.log.Info("Dropped checkpoints of another shard layout", "states", n)
+	}
+	p.pruned = true
 }
 
 // name fills server and client host names from the DNS cache, waiting at most

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/packet"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/source"
+	"github.com/xrdmon/xrdmon/internal/store"
 )
 
 // fakeStore records what the pipeline writes, in order, and can fail.
@@ -244,5 +246,45 @@ func TestFlushOnExit(t *testing.T) {
 	}
 	if len(st.states) != 0 {
 		t.Errorf("checkpointed with StateKey empty: %v", st.states)
+	}
+}
+
+// TestPrunesOtherLayouts: once every shard has checkpointed, the
+// checkpoints of another shard count are dropped from the real store (they
+// are never restored, and would hold the store's duplicate window open),
+// and other keys stay.
+func TestPrunesOtherLayouts(t *testing.T) {
+	so := store.DefaultOptions()
+	so.Path = filepath.Join(t.TempDir(), "store.db")
+	st, err := store.Open(so, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	o := testOptions()
+	o.Shards = 2
+	for _, k := range []string{o.StateKey + "/0-of-4", o.StateKey + "/3-of-4", "other/0-of-4"} {
+		if err := st.PutState(ctx, k, []byte("old")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := New(ctx, o, st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan *source.Batch)
+	close(in)
+	if err := p.Run(ctx, in); err != nil { // the last barrier checkpoints
+		t.Fatal(err)
+	}
+	for k, want := range map[string]bool{
+		o.StateKey + "/0-of-2": true, o.StateKey + "/1-of-2": true,
+		o.StateKey + "/0-of-4": false, o.StateKey + "/3-of-4": false, "other/0-of-4": true,
+	} {
+		_, err := st.GetState(ctx, k)
+		if got := err == nil; got != want {
+			t.Errorf("state %s present = %v (%v), want %v", k, got, err, want)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -136,4 +138,43 @@ func (s *Store) DeleteState(ctx context.Context, key string) error {
 		return fmt.Errorf("delete state %s: %w", key, err)
 	}
 	return nil
+}
+
+// PruneStates deletes the states whose key starts with prefix, except the
+// keys in keep, and returns how many it deleted. The pipeline calls it once
+// its current layout has checkpointed: states of an earlier layout (another
+// shard count) are never read again, and would otherwise hold the start of
+// the duplicate window (see Append) back for good.
+func (s *Store) PruneStates(ctx context.Context, prefix string, keep []string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, fmt.Errorf("prune states: %w", ErrClosed)
+	}
+	rows, err := s.wc.QueryContext(ctx, `SELECT key FROM state`)
+	if err != nil {
+		return 0, fmt.Errorf("prune states: %w", err)
+	}
+	var drop []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("prune states: %w", err)
+		}
+		if strings.HasPrefix(k, prefix) && !slices.Contains(keep, k) {
+			drop = append(drop, k)
+		}
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return 0, fmt.Errorf("prune states: %w", err)
+	}
+	for _, k := range drop {
+		if _, err := s.wc.ExecContext(ctx, `DELETE FROM state WHERE key = ?`, k); err != nil {
+			return 0, fmt.Errorf("prune state %s: %w", k, err)
+		}
+	}
+	return len(drop), nil
 }
