@@ -163,7 +163,7 @@ func Default() *Config {
 			UDP:       ":" + DefaultUDPPort,
 			Readers:   0,
 			BatchSize: 64,
-			RcvBuf:    64 << 20,
+			RcvBuf:    256 << 20,
 		},
 		AMQPInput: AMQPInput{
 			Queue:      "xrdmon",

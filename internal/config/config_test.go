@@ -39,7 +39,7 @@ func TestDefaultIsValid(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("Default().Validate() = %v", err)
 	}
-	if c.Listen.UDP != ":9930" || c.HTTP.Address != ":9939" || c.Listen.RcvBuf != 64<<20 {
+	if c.Listen.UDP != ":9930" || c.HTTP.Address != ":9939" || c.Listen.RcvBuf != 256<<20 {
 		t.Errorf("unexpected defaults: %+v %+v", c.Listen, c.HTTP)
 	}
 	if c.DNS.TTL.D() != 24*time.Hour || c.Store.Retention.D() != 90*24*time.Hour {
@@ -489,7 +489,7 @@ func TestFlagHelpShowsDefaultsAndEnv(t *testing.T) {
 	if f.DefValue != "24h" || !strings.Contains(f.Usage, "XRDMON_DNS_TTL") {
 		t.Errorf("--dns.ttl default %q usage %q", f.DefValue, f.Usage)
 	}
-	if g := fs.Lookup("listen.rcvbuf"); g == nil || g.DefValue != "64MiB" {
+	if g := fs.Lookup("listen.rcvbuf"); g == nil || g.DefValue != "256MiB" {
 		t.Errorf("--listen.rcvbuf = %+v", g)
 	}
 	var ov Overrides

@@ -39,7 +39,7 @@ type Config struct {
 	// datagram). Longer datagrams are truncated and counted.
 	MaxDatagram int `yaml:"max_datagram"`
 	// ReceiveBuffer is the socket receive buffer (SO_RCVBUF) in bytes
-	// (default 64 MiB). As root SO_RCVBUFFORCE is used; otherwise the kernel
+	// (default 256 MiB, per socket). As root SO_RCVBUFFORCE is used; otherwise the kernel
 	// caps it at the sysctl net.core.rmem_max and a warning says so.
 	ReceiveBuffer int `yaml:"receive_buffer"`
 	// Filter is the allow-list and address map.
@@ -53,7 +53,7 @@ func DefaultConfig() Config {
 		Readers:       min(runtime.GOMAXPROCS(0), 4),
 		BatchMessages: 64,
 		MaxDatagram:   65536,
-		ReceiveBuffer: 64 << 20,
+		ReceiveBuffer: 256 << 20,
 	}
 }
 
