@@ -348,6 +348,7 @@ func insertPostings(ctx context.Context, c dbtx, ps []posting, args *[]any) erro
 // itself (e.g. on SQLITE_FULL); that is not an error.
 func (s *Store) rollback() {
 	s.dict.rollback()
+	s.pendingPosted = s.postedSeq.Load() // a posting pass in it did not happen
 	if _, err := s.wc.ExecContext(context.Background(), "ROLLBACK"); err != nil &&
 		!strings.Contains(err.Error(), "no transaction is active") {
 		s.log.Error("Store rollback failed", "err", err)

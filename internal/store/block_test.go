@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xrdmon/xrdmon/internal/record"
 )
@@ -251,4 +252,48 @@ func TestMigrateV2(t *testing.T) {
 		t.Fatalf("LastSeq = %d, want 51", last)
 	}
 	checkQueries(t, s, testRecords(0, 50))
+}
+
+// TestPostingPassRolledBack: a posting pass whose transaction rolls back
+// (an Append that fails after its pass) leaves the posted mark where it
+// was, also for the next successful Append, so no block is taken as posted
+// without its postings.
+func TestPostingPassRolledBack(t *testing.T) {
+	s, _ := openTest(t, nil)
+	ctx := context.Background()
+	recs := testRecords(0, 200)
+	if err := s.Append(ctx, recs[:100], nil); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.postLocked(ctx, s.wc); err != nil || n == 0 {
+		t.Fatalf("postLocked = %d, %v", n, err)
+	}
+	s.rollback()
+	s.mu.Unlock()
+	if got := s.postedSeq.Load(); got != 0 {
+		t.Fatalf("posted seq after a rolled-back pass = %d, want 0", got)
+	}
+	s.lastPost = time.Now() // no pass in the next Append
+	if err := s.Append(ctx, recs[100:], nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.postedSeq.Load(); got != 0 {
+		t.Fatalf("posted seq after the next Append = %d, want 0", got)
+	}
+	var n int
+	if err := s.wc.QueryRowContext(ctx, "SELECT count(*) FROM block_names").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d postings after the rollback, %v", n, err)
+	}
+	checkQueries(t, s, recs) // all from the unposted tail
+	if err := s.PostNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.postedSeq.Load(); got != 101 {
+		t.Fatalf("posted seq after PostNow = %d, want 101", got)
+	}
+	checkQueries(t, s, recs)
 }
