@@ -119,10 +119,6 @@ func TestPregenerateUDP(t *testing.T) {
 	cfg.Rate = 50000
 	wantTruth, want := generate(t, cfg)
 
-	type rx struct {
-		data   []byte
-		sender netip.AddrPort
-	}
 	got := make(chan rx, 4096)
 	go func() {
 		buf := make([]byte, 65536)
@@ -189,28 +185,7 @@ func TestPregenerateUDP(t *testing.T) {
 	for _, s := range truth.Servers {
 		senderOf[netip.MustParseAddrPort(s.Sender)] = s.Index
 	}
-	perServer := map[int][][]byte{}
-	for i, pk := range want.Packets {
-		perServer[want.Servers[i]] = append(perServer[want.Servers[i]], pk.Data)
-	}
-	n := 0
-	for pk := range got {
-		srv, ok := senderOf[pk.sender]
-		if !ok {
-			t.Fatalf("datagram from unknown sender %s", pk.sender)
-		}
-		q := perServer[srv]
-		if len(q) == 0 || !bytes.Equal(q[0], pk.data) {
-			t.Fatalf("server %d: unexpected datagram", srv)
-		}
-		perServer[srv] = q[1:]
-		if n++; n == len(want.Packets) {
-			break
-		}
-	}
-	if n != len(want.Packets) {
-		t.Errorf("received %d datagrams, sent %d", n, len(want.Packets))
-	}
+	checkPerServerOrder(t, want, got, senderOf)
 }
 
 func TestPregenerateTooBig(t *testing.T) {

@@ -28,10 +28,6 @@ func TestUDP(t *testing.T) {
 	cfg.Rate = 50000 // gentle enough for the receiver to keep up
 	_, want := generate(t, cfg)
 
-	type rx struct {
-		data   []byte
-		sender netip.AddrPort
-	}
 	got := make(chan rx, 4096)
 	go func() {
 		buf := make([]byte, 65536)
@@ -79,6 +75,19 @@ func TestUDP(t *testing.T) {
 		t.Errorf("%d distinct sender IPs for %d servers", len(ips), cfg.Servers)
 	}
 	// Per server, the datagrams arrive in order and are the generated ones.
+	checkPerServerOrder(t, want, got, senderOf)
+}
+
+// rx is a datagram received by a test's listener.
+type rx struct {
+	data   []byte
+	sender netip.AddrPort
+}
+
+// checkPerServerOrder reads the datagrams of want from got and checks that
+// each server's arrive in order, unchanged, from that server's sender.
+func checkPerServerOrder(t *testing.T, want *Memory, got <-chan rx, senderOf map[netip.AddrPort]int) {
+	t.Helper()
 	perServer := map[int][][]byte{}
 	for i, p := range want.Packets {
 		perServer[want.Servers[i]] = append(perServer[want.Servers[i]], p.Data)
