@@ -229,6 +229,7 @@ type barrier struct {
 	mu         sync.Mutex
 	recs       []record.Record
 	evs        []record.Event
+	hasBufs    bool // recs and evs were taken from the free list (by the first shard to answer)
 	states     map[int][]byte
 	err        error
 	acks       []func() error // acks of batches dispatched before this barrier
@@ -280,9 +281,12 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 
 	br.mu.Lock()
 	// Straight into the barrier's slices (reused from earlier barriers):
-	// a record is copied once on its way to the writer.
-	if br.recs == nil {
+	// a record is copied once on its way to the writer. Only the first shard
+	// to answer takes the slices: a later one must append to what earlier
+	// ones put there, even when that is only events (recs still nil).
+	if !br.hasBufs {
 		br.recs, br.evs = p.buffers()
+		br.hasBufs = true
 	}
 	br.recs = s.c.TakeRecords(br.recs)
 	br.evs = s.c.TakeRawEvents(br.evs) // typed by the writer, off the packet path
@@ -314,7 +318,7 @@ func (p *Pipeline) release(br *barrier) {
 	case p.free <- barrierBuffers{br.recs[:0], br.evs[:0]}:
 	default:
 	}
-	br.recs, br.evs = nil, nil
+	br.recs, br.evs, br.hasBufs = nil, nil, false
 }
 
 // barrierBuffers are the slices of a committed barrier, kept for reuse.

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -285,6 +286,69 @@ func TestPrunesOtherLayouts(t *testing.T) {
 		_, err := st.GetState(ctx, k)
 		if got := err == nil; got != want {
 			t.Errorf("state %s present = %v (%v), want %v", k, got, err, want)
+		}
+	}
+}
+
+// TestEventsEveryShardCount: g-stream events of several servers, which hash
+// to different shards, are stored exactly once whatever the shard count, in
+// barriers without records (where a later shard's answer used to replace
+// the events of an earlier one) and in barriers with records.
+func TestEventsEveryShardCount(t *testing.T) {
+	senders := []string{"192.0.2.10:1094", "192.0.2.11:1094", "192.0.2.12:1094", "192.0.2.13:1094", "198.51.100.7:1094", "[2001:db8::5]:1094"}
+	const perSender = 60
+	for _, shards := range []int{1, 2, 4} {
+		for _, withRecords := range []bool{false, true} {
+			t.Run(fmt.Sprintf("shards=%d/records=%v", shards, withRecords), func(t *testing.T) {
+				st := &fakeStore{}
+				o := testOptions()
+				o.Shards = shards
+				p, err := New(context.Background(), o, st, nil, nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var mu sync.Mutex
+				var freed int32
+				in := make(chan *source.Batch, 4)
+				done := make(chan error, 1)
+				go func() { done <- p.Run(context.Background(), in) }()
+				wantRecs := 0
+				for i := range perSender {
+					for si, sender := range senders {
+						h := packet.Header{Code: packet.CodeGStream, Pseq: uint8(i), Stod: 1700000000}
+						line := fmt.Appendf(nil, `{"event":"throttle_update","io_wait":%d,"io_active":%d,"io_total":3}`, i, si)
+						pkts := [][]byte{packet.AppendGStream(nil, h, 1700000000, 1700000001, packet.ProviderCache, 9, [][]byte{line})}
+						if withRecords && i%20 == 0 && si%2 == 0 {
+							seq, fseq := uint8(i/20), uint8(i/20)
+							pkts = append(pkts, transfer(1700000000, &seq, &fseq, uint32(100+i), uint32(1000+i), true)...)
+							wantRecs++
+						}
+						in <- batchOf(sender, pkts, nil, &freed, &mu)
+					}
+					if i%10 == 0 {
+						time.Sleep(15 * time.Millisecond) // let barriers fall between batches
+					}
+				}
+				close(in)
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				want := perSender * len(senders)
+				if len(st.evs) != want {
+					t.Fatalf("%d events stored, want %d", len(st.evs), want)
+				}
+				seen := map[string]bool{}
+				for i := range st.evs {
+					k := st.evs[i].ServerIP + " " + string(st.evs[i].Data)
+					if seen[k] {
+						t.Fatalf("event stored twice: %s", k)
+					}
+					seen[k] = true
+				}
+				if len(st.recs) != wantRecs {
+					t.Errorf("%d records, want %d", len(st.recs), wantRecs)
+				}
+			})
 		}
 	}
 }
