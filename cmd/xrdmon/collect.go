@@ -246,11 +246,28 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		}
 	}()
 
+	// The pipeline drains and commits after the sources stop; against a
+	// store that keeps failing, it gives up shutdownGrace later (leaving that
+	// input unacknowledged), so a shutdown always ends.
+	runCtx, abortRun := context.WithCancel(context.Background())
+	defer abortRun()
+	go func() {
+		<-srcCtx.Done()
+		t := time.NewTimer(shutdownGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			abortRun()
+		case <-runCtx.Done():
+		}
+	}()
+
 	start := time.Now()
 	log.Info("Collector running", "shards", popts.Shards, "store", storeOptions(cfg.Store).Path, "outputs", len(outputs))
-	if err := pipe.Run(context.Background(), batches); err != nil {
+	if err := pipe.Run(runCtx, batches); err != nil {
 		fail(fmt.Errorf("pipeline: %w", err))
 	}
+	abortRun()
 	st1 := pipe.Stats()
 	stopOutputs()
 	outWG.Wait()
@@ -259,6 +276,11 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	log.Info("Stopped", "uptime", time.Since(start).Round(time.Second), "packets", st1.Packets, "records", st1.TotalRecords(), "lost", st1.TotalLost(), "rejected", st1.TotalRejected())
 	return fatal
 }
+
+// shutdownGrace is how long the pipeline may go on retrying a failing store
+// after the sources have stopped; the rest of the 10 s a service manager
+// usually allows goes to the outputs and closing the store.
+const shutdownGrace = 7 * time.Second
 
 // sourceRun is a source's Run method.
 type sourceRun func(ctx context.Context, out chan<- *source.Batch) error

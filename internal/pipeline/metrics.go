@@ -12,6 +12,7 @@ import (
 type metrics struct {
 	commitSeconds    prometheus.Histogram
 	commitErrors     prometheus.Counter
+	commitFailures   prometheus.Counter
 	ackErrors        prometheus.Counter
 	recordsCommitted prometheus.Counter
 	eventsCommitted  prometheus.Counter
@@ -28,6 +29,10 @@ func newMetrics(p *Pipeline, reg prometheus.Registerer) *metrics {
 			Name: "xrdmon_pipeline_commit_errors_total",
 			Help: "Commits to the store that failed and were retried.",
 		}),
+		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_pipeline_commit_failures_total",
+			Help: "Commits given up: the store refused them for good, or shutdown came while they were retried. Their input was not acknowledged.",
+		}),
 		ackErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "xrdmon_pipeline_ack_errors_total",
 			Help: "Input acknowledgements that failed (the input will be redelivered).",
@@ -42,7 +47,7 @@ func newMetrics(p *Pipeline, reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.commitSeconds, m.commitErrors, m.ackErrors, m.recordsCommitted, m.eventsCommitted,
+		reg.MustRegister(m.commitSeconds, m.commitErrors, m.commitFailures, m.ackErrors, m.recordsCommitted, m.eventsCommitted,
 			&statsCollector{p: p})
 	}
 	return m

@@ -48,6 +48,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/correlate"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/source"
+	"github.com/xrdmon/xrdmon/internal/store"
 )
 
 // Store is what the pipeline needs of the durable store. Append must not
@@ -168,16 +169,21 @@ func (p *Pipeline) restoreShard(ctx context.Context, i int) (*correlate.Shard, i
 	if p.opts.StateKey == "" || p.store == nil {
 		return correlate.NewShard(p.opts.Correlate), 0, nil
 	}
-	blob, err := p.store.GetState(ctx, p.stateKey(i))
-	if err != nil || len(blob) == 0 {
+	key := p.stateKey(i)
+	blob, err := p.store.GetState(ctx, key)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && len(blob) == 0) {
 		// No checkpoint for this layout (first start, or the shard count
 		// changed: then the old state cannot be split and is dropped).
-		return correlate.NewShard(p.opts.Correlate), 0, nil //nolint:nilerr // absent state is normal
+		return correlate.NewShard(p.opts.Correlate), 0, nil
+	}
+	if err != nil {
+		// Starting empty would silently turn every open transfer into a
+		// partial record: refuse to start instead.
+		return nil, 0, fmt.Errorf("read correlation checkpoint %s: %w", key, err)
 	}
 	c, err := correlate.RestoreShard(p.opts.Correlate, bytes.NewReader(blob))
 	if err != nil {
-		p.log.Warn("Correlation checkpoint unreadable; starting empty", "shard", i, "err", err)
-		return correlate.NewShard(p.opts.Correlate), 0, nil
+		return nil, 0, fmt.Errorf("correlation checkpoint %s is unreadable (%d bytes): %w", key, len(blob), err)
 	}
 	return c, c.Stats().OpenFiles, nil
 }
@@ -329,8 +335,13 @@ type barrierBuffers struct {
 
 // Run applies batches from in until in is closed (its owner closes it after
 // every source has stopped), then commits everything and returns. Batches
-// are acknowledged after the checkpoint that covers them is durable. Run
-// returns an error only when the store fails for good.
+// are acknowledged after the checkpoint that covers them is durable.
+//
+// Run returns an error when the store fails for good (store.Permanent), and
+// when ctx is cancelled while a commit is still being retried: ctx bounds a
+// shutdown against a store that keeps failing. Cancelling ctx does not stop
+// a healthy pipeline early; closing in does. The input of a barrier that
+// was not committed is never acknowledged.
 func (p *Pipeline) Run(ctx context.Context, in <-chan *source.Batch) error {
 	var wg sync.WaitGroup
 	for _, s := range p.shards {
@@ -339,7 +350,7 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *source.Batch) error {
 	}
 	commits := make(chan *barrier, 2)
 	writerErr := make(chan error, 1)
-	go func() { writerErr <- p.writer(commits) }()
+	go func() { writerErr <- p.writer(ctx, commits) }()
 
 	ticker := time.NewTicker(p.opts.FlushInterval)
 	defer ticker.Stop()
@@ -403,14 +414,14 @@ loop:
 }
 
 // writer commits barriers in order until commits is closed.
-func (p *Pipeline) writer(commits <-chan *barrier) error {
+func (p *Pipeline) writer(ctx context.Context, commits <-chan *barrier) error {
 	var failed error
 	for br := range commits {
 		br.wg.Wait()
 		if failed != nil {
 			continue // drain so the dispatcher never blocks
 		}
-		if err := p.commit(br); err != nil {
+		if err := p.commit(ctx, br); err != nil {
 			failed = err
 			p.ready.Store(false)
 		}
@@ -419,10 +430,12 @@ func (p *Pipeline) writer(commits <-chan *barrier) error {
 	return failed
 }
 
-// commit names, stores and acknowledges one barrier's output. Store errors
-// are retried with backoff: records are never dropped and input is not
-// acknowledged until they are durable.
-func (p *Pipeline) commit(br *barrier) error {
+// commit names, stores and acknowledges one barrier's output. Transient
+// store errors (a full disk, a busy database) are retried with backoff:
+// records are never dropped and input is not acknowledged until they are
+// durable. A permanent error (store.Permanent), or ctx cancelled while
+// retrying, ends the commit with an error and nothing acknowledged.
+func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 	start := time.Now()
 	if br.err != nil {
 		p.log.Error("Checkpoint failed; input stays unacknowledged", "err", br.err)
@@ -436,16 +449,27 @@ func (p *Pipeline) commit(br *barrier) error {
 	p.name(br.recs, br.evs)
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 0; ; attempt++ {
-		err := p.write(br)
+		err := p.write(ctx, br)
 		if err == nil {
 			break
 		}
 		p.ready.Store(false)
 		p.m.commitErrors.Inc()
+		if store.Permanent(err) {
+			p.m.commitFailures.Inc()
+			return fmt.Errorf("store refused the commit of %d records and %d events for good: %w", len(br.recs), len(br.evs), err)
+		}
 		if attempt%10 == 0 {
 			p.log.Warn("Store commit failed; retrying", "err", err, "records", len(br.recs), "attempt", attempt+1)
 		}
-		time.Sleep(retry.Next())
+		t := time.NewTimer(retry.Next())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			p.m.commitFailures.Inc()
+			return fmt.Errorf("stopped while retrying a commit of %d records and %d events (input not acknowledged): %w", len(br.recs), len(br.evs), err)
+		case <-t.C:
+		}
 	}
 	p.ready.Store(true)
 	for _, ack := range br.acks {
@@ -459,8 +483,7 @@ func (p *Pipeline) commit(br *barrier) error {
 	return nil
 }
 
-func (p *Pipeline) write(br *barrier) error {
-	ctx := context.Background()
+func (p *Pipeline) write(ctx context.Context, br *barrier) error {
 	if p.store == nil {
 		return nil
 	}

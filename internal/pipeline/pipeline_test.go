@@ -8,8 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mattn/go-sqlite3"
 
 	"github.com/xrdmon/xrdmon/internal/packet"
 	"github.com/xrdmon/xrdmon/internal/record"
@@ -24,7 +27,9 @@ type fakeStore struct {
 	recs     []record.Record
 	evs      []record.Event
 	states   map[string][]byte
-	failLeft int // Append calls that fail before one succeeds
+	failLeft int   // Append calls that fail before one succeeds
+	failWith error // the error of those calls (default: a transient one)
+	getErr   error // the error of every GetState
 }
 
 func (f *fakeStore) Append(_ context.Context, recs []record.Record, evs []record.Event) error {
@@ -32,6 +37,9 @@ func (f *fakeStore) Append(_ context.Context, recs []record.Record, evs []record
 	defer f.mu.Unlock()
 	if f.failLeft > 0 {
 		f.failLeft--
+		if f.failWith != nil {
+			return f.failWith
+		}
 		return errors.New("disk on fire")
 	}
 	f.log = append(f.log, "append")
@@ -54,6 +62,9 @@ func (f *fakeStore) PutState(_ context.Context, key string, blob []byte) error {
 func (f *fakeStore) GetState(_ context.Context, key string) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.getErr != nil {
+		return nil, f.getErr
+	}
 	return f.states[key], nil
 }
 
@@ -350,5 +361,83 @@ func TestEventsEveryShardCount(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// runFailing runs one transfer through a pipeline on st and returns Run's
+// error and whether the batch was acknowledged; cancel, when set, is
+// called once Run has been retrying for a while.
+func runFailing(t *testing.T, st *fakeStore, cancelAfter time.Duration) (error, bool) {
+	t.Helper()
+	p, err := New(context.Background(), testOptions(), st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if cancelAfter > 0 {
+		time.AfterFunc(cancelAfter, cancel)
+	}
+	var mu sync.Mutex
+	var freed int32
+	var seq, fseq uint8
+	var acked atomic.Bool
+	in := make(chan *source.Batch, 1)
+	in <- batchOf("192.0.2.5:1094", transfer(1700000000, &seq, &fseq, 30, 31, true), func() error { acked.Store(true); return nil }, &freed, &mu)
+	close(in)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, in) }()
+	select {
+	case err := <-done:
+		return err, acked.Load()
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return: the pipeline stalls on a failing store")
+	}
+	return nil, false
+}
+
+// TestPermanentStoreErrorStops: an error the store will repeat (a row over
+// SQLite's size limit) ends Run with that error instead of retrying it
+// forever, and the input is not acknowledged.
+func TestPermanentStoreErrorStops(t *testing.T) {
+	tooBig := fmt.Errorf("put state: %w", sqlite3.Error{Code: sqlite3.ErrTooBig})
+	err, acked := runFailing(t, &fakeStore{failLeft: 1 << 30, failWith: tooBig}, 0)
+	if err == nil || !errors.Is(err, tooBig) {
+		t.Fatalf("Run = %v, want the permanent error", err)
+	}
+	if acked {
+		t.Error("input acknowledged although nothing was stored")
+	}
+}
+
+// TestShutdownWhileStoreFails: a store that keeps failing with a transient
+// error is retried until ctx is cancelled; then Run ends, unacknowledged.
+func TestShutdownWhileStoreFails(t *testing.T) {
+	err, acked := runFailing(t, &fakeStore{failLeft: 1 << 30}, 300*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "not acknowledged") {
+		t.Fatalf("Run = %v, want an error saying the input was not acknowledged", err)
+	}
+	if acked {
+		t.Error("input acknowledged although nothing was stored")
+	}
+}
+
+// TestUnreadableCheckpointRefusesStart: only a missing checkpoint means an
+// empty state; an error reading it, or a checkpoint that does not decode,
+// stops New instead of silently forgetting every open transfer.
+func TestUnreadableCheckpointRefusesStart(t *testing.T) {
+	o := testOptions()
+	if _, err := New(context.Background(), o, &fakeStore{getErr: fmt.Errorf("get state: %w", store.ErrNotFound)}, nil, nil, nil); err != nil {
+		t.Fatalf("missing checkpoint: %v", err)
+	}
+	if _, err := New(context.Background(), o, &fakeStore{getErr: errors.New("I/O error")}, nil, nil, nil); err == nil {
+		t.Fatal("a checkpoint that could not be read was taken as no checkpoint")
+	}
+	bad := &fakeStore{states: map[string][]byte{}}
+	for i := range o.Shards {
+		bad.states[fmt.Sprintf("%s/%d-of-%d", o.StateKey, i, o.Shards)] = []byte("not a checkpoint")
+	}
+	if _, err := New(context.Background(), o, bad, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "unreadable") {
+		t.Fatalf("corrupt checkpoint: New = %v, want an error", err)
 	}
 }
