@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -555,5 +556,32 @@ func TestCollectReverseDNS(t *testing.T) {
 		if r.ClientName != want[r.Path] {
 			t.Errorf("%s: client name %q, want %q (client host %q)", r.Path, r.ClientName, want[r.Path], r.ClientHost)
 		}
+	}
+}
+
+// TestCollectSecondOnSameStoreRefused: a second collector on the data
+// directory of a running one refuses to start with a message naming the
+// lock, and the first keeps collecting.
+func TestCollectSecondOnSameStoreRefused(t *testing.T) {
+	dir := t.TempDir()
+	d := startDaemon(t, func(c *config.Config) { c.Store.Path = dir })
+	cfg := config.Default()
+	cfg.Listen.UDP = fmt.Sprintf("127.0.0.1:%d", freePort(t, "udp"))
+	cfg.HTTP.Address = ""
+	cfg.Store.Path = dir
+	cfg.DNS.Enabled = false
+	err := collect(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if !errors.Is(err, store.ErrLocked) || !strings.Contains(err.Error(), "xrdmon.db.lock") {
+		t.Fatalf("second collector: %v, want a refusal naming the lock", err)
+	}
+	s := &session{stod: 1700000000, sid: 43}
+	pkts := s.files(20, 1700000100)
+	sendUDP(t, d.udp, pkts)
+	d.waitMetric(t, "xrdmon_udp_packets_received_total", float64(len(pkts)))
+	if err := d.stop(t); err != nil {
+		t.Fatalf("first collector: %v", err)
+	}
+	if recs := d.records(t); len(recs) != 20 {
+		t.Fatalf("%d records, want 20", len(recs))
 	}
 }

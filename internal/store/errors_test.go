@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/mattn/go-sqlite3"
@@ -29,4 +31,33 @@ func TestPermanent(t *testing.T) {
 			t.Errorf("Permanent(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
+}
+
+// TestSecondWriterRefused: a second Open of the same store (another
+// collector on the same data directory) is refused with ErrLocked naming
+// the holder, while a Reader still opens; after Close the store opens
+// again.
+func TestSecondWriterRefused(t *testing.T) {
+	s, _ := openTest(t, nil)
+	_, err := Open(s.opts, nil, nil)
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open = %v, want ErrLocked", err)
+	}
+	if want := fmt.Sprintf("pid %d", os.Getpid()); !strings.Contains(err.Error(), want) {
+		t.Errorf("message %q does not name the holder (%s)", err, want)
+	}
+	r, err := OpenReader(s.opts.Path)
+	if err != nil {
+		t.Fatalf("reader beside the writer: %v", err)
+	}
+	r.Close()
+	o := s.opts
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(o, nil, nil)
+	if err != nil {
+		t.Fatalf("open after close: %v", err)
+	}
+	s2.Close()
 }

@@ -205,6 +205,7 @@ type Store struct {
 	cursors  map[string]int64
 	full     atomic.Bool // logged state of ErrFull, for transition logs
 	pageSize int64
+	lock     *lockFile // the one writer's lock, released by closeDBs
 }
 
 // Open opens (creating or migrating) the store at opts.Path and registers
@@ -221,8 +222,12 @@ func Open(opts Options, log *slog.Logger, reg prometheus.Registerer) (*Store, er
 			return nil, fmt.Errorf("open store: create dir: %w", err)
 		}
 	}
+	lock, err := lockStore(opts.Path)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", opts.Path, err)
+	}
 	s := &Store{opts: opts, log: log, cursors: map[string]int64{}, dict: newDict(dictCacheSize),
-		bb: newBlockBuilder(), batchIDs: make(map[uint64]struct{})}
+		bb: newBlockBuilder(), batchIDs: make(map[uint64]struct{}), lock: lock}
 	if err := s.open(); err != nil {
 		s.closeDBs()
 		return nil, fmt.Errorf("open store %s: %w", opts.Path, err)
@@ -358,6 +363,7 @@ func (s *Store) closeDBs() error {
 	if s.Reader != nil {
 		errs = append(errs, s.Reader.Close())
 	}
+	errs = append(errs, s.lock.unlock())
 	return errors.Join(errs...)
 }
 
