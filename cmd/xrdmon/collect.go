@@ -162,6 +162,9 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 
 	srv := web.New(cfg.HTTP.Address, reg, log.With("component", "web"))
 	srv.AddCheck("pipeline", pipe.Ready)
+	if cfg.HTTP.PProf {
+		srv.EnableProfiling()
+	}
 	if cfg.HTTP.Address != "" {
 		addr, err := srv.Listen()
 		if err != nil {

@@ -64,7 +64,7 @@ type Target struct {
 func XrdmonTarget(exe string) Target {
 	return Target{
 		Command: []string{exe, "collect",
-			"--listen.udp={udp_addr}", "--http.address=127.0.0.1:{http_port}",
+			"--listen.udp={udp_addr}", "--http.address=127.0.0.1:{http_port}", "--http.pprof=true",
 			"--store.path={dir}", "--store.retention=0", "--dns.enabled=false", "--log.level=warn"},
 		Xrdmon: true,
 		Store:  "{dir}/xrdmon.db",

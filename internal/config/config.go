@@ -63,10 +63,11 @@ type AMQPInput struct {
 	TokenFile  string `yaml:"token_file" help:"file holding a JWT used as the password (OSG convention); re-read at every connect"`
 }
 
-// HTTP configures the web server: /metrics, /healthz, /readyz, /debug/pprof,
-// the JSON API and the dashboard.
+// HTTP configures the web server: /metrics, /healthz, /readyz and, when
+// asked for, /debug/pprof.
 type HTTP struct {
-	Address string `yaml:"address" help:"HTTP listen address for metrics, health, pprof and the API; empty disables it"`
+	Address string `yaml:"address" help:"HTTP listen address for metrics and health; loopback by default; empty disables it"`
+	PProf   bool   `yaml:"pprof" help:"serve Go profiles on /debug/pprof/ (only with a loopback http.address: profiles show memory contents)"`
 }
 
 // Store configures the embedded store, the durable record log that sinks
@@ -156,7 +157,7 @@ const (
 
 // Default returns the default configuration. It is valid as is: a daemon
 // receiving UDP on :9930, storing into ./xrdmon-data and serving HTTP on
-// :9939, with no outputs besides the store.
+// 127.0.0.1:9939, with no outputs besides the store.
 func Default() *Config {
 	return &Config{
 		Listen: Listen{
@@ -170,7 +171,7 @@ func Default() *Config {
 			BindingKey: "#",
 			Prefetch:   1000,
 		},
-		HTTP: HTTP{Address: ":" + DefaultHTTPPort},
+		HTTP: HTTP{Address: "127.0.0.1:" + DefaultHTTPPort},
 		Store: Store{
 			Path:      "./xrdmon-data",
 			Retention: Duration(90 * 24 * time.Hour),

@@ -34,12 +34,31 @@ func loadArgs(t *testing.T, path string, env, args []string) (*Config, error) {
 	return Load(path, env, ov)
 }
 
+// TestPProfLoopbackOnly: profiles may be turned on only with a loopback
+// HTTP address.
+func TestPProfLoopbackOnly(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:9939": true, "[::1]:9939": true, "localhost:9939": true,
+		":9939": false, "0.0.0.0:9939": false, "192.0.2.1:9939": false, "[::]:9939": false,
+	} {
+		c := Default()
+		c.HTTP.Address, c.HTTP.PProf = addr, true
+		err := c.Validate()
+		if (err == nil) != ok {
+			t.Errorf("http.pprof with %s: Validate = %v, want ok=%v", addr, err, ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "http.pprof") {
+			t.Errorf("error does not name the key: %v", err)
+		}
+	}
+}
+
 func TestDefaultIsValid(t *testing.T) {
 	c := Default()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("Default().Validate() = %v", err)
 	}
-	if c.Listen.UDP != ":9930" || c.HTTP.Address != ":9939" || c.Listen.RcvBuf != 256<<20 {
+	if c.Listen.UDP != ":9930" || c.HTTP.Address != "127.0.0.1:9939" || c.HTTP.PProf || c.Listen.RcvBuf != 256<<20 {
 		t.Errorf("unexpected defaults: %+v %+v", c.Listen, c.HTTP)
 	}
 	if c.DNS.TTL.D() != 24*time.Hour || c.Store.Retention.D() != 90*24*time.Hour {

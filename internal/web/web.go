@@ -1,6 +1,6 @@
 // Package web is xrdmon's HTTP server: Prometheus metrics, liveness and
-// readiness probes, pprof, and whatever other packages mount with Handle
-// (the JSON API and the dashboard).
+// readiness probes, Go profiles when asked for, and whatever other packages
+// mount with Handle.
 package web
 
 import (
@@ -31,7 +31,8 @@ const ShutdownTimeout = 5 * time.Second
 //	/healthz        liveness: 200 while the process serves HTTP
 //	/readyz         readiness: 200 when every check added with AddCheck passes,
 //	                503 otherwise; both with a JSON body naming each check
-//	/debug/pprof/   Go profiles (net/http/pprof)
+//	/debug/pprof/   Go profiles (net/http/pprof), only after EnableProfiling;
+//	                never the command line (it may hold secrets)
 //
 // plus whatever is mounted with Handle. All methods are safe for concurrent
 // use, also while Run is serving.
@@ -94,15 +95,22 @@ func New(addr string, reg *prometheus.Registry, log *slog.Logger) *Server {
 	}))
 	s.Handle("/readyz", http.HandlerFunc(s.serveReady))
 
-	// pprof on our own mux, not http.DefaultServeMux.
+	return s
+}
+
+// EnableProfiling serves Go profiles under /debug/pprof/. The caller
+// decides who may reach them (config allows it on loopback only): heap
+// and goroutine dumps show the process's memory. /debug/pprof/cmdline is
+// not served: a command line can carry a password.
+func (s *Server) EnableProfiling() {
+	// On our own mux, not http.DefaultServeMux.
 	s.mux.HandleFunc("/debug/pprof/", pprof.Index)
-	s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	s.mux.HandleFunc("/debug/pprof/mutex", withProfiling(pprof.Handler("mutex").ServeHTTP, runtime.SetMutexProfileFraction))
 	s.mux.HandleFunc("/debug/pprof/block", withProfiling(pprof.Handler("block").ServeHTTP, setBlockRate))
-	return s
+	s.mux.HandleFunc("/debug/pprof/cmdline", http.NotFound)
 }
 
 // setBlockRate sets the block profile rate. The runtime has no way to read

@@ -40,10 +40,9 @@ func TestEndpoints(t *testing.T) {
 		{"/healthz", 200, "ok"},
 		{"/readyz", 200, `"status":"ready"`},
 		{"/api/v1/hello", 200, `"hello":"world"`},
-		{"/debug/pprof/", 200, "goroutine"},
-		{"/debug/pprof/cmdline", 200, ""},
-		{"/debug/pprof/goroutine?debug=1", 200, "goroutine profile"},
-		{"/debug/pprof/mutex?debug=1", 200, "mutex"},
+		{"/debug/pprof/", 404, ""}, // off unless EnableProfiling
+		{"/debug/pprof/goroutine?debug=1", 404, ""},
+		{"/debug/pprof/cmdline", 404, ""},
 		{"/nowhere", 404, ""},
 	}
 	for _, tc := range cases {
@@ -64,6 +63,29 @@ func TestEndpoints(t *testing.T) {
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+}
+
+// TestProfiling: with profiling on, the profiles are served, and the
+// command line (which may carry a password) still is not.
+func TestProfiling(t *testing.T) {
+	s := New("127.0.0.1:0", nil, nil)
+	s.EnableProfiling()
+	h := s.Handler()
+	for _, tc := range []struct {
+		path     string
+		code     int
+		contains string
+	}{
+		{"/debug/pprof/", 200, "goroutine"},
+		{"/debug/pprof/goroutine?debug=1", 200, "goroutine profile"},
+		{"/debug/pprof/mutex?debug=1", 200, "mutex"},
+		{"/debug/pprof/cmdline", 404, ""},
+	} {
+		code, body, _ := get(t, h, tc.path)
+		if code != tc.code || !strings.Contains(body, tc.contains) {
+			t.Errorf("GET %s = %d %.80q, want %d containing %q", tc.path, code, body, tc.code, tc.contains)
 		}
 	}
 }
