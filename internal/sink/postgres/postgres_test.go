@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -328,5 +329,68 @@ func TestRedeliveryFallback(t *testing.T) {
 		if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".events"); got != tc.evs {
 			t.Errorf("%s: %d events, want %d", tc.name, got, tc.evs)
 		}
+	}
+}
+
+// TestPartitionsBoundedByClock: records whose end times (server clocks)
+// are spread over 1970-2102 all load, but create no partition each: those
+// far from their receive time go to the default partition. A later record
+// whose day now has a partition of its own moves the earlier rows of that
+// day out of the default partition.
+func TestPartitionsBoundedByClock(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	st := sinktest.OpenStore(t)
+	ctx := context.Background()
+	const n = 500
+	recs := testRecords(0, n)
+	lo, hi := time.Date(1970, 1, 2, 0, 0, 0, 0, time.UTC), time.Date(2102, 1, 1, 0, 0, 0, 0, time.UTC)
+	recv := time.Now().UTC()
+	for i := range recs {
+		recs[i].End = lo.Add(time.Duration(i) * (hi.Sub(lo) / n))
+		recs[i].Start = recs[i].End.Add(-time.Minute)
+		recs[i].Received = recv
+		recs[i].RecordID = fmt.Sprintf("clock-%d", i)
+	}
+	if err := st.Append(ctx, recs, nil); err != nil {
+		t.Fatal(err)
+	}
+	opts := fastOptions(schema)
+	stop := sinktest.RunSink(t, newSink(t, u, opts, st))
+	sinktest.WaitFor(t, "cursor at end", 30*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
+	stop()
+	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
+		t.Fatalf("%d records loaded, want %d", got, n)
+	}
+	countParts := func() int64 {
+		return query[int64](t, u, `SELECT count(*) FROM pg_inherits WHERE inhparent = '`+schema+`.records'::regclass`)
+	}
+	// The default partition, today's and the ones ahead, and at most the
+	// few days within the window that the spread happens to hit.
+	if got := countParts(); got > 6 {
+		t.Errorf("%d partitions for %d records over 132 years, want a handful", got, n)
+	}
+	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records_pdefault"); got < n-5 {
+		t.Errorf("%d records in the default partition, want nearly all %d", got, n)
+	}
+
+	// A record of 1999-12-31 received at that time gets its own partition;
+	// the earlier row of that day moves there from the default partition.
+	day := time.Date(1999, 12, 31, 12, 0, 0, 0, time.UTC)
+	late := testRecords(n, 2)
+	late[0].End, late[0].Received, late[0].RecordID = day, recv, "clock-late-0"
+	late[1].End, late[1].Received, late[1].RecordID = day.Add(time.Hour), day.Add(2*time.Hour), "clock-late-1"
+	if err := st.Append(ctx, late, nil); err != nil {
+		t.Fatal(err)
+	}
+	stop = sinktest.RunSink(t, newSink(t, u, opts, st))
+	sinktest.WaitFor(t, "cursor at end again", 30*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
+	stop()
+	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records_p19991231"); got != 2 {
+		t.Errorf("%d records in the partition of 1999-12-31, want 2 (one moved from the default partition)", got)
+	}
+	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n+2 {
+		t.Fatalf("%d records, want %d", got, n+2)
 	}
 }

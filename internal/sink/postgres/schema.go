@@ -11,7 +11,7 @@ import (
 
 // SchemaVersion is the version of the schema this package writes;
 // docs/postgres.md documents each version.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // migrations[i] brings a schema from version i to i+1. "{{S}}" is replaced
 // by the quoted schema name. Version 1 is the initial schema.
@@ -96,6 +96,8 @@ CREATE TABLE {{S}}.events (
 	valid       boolean     NOT NULL
 );
 CREATE INDEX events_time ON {{S}}.events (time);
+`, `
+CREATE TABLE IF NOT EXISTS {{S}}.records_pdefault PARTITION OF {{S}}.records DEFAULT;
 `}
 
 // recordColumns are the records table's columns in table order; rowOf
@@ -178,12 +180,67 @@ func partitionOf(t time.Time, by string) (suffix string, from, to time.Time) {
 	return from.Format("20060102"), from, from.AddDate(0, 0, 1)
 }
 
-// createPartition creates records_p<suffix> for [from, to) if missing.
+// Partition windows: a record whose end time (the server's clock) is
+// further from the time the collector received it than this goes to the
+// default partition (records_pdefault) rather than a partition of its own,
+// so that servers with wrong clocks (or forged times) cannot create
+// partitions without end.
+const (
+	partitionPast = 35 * 24 * time.Hour // day partitions; 13 months for month partitions
+)
+
+// ownPartition reports whether a record ending at t and received at now
+// gets a partition of its own, with ahead partitions created in advance:
+// t is at most partitionPast (13 months with month partitions) before now
+// and at most ahead partitions after now's.
+func ownPartition(t, now time.Time, by string, ahead int) bool {
+	_, _, lastEnd := partitionOf(now, by)
+	past := now.Add(-partitionPast)
+	if by == PartitionMonth {
+		past = now.AddDate(0, -13, 0)
+		lastEnd = lastEnd.AddDate(0, ahead, 0)
+	} else {
+		lastEnd = lastEnd.AddDate(0, 0, ahead)
+	}
+	return !t.Before(past) && t.Before(lastEnd)
+}
+
+// createPartition creates records_p<suffix> for [from, to) if missing. Rows
+// of that range already in the default partition (written when the range
+// was outside the window) move into the new partition in the same
+// transaction; PostgreSQL would otherwise refuse to create it.
 func createPartition(ctx context.Context, conn *pgx.Conn, schema, suffix string, from, to time.Time) error {
-	q := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
-		pgx.Identifier{schema, "records_p" + suffix}.Sanitize(), pgx.Identifier{schema, "records"}.Sanitize(),
-		from.Format(time.RFC3339), to.Format(time.RFC3339))
-	if _, err := conn.Exec(ctx, q); err != nil {
+	part := pgx.Identifier{schema, "records_p" + suffix}.Sanitize()
+	parent := pgx.Identifier{schema, "records"}.Sanitize()
+	def := pgx.Identifier{schema, "records_pdefault"}.Sanitize()
+	bounds := fmt.Sprintf(`FOR VALUES FROM ('%s') TO ('%s')`, from.Format(time.RFC3339), to.Format(time.RFC3339))
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("create partition records_p%s: %w", suffix, err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+	// One creator at a time (several collectors may share the schema).
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('xrdmon partition ' || $1))`, part); err != nil {
+		return fmt.Errorf("create partition records_p%s: %w", suffix, err)
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, part).Scan(&exists); err != nil {
+		return fmt.Errorf("create partition records_p%s: %w", suffix, err)
+	}
+	if exists {
+		return nil
+	}
+	for _, q := range []string{
+		`CREATE TABLE IF NOT EXISTS ` + part + ` (LIKE ` + parent + ` INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
+		`WITH moved AS (DELETE FROM ` + def + ` WHERE end_time >= '` + from.Format(time.RFC3339) + `' AND end_time < '` + to.Format(time.RFC3339) + `' RETURNING *)
+		 INSERT INTO ` + part + ` SELECT * FROM moved`,
+		`ALTER TABLE ` + parent + ` ATTACH PARTITION ` + part + ` ` + bounds,
+	} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return fmt.Errorf("create partition records_p%s: %w", suffix, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("create partition records_p%s: %w", suffix, err)
 	}
 	return nil

@@ -254,6 +254,13 @@ func (w *writer) ensurePartitions(ctx context.Context) error {
 		if !t.Before(lo) && t.Before(hi) {
 			continue
 		}
+		recv := r.Received
+		if recv.IsZero() {
+			recv = now
+		}
+		if !ownPartition(t, recv, w.opts.Partition, w.opts.PartitionsAhead) {
+			continue // records_pdefault takes it
+		}
 		if err := need(t); err != nil {
 			return err
 		}
