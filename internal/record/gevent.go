@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -286,7 +287,8 @@ var v1Options = jsonv2.JoinOptions(
 )
 
 // decodeGeneric re-encodes any valid JSON line (object keys sorted,
-// numbers kept exactly).
+// numbers kept exactly unless a float64 cannot hold them: see
+// normalizeNumbers).
 func decodeGeneric(typ EventType, line []byte) (EventType, json.RawMessage, bool) {
 	d := json.NewDecoder(bytes.NewReader(line))
 	d.UseNumber()
@@ -294,11 +296,39 @@ func decodeGeneric(typ EventType, line []byte) (EventType, json.RawMessage, bool
 	if err := d.Decode(&v); err != nil || d.More() {
 		return typ, rawString(line), false
 	}
+	v = normalizeNumbers(v)
 	out, err := json.Marshal(v)
 	if err != nil {
 		return typ, rawString(line), false
 	}
 	return typ, out, true
+}
+
+// normalizeNumbers replaces, in a decoded JSON value, every number that a
+// float64 cannot hold (it overflows to ±Inf, like 1e200000, or underflows to
+// zero, like 1e-400) by its text as a JSON string. Every stored event is
+// then one that any consumer can load: PostgreSQL's numeric refuses such
+// numbers ("value overflows numeric format"), and so do most JSON decoders.
+// Numbers a float64 holds are kept exactly as written, large integers too.
+func normalizeNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		f, err := strconv.ParseFloat(string(x), 64)
+		mantissa, _, _ := strings.Cut(strings.ToLower(string(x)), "e")
+		if err != nil || (f == 0 && strings.ContainsAny(mantissa, "123456789")) {
+			return string(x)
+		}
+		return x
+	case map[string]any:
+		for k, e := range x {
+			x[k] = normalizeNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = normalizeNumbers(e)
+		}
+	}
+	return v
 }
 
 // decodeRaw decodes line into v. When the line has a backslash (which the

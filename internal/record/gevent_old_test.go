@@ -105,7 +105,8 @@ func oldParseEvent(provider byte, line []byte) (EventType, json.RawMessage, bool
 }
 
 // decodeGeneric re-encodes any valid JSON line (object keys sorted,
-// numbers kept exactly).
+// numbers kept exactly, out-of-range ones as strings: the one rule of
+// normalizeNumbers, shared with the new code).
 func oldDecodeGeneric(typ EventType, line []byte) (EventType, json.RawMessage, bool) {
 	d := json.NewDecoder(bytes.NewReader(line))
 	d.UseNumber()
@@ -113,6 +114,7 @@ func oldDecodeGeneric(typ EventType, line []byte) (EventType, json.RawMessage, b
 	if err := d.Decode(&v); err != nil || d.More() {
 		return typ, rawString(line), false
 	}
+	v = normalizeNumbers(v)
 	out, err := json.Marshal(v)
 	if err != nil {
 		return typ, rawString(line), false

@@ -160,3 +160,27 @@ func TestParseTPCTime(t *testing.T) {
 		}
 	}
 }
+
+// TestParseEventOutOfRangeNumbers: numbers a float64 cannot hold are stored
+// as their text in a JSON string, so no consumer (PostgreSQL's numeric,
+// JSON decoders) refuses the event; numbers it holds stay exact.
+func TestParseEventOutOfRangeNumbers(t *testing.T) {
+	for _, tc := range []struct{ line, want string }{
+		{`{"a":1e200000}`, `{"a":"1e200000"}`},
+		{`{"a":-1e400}`, `{"a":"-1e400"}`},
+		{`{"a":1E-400,"b":[0.0,0e5,-0]}`, `{"a":"1E-400","b":[0.0,0e5,-0]}`},
+		{`{"a":{"b":[1,2e999]}}`, `{"a":{"b":[1,"2e999"]}}`},
+		{`{"a":123456789012345678901234567890,"b":1.5e300}`, `{"a":123456789012345678901234567890,"b":1.5e300}`},
+	} {
+		for _, provider := range []byte{'T', 'M', 'Z'} {
+			_, data, ok := ParseEvent(provider, []byte(tc.line))
+			if !ok || string(data) != tc.want {
+				t.Errorf("%c %s: %s (valid %v), want %s", provider, tc.line, data, ok, tc.want)
+			}
+			var v any
+			if err := json.Unmarshal(data, &v); err != nil {
+				t.Errorf("%c %s: stored payload does not decode: %v", provider, tc.line, err)
+			}
+		}
+	}
+}

@@ -10,7 +10,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. FORMAT.md documents each
 // version; migrations[i] brings a database from version i to i+1.
-const schemaVersion = 4
+const schemaVersion = 5
 
 // migrations[i] brings a database from version i to i+1 inside tx.
 var migrations = []func(ctx context.Context, tx *sql.Tx) error{
@@ -18,6 +18,7 @@ var migrations = []func(ctx context.Context, tx *sql.Tx) error{
 	migrateV2,
 	execMigration(schemaV3),
 	migrateV4,
+	execMigration(schemaV5),
 }
 
 func execMigration(q string) func(context.Context, *sql.Tx) error {
@@ -239,6 +240,22 @@ CREATE TABLE block_names (
 ALTER TABLE state ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;
 DELETE FROM meta WHERE key = 'indexed_seq';
 INSERT INTO meta (key, value) VALUES ('posted_seq', 0);
+`
+
+// schemaV5 adds the dead letters: entries a sink's destination refused for
+// good (4 -> 5). See deadletter.go.
+const schemaV5 = `
+CREATE TABLE dead_letters (
+	id       INTEGER PRIMARY KEY,
+	sink     TEXT NOT NULL,
+	seq      INTEGER NOT NULL,
+	entry_id TEXT NOT NULL,
+	kind     TEXT NOT NULL,
+	data     BLOB NOT NULL,
+	error    TEXT NOT NULL,
+	time_ns  INTEGER NOT NULL
+);
+CREATE INDEX dead_letters_sink ON dead_letters (sink, id);
 `
 
 // migrateV4 creates the version 4 tables and moves the records and events

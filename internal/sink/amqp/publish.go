@@ -10,12 +10,14 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
@@ -32,9 +34,10 @@ type publisher struct {
 	log    *slog.Logger
 	perMsg int
 
-	conn   *amqp.Connection
-	ch     *amqp.Channel
-	closed chan *amqp.Error // the connection's close notification
+	conn     *amqp.Connection
+	ch       *amqp.Channel
+	closed   chan *amqp.Error // the connection's close notification
+	chClosed chan *amqp.Error // the channel's: the broker closes it to refuse a message
 
 	// per-batch scratch, reused
 	groups  [numKinds]group
@@ -131,6 +134,7 @@ func (p *publisher) connect() error {
 	}
 	p.conn, p.ch = conn, ch
 	p.closed = conn.NotifyClose(make(chan *amqp.Error, 1))
+	p.chClosed = ch.NotifyClose(make(chan *amqp.Error, 1))
 	p.log.Debug("AMQP sink connected", "url", redact(uri))
 	return nil
 }
@@ -173,10 +177,10 @@ func (p *publisher) Send(ctx context.Context, batch []store.Entry) (wait func(co
 		p.close()
 		return nil, err
 	}
-	pending, closed := p.pending, p.closed
+	pending, closed, chClosed := p.pending, p.closed, p.chClosed
 	p.pending = nil
 	return func(ctx context.Context) error {
-		if err := p.wait(ctx, pending, closed); err != nil {
+		if err := p.wait(ctx, pending, closed, chClosed); err != nil {
 			p.close()
 			return err
 		}
@@ -285,9 +289,9 @@ func (p *publisher) flush(ctx context.Context, k kind) error {
 	return nil
 }
 
-// wait waits for the confirms of one batch; closed is the close
-// notification of the connection it was published on.
-func (p *publisher) wait(ctx context.Context, pending []*amqp.DeferredConfirmation, closed chan *amqp.Error) error {
+// wait waits for the confirms of one batch; closed and chClosed are the
+// close notifications of the connection and channel it was published on.
+func (p *publisher) wait(ctx context.Context, pending []*amqp.DeferredConfirmation, closed, chClosed chan *amqp.Error) error {
 	if len(pending) == 0 {
 		return nil
 	}
@@ -298,10 +302,15 @@ func (p *publisher) wait(ctx context.Context, pending []*amqp.DeferredConfirmati
 		case <-dc.Done():
 			if !dc.Acked() {
 				if ch := p.ch; ch == nil || ch.IsClosed() {
-					return errors.New("channel closed before all confirms arrived")
+					return channelClosed(chClosed)
 				}
 				return errNack
 			}
+		case err, ok := <-chClosed:
+			if ok && err != nil {
+				return channelClosed(singleErr(err))
+			}
+			return errors.New("channel closed before all confirms arrived")
 		case err, ok := <-closed:
 			if ok && err != nil {
 				return fmt.Errorf("connection closed awaiting confirms: %w", err)
@@ -314,6 +323,40 @@ func (p *publisher) wait(ctx context.Context, pending []*amqp.DeferredConfirmati
 		}
 	}
 	return nil
+}
+
+// channelClosed is the error of a channel the broker closed while confirms
+// were awaited. A 406 PRECONDITION_FAILED about the message size (a message
+// over the broker's max_message_size) is a refusal of that message
+// (deliver.ErrRefused): publishing it again fails again. A nack is not:
+// RabbitMQ nacks for its own reasons (a full queue with reject-publish, an
+// internal error), and the same message may be taken later.
+func channelClosed(ch chan *amqp.Error) error {
+	var err *amqp.Error
+	select {
+	case err = <-ch:
+	default:
+	}
+	if err == nil {
+		return errors.New("channel closed before all confirms arrived")
+	}
+	if refusedMessage(err) {
+		return fmt.Errorf("%w: channel closed: %w", deliver.ErrRefused, err)
+	}
+	return fmt.Errorf("channel closed before all confirms arrived: %w", err)
+}
+
+// refusedMessage reports whether the broker closed the channel because of
+// what a message is (its size), not because of the moment.
+func refusedMessage(err *amqp.Error) bool {
+	return err.Code == amqp.PreconditionFailed && strings.Contains(err.Reason, "max size")
+}
+
+// singleErr returns a closed channel holding err, for channelClosed.
+func singleErr(err *amqp.Error) chan *amqp.Error {
+	c := make(chan *amqp.Error, 1)
+	c <- err
+	return c
 }
 
 // coalescingDial dials as amqp.DefaultDial does (with a deadline for the

@@ -11,6 +11,19 @@
 // Delivery is at least once: a batch that failed part-way, or whose cursor
 // update was lost, is delivered again, so a Deliverer (or its destination)
 // must tolerate duplicates.
+//
+// # Refused entries
+//
+// An outage is retried; a refusal is not. When a Deliverer says the
+// destination refused the batch for what is in it (an error wrapping
+// ErrRefused: a PostgreSQL data error, a message the broker rejected), the
+// loop isolates the culprits by splitting the batch in halves and
+// delivering each alone, down to single entries. The good entries go
+// through; each refused one is set aside in the store's dead letters with
+// the destination's reason (store.PutDeadLetter), counted in
+// xrdmon_sink_dead_letters_total and logged (at most once a minute per
+// sink), and the cursor moves past it. A bad row costs about 2·log2(batch)
+// extra deliveries and never stops the sink.
 package deliver
 
 import (
@@ -26,6 +39,12 @@ import (
 	"github.com/xrdmon/xrdmon/internal/backoff"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
+
+// ErrRefused marks a Deliverer's error as a refusal: the destination
+// rejected something in the batch and will reject it again, whatever the
+// moment. Wrap it (fmt.Errorf("...: %w: %w", deliver.ErrRefused, err)) so
+// the loop isolates and sets aside the refused entries instead of retrying.
+var ErrRefused = errors.New("refused by the destination")
 
 // Deliverer writes batches to a sink's destination.
 type Deliverer interface {
@@ -127,6 +146,9 @@ type Loop struct {
 	downSince time.Time
 	attempts  int
 	backoff   backoff.Backoff // delays between the attempts of an outage
+
+	lastDeadLog  time.Time // dead letters are logged at most once a minute
+	deadUnlogged int       // set aside since the last log
 }
 
 // New returns a loop delivering the log of st to d from the cursor named
@@ -176,8 +198,8 @@ type flight struct {
 }
 
 // Run delivers until ctx is cancelled, then delivers what it can of the
-// backlog within Options.DrainTimeout and returns nil. Failures are retried
-// forever; Run returns an error only when it cannot start (the cursor
+// backlog within Options.DrainTimeout and returns nil. Outages are retried
+// forever, refusals set aside (see the package comment); Run returns an error only when it cannot start (the cursor
 // cannot be read or registered). A sink whose cursor is not yet in the
 // store is registered at once, so that retention keeps what it has not
 // delivered.
@@ -228,6 +250,17 @@ func (l *Loop) Run(ctx context.Context) error {
 	// must return.
 	failed := func(err error, why string) bool {
 		reset()
+		if errors.Is(err, ErrRefused) {
+			// Something in the batches from the cursor on is refused:
+			// deliver them one batch at a time, isolating what is refused.
+			last, ierr := l.isolate(dctx, cursor)
+			if ierr == nil {
+				l.recovered()
+				cursor, readPos = last, last
+				return false
+			}
+			err = ierr
+		}
 		if !draining && ctx.Err() != nil {
 			return false // cancelled mid-batch: retry while draining
 		}
@@ -335,6 +368,62 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		cursor = f.last
 	}
+}
+
+// isolate delivers the batch after cursor without pipelining, splitting it
+// to find and set aside the entries the destination refuses, then saves
+// the cursor past it. It returns the new cursor, or the error of an outage
+// (or of the store) met on the way, after which the caller retries.
+func (l *Loop) isolate(ctx context.Context, cursor int64) (int64, error) {
+	batch, err := l.st.Read(ctx, cursor, l.o.BatchSize)
+	if err != nil {
+		return cursor, fmt.Errorf("read store: %w", err)
+	}
+	if len(batch) == 0 {
+		return cursor, nil
+	}
+	if err := l.split(ctx, batch); err != nil {
+		return cursor, err
+	}
+	last := batch[len(batch)-1].Seq
+	if err := l.st.SetCursor(context.WithoutCancel(ctx), l.o.Name, last); err != nil {
+		l.m.errors.Inc()
+		l.log.Warn("Sink cursor not saved", "sink", l.o.Name, "seq", last, "err", err)
+	}
+	return last, nil
+}
+
+// split delivers batch, and when the destination refuses it, each half
+// alone, down to single entries, which go to the dead letters.
+func (l *Loop) split(ctx context.Context, batch []store.Entry) error {
+	start := time.Now()
+	err := l.d.Deliver(ctx, batch)
+	if err == nil {
+		l.m.duration.Observe(time.Since(start).Seconds())
+		l.m.delivered.Add(float64(len(batch)))
+		return nil
+	}
+	if !errors.Is(err, ErrRefused) {
+		return err
+	}
+	if len(batch) > 1 {
+		h := len(batch) / 2
+		if err := l.split(ctx, batch[:h]); err != nil {
+			return err
+		}
+		return l.split(ctx, batch[h:])
+	}
+	if derr := l.st.PutDeadLetter(context.WithoutCancel(ctx), l.o.Name, batch[0], err); derr != nil {
+		return fmt.Errorf("set aside entry %d: %w", batch[0].Seq, derr)
+	}
+	l.m.dead.Inc()
+	l.deadUnlogged++
+	if time.Since(l.lastDeadLog) >= time.Minute {
+		l.log.Warn("Sink destination refused entries; set aside as dead letters (see xrdmon deadletters)",
+			"sink", l.o.Name, "entries", l.deadUnlogged, "last_seq", batch[0].Seq, "err", err)
+		l.lastDeadLog, l.deadUnlogged = time.Now(), 0
+	}
+	return nil
 }
 
 func (l *Loop) stopped(cursor int64, why string) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -497,5 +498,74 @@ func TestPipelinedCursor(t *testing.T) {
 	}
 	if want := []int64{1, 11, 21, 31, 11, 21, 31, 41}; !slices.Equal(firsts, want) {
 		t.Fatalf("batches sent from %v, want %v", firsts, want)
+	}
+}
+
+// refuser is a Deliverer refusing every batch that holds one of the bad
+// sequence numbers, and taking the rest (by sequence number: a redelivered
+// entry is taken again, as destinations deduplicate).
+type refuser struct {
+	bad map[int64]bool
+
+	mu    sync.Mutex
+	taken map[int64]int
+	calls int
+}
+
+func (r *refuser) Deliver(_ context.Context, batch []store.Entry) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	for _, e := range batch {
+		if r.bad[e.Seq] {
+			return fmt.Errorf("%w: value overflows numeric format (entry %d)", ErrRefused, e.Seq)
+		}
+	}
+	for _, e := range batch {
+		r.taken[e.Seq]++
+	}
+	return nil
+}
+
+// TestRefusedEntriesSetAside: entries the destination refuses are found by
+// splitting their batch, set aside in the store's dead letters with the
+// reason and counted; every other entry is delivered, and the cursor
+// reaches the end (no endless retry).
+func TestRefusedEntriesSetAside(t *testing.T) {
+	const n = 40
+	st := openStore(t, n)
+	r := &refuser{bad: map[int64]bool{3: true, 17: true, 18: true, 40: true}, taken: map[int64]int{}}
+	o := fastOptions("s")
+	o.BatchSize = 16
+	l, err := New(st, r, o, nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := sinktest.Start(t, l)
+	waitFor(t, "cursor at end", func() bool { return sinktest.Cursor(t, st, "s") == n })
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	for seq := int64(1); seq <= n; seq++ {
+		if got := r.taken[seq]; r.bad[seq] != (got == 0) {
+			t.Errorf("entry %d taken %d times (bad %v)", seq, got, r.bad[seq])
+		}
+	}
+	dl, err := st.DeadLetters(context.Background(), "s", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for _, d := range dl {
+		seqs = append(seqs, d.Seq)
+		if d.Kind != "record" || !strings.Contains(d.Error, "overflows") || !strings.Contains(string(d.Data), d.EntryID) {
+			t.Errorf("dead letter %+v", d)
+		}
+	}
+	if !slices.Equal(seqs, []int64{3, 17, 18, 40}) {
+		t.Errorf("dead letters %v, want 3 17 18 40", seqs)
+	}
+	if got := testutil.ToFloat64(l.m.dead); got != 4 {
+		t.Errorf("dead_letters_total = %v, want 4", got)
 	}
 }

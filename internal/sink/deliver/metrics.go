@@ -12,6 +12,7 @@ import (
 type metrics struct {
 	delivered prometheus.Counter
 	errors    prometheus.Counter
+	dead      prometheus.Counter
 	duration  prometheus.Observer
 }
 
@@ -26,6 +27,10 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 		Name: "xrdmon_sink_errors_total",
 		Help: "Failed delivery attempts of a sink (each is retried).",
 	}, []string{"sink"})
+	dead := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "xrdmon_sink_dead_letters_total",
+		Help: "Entries a sink's destination refused for good, set aside in the store's dead letters (xrdmon deadletters) instead of being retried.",
+	}, []string{"sink"})
 	dur := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "xrdmon_sink_batch_duration_seconds",
 		Help:    "Time to deliver one batch, from the first write to the destination's acknowledgement.",
@@ -39,6 +44,9 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 		if errs, err = registerOrExisting(reg, errs); err != nil {
 			return nil, err
 		}
+		if dead, err = registerOrExisting(reg, dead); err != nil {
+			return nil, err
+		}
 		if dur, err = registerOrExisting(reg, dur); err != nil {
 			return nil, err
 		}
@@ -46,6 +54,7 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 	return &metrics{
 		delivered: delivered.WithLabelValues(name),
 		errors:    errs.WithLabelValues(name),
+		dead:      dead.WithLabelValues(name),
 		duration:  dur.WithLabelValues(name),
 	}, nil
 }

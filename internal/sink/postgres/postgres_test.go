@@ -394,3 +394,59 @@ func TestPartitionsBoundedByClock(t *testing.T) {
 		t.Fatalf("%d records, want %d", got, n+2)
 	}
 }
+
+// TestRefusedRowSetAside: an event PostgreSQL refuses (a number numeric
+// cannot hold, as a store written before events were normalised may
+// contain) among 50 records: the records and the good events are loaded,
+// the refused event is set aside in the store's dead letters with
+// PostgreSQL's reason and counted, and delivery goes on with what follows.
+func TestRefusedRowSetAside(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	st := sinktest.OpenStore(t)
+	ctx := context.Background()
+	poison := sinktest.Event(1, record.EventTCPMon)
+	poison.Data = []byte(`{"a":1e200000}`)
+	good := sinktest.Event(2, record.EventTCPMon)
+	good.Data = []byte(`{"a":1}`)
+	if err := st.Append(ctx, testRecords(0, 25), []record.Event{poison}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Append(ctx, testRecords(25, 25), []record.Event{good}); err != nil {
+		t.Fatal(err)
+	}
+	opts := fastOptions(schema)
+	reg := prometheus.NewRegistry()
+	s, err := NewWithOptions(config.PostgresOutput{Enabled: true, URL: u}, opts, st, sinktest.Discard(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := sinktest.RunSink(t, s)
+	sinktest.WaitFor(t, "cursor at end", 30*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
+	// More after the refusal: delivery goes on.
+	if err := st.Append(ctx, testRecords(50, 10), nil); err != nil {
+		t.Fatal(err)
+	}
+	sinktest.WaitFor(t, "cursor at end again", 30*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
+	stop()
+	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != 60 {
+		t.Errorf("%d records loaded, want 60", got)
+	}
+	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".events"); got != 1 {
+		t.Errorf("%d events loaded, want the good one", got)
+	}
+	dl, err := st.DeadLetters(ctx, opts.Name, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dl) != 1 || dl[0].EntryID != poison.EventID || dl[0].Kind != "event" || !strings.Contains(dl[0].Error, "numeric") {
+		t.Fatalf("dead letters %+v, want the poison event with PostgreSQL's reason", dl)
+	}
+	if !strings.Contains(string(dl[0].Data), poison.EventID) {
+		t.Errorf("dead letter data %s does not hold the event", dl[0].Data)
+	}
+	if n := sinktest.SinkCounter(t, reg, "xrdmon_sink_dead_letters_total", opts.Name); n != 1 {
+		t.Errorf("xrdmon_sink_dead_letters_total = %v, want 1", n)
+	}
+}

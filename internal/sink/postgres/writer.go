@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
@@ -122,9 +123,30 @@ func (w *writer) Deliver(ctx context.Context, batch []store.Entry) error {
 	}
 	if err := w.load(ctx, batch); err != nil {
 		w.close()
+		if refused(err) {
+			return fmt.Errorf("%w: %w", deliver.ErrRefused, err)
+		}
 		return err
 	}
 	return nil
+}
+
+// refused reports whether PostgreSQL refused the data itself, so that the
+// same rows would fail again: SQLSTATE class 22 (data exception: a value
+// out of range, bad encoding), 23 (integrity constraint violation; the
+// duplicate keys of a redelivery are handled before this) and 54 (program
+// limit exceeded: a row or index entry too large). Everything else (the
+// connection, the server, permissions) is an outage to retry.
+func refused(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) < 2 {
+		return false
+	}
+	switch pe.Code[:2] {
+	case "22", "23", "54":
+		return true
+	}
+	return false
 }
 
 func (w *writer) load(ctx context.Context, batch []store.Entry) error {

@@ -1,0 +1,92 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+// DeadLetter is a log entry that a sink's destination refused for good (a
+// PostgreSQL data error, a message the broker rejected): the sink set it
+// aside here and moved on, so that one bad row never stops the rest. The
+// entry itself stays in the log; the dead letter keeps a readable copy and
+// the destination's reason, for an operator to inspect and replay.
+type DeadLetter struct {
+	ID      int64     `json:"id"`
+	Sink    string    `json:"sink"`
+	Seq     int64     `json:"seq"`      // the entry's position in the log
+	EntryID string    `json:"entry_id"` // record_id or event_id
+	Kind    string    `json:"kind"`     // "record" or "event"
+	Data    []byte    `json:"-"`        // the entry in the native JSON schema (docs/records.md)
+	Error   string    `json:"error"`    // what the destination said
+	Time    time.Time `json:"time"`     // when it was set aside
+}
+
+// PutDeadLetter sets entry e aside for sink with the destination's error.
+func (s *Store) PutDeadLetter(ctx context.Context, sink string, e Entry, reason error) error {
+	var id, kind string
+	var data []byte
+	switch {
+	case e.Record != nil:
+		id, kind, data = e.Record.RecordID, "record", record.AppendJSON(nil, e.Record)
+	case e.Event != nil:
+		id, kind, data = e.Event.EventID, "event", record.AppendEventJSON(nil, e.Event)
+	default:
+		return fmt.Errorf("dead letter %d: empty entry: %w", e.Seq, ErrInvalid)
+	}
+	msg := "refused"
+	if reason != nil {
+		msg = reason.Error()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("dead letter: %w", ErrClosed)
+	}
+	if _, err := s.wc.ExecContext(ctx, `INSERT INTO dead_letters (sink, seq, entry_id, kind, data, error, time_ns)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, sink, e.Seq, id, kind, data, msg, time.Now().UnixNano()); err != nil {
+		return fmt.Errorf("dead letter %d for %s: %w", e.Seq, sink, err)
+	}
+	return nil
+}
+
+// DeadLetters returns the dead letters of sink ("" for every sink) with an
+// id greater than after, oldest first, at most limit of them.
+func (r *Reader) DeadLetters(ctx context.Context, sink string, after int64, limit int) ([]DeadLetter, error) {
+	rows, err := r.rdb.QueryContext(ctx, `SELECT id, sink, seq, entry_id, kind, data, error, time_ns FROM dead_letters
+		WHERE id > ? AND (? = '' OR sink = ?) ORDER BY id LIMIT ?`, after, sink, sink, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read dead letters: %w", err)
+	}
+	defer rows.Close()
+	var out []DeadLetter
+	for rows.Next() {
+		var d DeadLetter
+		var ns int64
+		if err := rows.Scan(&d.ID, &d.Sink, &d.Seq, &d.EntryID, &d.Kind, &d.Data, &d.Error, &ns); err != nil {
+			return nil, fmt.Errorf("read dead letters: %w", err)
+		}
+		d.Time = time.Unix(0, ns).UTC()
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteDeadLetter removes a dead letter (after an operator replayed or
+// dismissed it); a missing id is not an error.
+func (s *Store) DeleteDeadLetter(ctx context.Context, id int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("delete dead letter: %w", ErrClosed)
+	}
+	if _, err := s.wc.ExecContext(ctx, `DELETE FROM dead_letters WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("delete dead letter %d: %w", id, err)
+	}
+	return nil
+}
