@@ -191,20 +191,20 @@ func (s *Shard) xfr(inc *incarnation, x packet.FileXfr, tBeg, tEnd uint32) {
 
 func (s *Shard) close(inc *incarnation, c *packet.FileClose, tBeg, tEnd uint32) {
 	fi, ok := s.fileIdx[dictKey(inc.id, c.FileID)]
-	if ok && s.files[fi].flags&fClosed == 0 {
-		r := rComplete
-		if s.files[fi].flags&fOpen == 0 {
-			r = rNoOpen
-		}
-		s.finishFile(fi, r, tEnd, c)
+	if ok && s.files[fi].flags&(fClosed|fOpen) == fOpen {
+		s.finishFile(fi, rComplete, tEnd, c)
 		return
 	}
-	if ok { // a second close for a waiting one: emit the first
+	if ok && s.files[fi].flags&fClosed != 0 { // a second close for a waiting one: emit the first
 		cd := s.closes[fi]
 		s.finishFile(fi, rNoOpen, cd.tEnd, &cd.c)
+		ok = false
 	}
-	// The open may still come (reordered packets): wait PendingTTL.
-	fi = s.newFile(inc, c.FileID, tBeg, tEnd)
+	// The open may still come (reordered packets: only isXfr updates, or
+	// nothing, seen so far): wait PendingTTL.
+	if !ok {
+		fi = s.newFile(inc, c.FileID, tBeg, tEnd)
+	}
 	f := &s.files[fi]
 	f.flags |= fClosed
 	f.read, f.readv, f.wrt = c.Read, c.Readv, c.Write

@@ -25,13 +25,19 @@ func TestSeqTracker(t *testing.T) {
 		"text stream mod 1000":         {[]uint16{998, 999, 0, 2}, 1000, 16, want{holes: 1}},
 		"jump back 40 is stale":        {[]uint16{100, 101, 62}, 256, 16, want{stale: 1}},
 		"jump back 101 reads as a gap": {[]uint16{100, 101, 1}, 256, 16, want{lost: 140, holes: 15}},
+		// Nothing before the first packet is seen: older packets that
+		// arrive after it are applied, within the window as reordered.
+		"first then older":         {[]uint16{50, 49, 45, 40, 30}, 256, 16, want{reord: 3, stale: 1}},
+		"first then older, wrap":   {[]uint16{2, 1, 0, 255, 250}, 256, 16, want{reord: 4}},
+		"first then older, filled": {append([]uint16{20, 18}, seqRange(21, 40)...), 256, 16, want{reord: 1}},
+		"older then its duplicate": {[]uint16{50, 45, 45}, 256, 16, want{reord: 1, dup: 1}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			var tr seqTracker
 			var got want
 			for _, s := range c.seqs {
-				res, lost := tr.observe(s, c.mod, c.w)
+				res, lost := tr.observe(s, c.mod, c.w, uint32(s)+1) // same number, same content
 				got.lost += lost
 				switch res {
 				case seqDuplicate:
@@ -56,4 +62,60 @@ func seqRange(from, to uint16) []uint16 {
 		s = append(s, i%256)
 	}
 	return s
+}
+
+// TestSeqTrackerFirstThenOlder: after the first packet of a server, 1 to 40
+// older ones arrive: every one is applied (none a duplicate), none is lost,
+// and no hole is left for the end of the stream to count.
+func TestSeqTrackerFirstThenOlder(t *testing.T) {
+	for n := 1; n <= 40; n++ {
+		var tr seqTracker
+		first := uint16(200)
+		if res, _ := tr.observe(first, 256, 16, 1); res != seqNew {
+			t.Fatalf("first: %v", res)
+		}
+		for i := 1; i <= n; i++ {
+			s := first - uint16(i)
+			res, lost := tr.observe(s, 256, 16, uint32(s)+1)
+			if res == seqDuplicate || lost != 0 {
+				t.Fatalf("n=%d: packet %d: %v, %d lost", n, s, res, lost)
+			}
+		}
+		var lost uint64
+		for s := first + 1; s < first+30; s++ {
+			_, l := tr.observe(s, 256, 16, uint32(s)+1)
+			lost += l
+		}
+		if lost != 0 || tr.holes(16) != 0 {
+			t.Errorf("n=%d: %d lost, %d holes; want none", n, lost, tr.holes(16))
+		}
+	}
+}
+
+// TestSeqTrackerContent: a number seen in the window is a duplicate only
+// when the datagram is the same; other content (a wrap, a restart, a bus
+// interleaving) is applied and reported as a collision, and a true
+// duplicate of it is recognised after.
+func TestSeqTrackerContent(t *testing.T) {
+	var tr seqTracker
+	steps := []struct {
+		seq  uint16
+		hash uint32
+		want seqResult
+	}{
+		{10, 0xa, seqNew},
+		{11, 0xb, seqNew},
+		{11, 0xb, seqDuplicate}, // the same datagram twice
+		{11, 0xc, seqCollision}, // same number, other bytes
+		{11, 0xc, seqDuplicate}, // that one again
+		{10, 0xa2, seqCollision},
+		{12, 0xd, seqNew},
+		{9, 0x9, seqReordered}, // before the first: applied
+		{9, 0x9, seqDuplicate},
+	}
+	for i, st := range steps {
+		if got, _ := tr.observe(st.seq, 256, 16, st.hash); got != st.want {
+			t.Errorf("step %d (seq %d, hash %x): %v, want %v", i, st.seq, st.hash, got, st.want)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"bytes"
+	"hash/crc32"
 	"net/netip"
 	"time"
 
@@ -80,6 +81,7 @@ type closeData struct {
 type Shard struct {
 	cfg     Config
 	win     uint8
+	pktHash uint32 // CRC-32C of the datagram being handled (seqTracker)
 	now     time.Time
 	nowS    int64
 	nextInc uint32
@@ -210,6 +212,7 @@ func (s *Shard) accept(k packet.Kind) {
 func (s *Shard) Handle(data []byte, sender netip.AddrPort, now time.Time) {
 	s.stats.Packets++
 	s.setNow(now)
+	s.pktHash = crc32.Checksum(data, crcTable)
 	addr := sender.Addr().Unmap()
 	kind := packet.Classify(data)
 	switch kind {
@@ -246,7 +249,7 @@ func (s *Shard) rejectDecoded(data []byte, addr netip.Addr, err error, d Domain)
 		return
 	}
 	if inc := s.byAddrStod[addrStod{addr, h.Stod}]; inc != nil && d != DomainG {
-		inc.seq[d].observe(uint16(h.Pseq), 256, s.win)
+		inc.seq[d].observe(uint16(h.Pseq), 256, s.win, s.pktHash)
 	}
 }
 
@@ -371,7 +374,7 @@ func (s *Shard) observe(inc *incarnation, d Domain, pseq uint16) bool {
 }
 
 func (s *Shard) observeT(inc *incarnation, t *seqTracker, d Domain, pseq, mod uint16) bool {
-	res, lost := t.observe(pseq, mod, s.win)
+	res, lost := t.observe(pseq, mod, s.win, s.pktHash)
 	if lost > 0 {
 		inc.lost[d] += lost
 		s.stats.Lost[d] += lost
@@ -382,6 +385,8 @@ func (s *Shard) observeT(inc *incarnation, t *seqTracker, d Domain, pseq, mod ui
 		return false
 	case seqReordered:
 		s.stats.Reordered++
+	case seqCollision:
+		s.stats.SeqCollisions++
 	case seqStale:
 		s.stats.Stale++
 	}

@@ -20,16 +20,18 @@ import (
 // unless sized. Byte by byte:
 //
 //	magic    8 bytes "XRDMCSNP"
-//	version  uvarint, snapVersion (1)
+//	version  uvarint, snapVersion (2; 1 is read too)
 //	shard    v nowS, nextInc
-//	stats    11 scalar counters; then Rejected, ByKind, Lost, Records,
+//	stats    12 scalar counters (11 in version 1); then Rejected, ByKind, Lost, Records,
 //	         each as a count n and n counters (n may be smaller than the
 //	         array of a later release, never larger)
 //	incs     count; per incarnation, in creation order: id, addr (byte 4
 //	         or 16 + bytes, zone str), stod, sid, flags (hasSID, frm,
 //	         superseded), site inst pgm ver host (str), v seen, 4 trackers,
 //	         count + (prov byte, tracker) of g trackers, 4 lost counters
-//	         tracker: seen (window bitmap), next (expected pseq), init byte
+//	         tracker: seen (window bitmap), next (expected pseq), init
+//	         byte; from version 2 also known (bitmap), head, and count +
+//	         the fingerprints (uvarint each) of the window positions
 //	indexes  count + incarnation ids of byAddrStod, then of latest
 //	sessions count; per session, active (sessLRU) ones first in LRU order,
 //	         then disconnected ones (sessDisc): inc id, dictID, userText
@@ -61,7 +63,7 @@ import (
 // tables are refilled from the restored strings).
 const (
 	snapMagic   = "XRDMCSNP"
-	snapVersion = 1
+	snapVersion = 2
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -414,6 +416,12 @@ func (e *snapScratch) tracker(t *seqTracker) {
 	e.uv(t.seen)
 	e.uv(uint64(t.next))
 	e.buf = append(e.buf, b2u(t.init))
+	e.uv(t.known)
+	e.buf = append(e.buf, t.head)
+	e.uv(uint64(len(t.hashes)))
+	for _, h := range t.hashes {
+		e.uv(uint64(h))
+	}
 }
 
 func (e *snapScratch) close(cd *closeData) {
@@ -434,9 +442,9 @@ func (e *snapScratch) close(cd *closeData) {
 	e.uv(uint64(cd.tEnd))
 }
 
-func statScalars(st *Stats) [11]*uint64 {
+func statScalars(st *Stats) [12]*uint64 {
 	return [...]*uint64{&st.Packets, &st.Accounted, &st.Duplicates, &st.Reordered, &st.Stale, &st.Events,
-		&st.InvalidEvents, &st.FRMRecords, &st.Restarts, &st.PendingDropped, &st.EvictedSess}
+		&st.InvalidEvents, &st.FRMRecords, &st.Restarts, &st.PendingDropped, &st.EvictedSess, &st.SeqCollisions}
 }
 
 func statArrays(st *Stats) [4][]uint64 {
@@ -479,12 +487,13 @@ func RestoreShard(cfg Config, r io.Reader) (*Shard, error) {
 // decoder reads a snapshot body; the first error sticks and every later
 // read returns zero values.
 type decoder struct {
-	b      []byte
-	err    error
-	strs   []string
-	logins []*loginInfo
-	tokens []*tokenInfo
-	s      *Shard
+	version uint64 // of the snapshot being read
+	b       []byte
+	err     error
+	strs    []string
+	logins  []*loginInfo
+	tokens  []*tokenInfo
+	s       *Shard
 }
 
 func (d *decoder) fail(format string, args ...any) {
@@ -689,6 +698,26 @@ func (d *decoder) tracker(t *seqTracker) {
 	}
 	t.next = uint16(next)
 	t.init = d.byte() != 0
+	if d.version < 2 {
+		// Version 1 kept no fingerprints, and marked the positions before
+		// the first packet as seen: start the window afresh at the next
+		// packet (a late one is applied, none is counted lost).
+		t.init = false
+		return
+	}
+	t.known = d.uv()
+	t.head = d.byte()
+	n := d.count()
+	if n > 64 || (n > 0 && int(t.head) >= n) {
+		d.fail("tracker window %d, head %d", n, t.head)
+		return
+	}
+	if n > 0 {
+		t.hashes = make([]uint32, n)
+		for i := range t.hashes {
+			t.hashes[i] = d.u32()
+		}
+	}
 }
 
 func (d *decoder) close() *closeData {
@@ -722,13 +751,17 @@ func (s *Shard) restore(data []byte) error {
 		return errors.New("checksum mismatch (truncated or corrupt)")
 	}
 	d := &decoder{b: body[len(snapMagic):], s: s}
-	if v := d.uv(); d.err == nil && v != snapVersion {
-		return fmt.Errorf("unsupported snapshot version %d (want %d)", v, snapVersion)
+	d.version = d.uv()
+	if d.err == nil && (d.version < 1 || d.version > snapVersion) {
+		return fmt.Errorf("unsupported snapshot version %d (want 1 to %d)", d.version, snapVersion)
 	}
 	s.setNow(time.Unix(d.v(), 0).UTC())
 	s.nextInc = d.u32()
 
-	for _, p := range statScalars(&s.stats) {
+	for i, p := range statScalars(&s.stats) {
+		if d.version < 2 && i >= 11 {
+			break // SeqCollisions came with version 2
+		}
 		*p = d.uv()
 	}
 	for _, a := range statArrays(&s.stats) {

@@ -73,6 +73,10 @@ type Stats struct {
 	Duplicates uint64             // accounted but not applied: seen before
 	Reordered  uint64             // arrived late within the window (not loss)
 	Stale      uint64             // arrived later than the window allows (already counted lost, or an old duplicate)
+	// SeqCollisions are datagrams whose sequence number was seen within
+	// the window but whose content differs (a wrap, a restart, a bus
+	// interleaving): applied, never dropped on the number alone.
+	SeqCollisions uint64
 
 	Records        [numRecordReasons]uint64 // emitted records, indexed like RecordReasons
 	Events         uint64                   // emitted g-stream events
@@ -143,6 +147,7 @@ func (s *Stats) Add(o *Stats) {
 	s.Duplicates += o.Duplicates
 	s.Reordered += o.Reordered
 	s.Stale += o.Stale
+	s.SeqCollisions += o.SeqCollisions
 	for i := range s.Records {
 		s.Records[i] += o.Records[i]
 	}

@@ -66,6 +66,8 @@ var (
 		"Datagrams seen twice (accounted once, applied once).", nil, nil)
 	descReordered = prometheus.NewDesc("xrdmon_packets_reordered_total",
 		"Datagrams that arrived late but within the reorder window (not loss).", nil, nil)
+	descCollisions = prometheus.NewDesc("xrdmon_packets_seq_collisions_total",
+		"Datagrams whose sequence number was already seen within the window but whose content differs (a wrap, a server restart, a bus interleaving): applied, not taken for duplicates.", nil, nil)
 	descStale = prometheus.NewDesc("xrdmon_packets_stale_total",
 		"Datagrams that arrived after the reorder window (already counted lost).", nil, nil)
 	descRecords = prometheus.NewDesc("xrdmon_records_total",
@@ -85,7 +87,7 @@ type statsCollector struct{ p *Pipeline }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descRejected, descKind, descLost, descDup, descReordered,
-		descStale, descRecords, descEvents, descRestarts, descPendingDropped, descState} {
+		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descState} {
 		ch <- d
 	}
 }
@@ -112,6 +114,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descDup, s.Duplicates)
 	counter(descReordered, s.Reordered)
 	counter(descStale, s.Stale)
+	counter(descCollisions, s.SeqCollisions)
 	for i, r := range correlate.RecordReasons {
 		kind, reason := "partial", string(r)
 		if r == "" {
