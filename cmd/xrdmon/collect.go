@@ -331,6 +331,9 @@ func filterConfig(l config.Listen) source.FilterConfig {
 func correlateConfig(c config.Correlate, n int) correlate.Config {
 	cc := correlate.DefaultConfig()
 	cc.OpenTTL = c.OpenFileTTL.D()
+	if c.MaxServersPerAddress > 0 {
+		cc.MaxServersPerAddr = c.MaxServersPerAddress
+	}
 	if c.MaxEntries > 0 {
 		per := max(c.MaxEntries/max(n, 1), 1)
 		cc.MaxOpenFiles, cc.MaxSessions = per, per

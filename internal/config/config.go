@@ -94,11 +94,12 @@ type DNS struct {
 
 // Correlate bounds the correlator's per-server state.
 type Correlate struct {
-	OpenFileTTL         Duration `yaml:"open_file_ttl" help:"a file open for longer without a close is written as a partial record (reason timeout)"`
-	MaxEntries          int      `yaml:"max_entries" help:"open files, sessions and users tracked in total; beyond it the oldest are written as partial records (reason evicted)"`
-	MaxEntriesPerServer int      `yaml:"max_entries_per_server" help:"the same bound for one XRootD server"`
-	Shards              int      `yaml:"shards" help:"correlator goroutines, servers are spread over them; 0 means GOMAXPROCS"`
-	CheckpointInterval  Duration `yaml:"checkpoint_interval" help:"how often the correlation state is checkpointed into the store (and RabbitMQ input acknowledged); 0 means 2s with amqp_input, 30s for UDP only"`
+	OpenFileTTL          Duration `yaml:"open_file_ttl" help:"a file open for longer without a close is written as a partial record (reason timeout)"`
+	MaxEntries           int      `yaml:"max_entries" help:"open files, sessions and users tracked in total; beyond it the oldest are written as partial records (reason evicted)"`
+	MaxEntriesPerServer  int      `yaml:"max_entries_per_server" help:"the same bound for one XRootD server"`
+	MaxServersPerAddress int      `yaml:"max_servers_per_address" help:"server incarnations (start time, server id) kept per sender address; forged ones from one address evict only that address's"`
+	Shards               int      `yaml:"shards" help:"correlator goroutines, servers are spread over them; 0 means GOMAXPROCS"`
+	CheckpointInterval   Duration `yaml:"checkpoint_interval" help:"how often the correlation state is checkpointed into the store (and RabbitMQ input acknowledged); 0 means 2s with amqp_input, 30s for UDP only"`
 }
 
 // Outputs configures the sinks. Each reads the store's log from its own
@@ -187,10 +188,11 @@ func Default() *Config {
 			MaxWait:     Duration(200 * time.Millisecond),
 		},
 		Correlate: Correlate{
-			OpenFileTTL:         Duration(24 * time.Hour),
-			MaxEntries:          2_000_000,
-			MaxEntriesPerServer: 200_000,
-			Shards:              0,
+			OpenFileTTL:          Duration(24 * time.Hour),
+			MaxEntries:           2_000_000,
+			MaxEntriesPerServer:  200_000,
+			MaxServersPerAddress: 32,
+			Shards:               0,
 		},
 		Outputs: Outputs{
 			AMQP: AMQPOutput{

@@ -45,6 +45,11 @@ type Config struct {
 	// MaxServers bounds server incarnations; beyond it the least recently
 	// seen one is closed out (its files emitted as evicted).
 	MaxServers int
+	// MaxServersPerAddr bounds the incarnations (stod, sID pairs) of one
+	// sender address; beyond it the address's least recently seen one is
+	// closed out. Packets with forged stod or sID from one address thus
+	// churn that address's slots and never evict another address's state.
+	MaxServersPerAddr int
 
 	// ReorderWindow is the number of sequence numbers (1..63) a packet may
 	// arrive late without being counted lost.
@@ -69,6 +74,7 @@ func DefaultConfig() Config {
 		MaxSessionsPerServer:  200_000,
 		MaxPending:            200_000,
 		MaxServers:            10_000,
+		MaxServersPerAddr:     32,
 		ReorderWindow:         16,
 		InternMax:             100_000,
 	}
@@ -80,7 +86,7 @@ func (c Config) Validate() error {
 	case c.OpenTTL < time.Second || c.SessionTTL < time.Second || c.PendingTTL < time.Second:
 		return fmt.Errorf("correlate config: TTLs must be at least 1s")
 	case c.MaxOpenFiles < 1 || c.MaxOpenFilesPerServer < 1 || c.MaxSessions < 1 ||
-		c.MaxSessionsPerServer < 1 || c.MaxPending < 1 || c.MaxServers < 1:
+		c.MaxSessionsPerServer < 1 || c.MaxPending < 1 || c.MaxServers < 1 || c.MaxServersPerAddr < 1:
 		return fmt.Errorf("correlate config: bounds must be positive")
 	case c.ReorderWindow < 1 || c.ReorderWindow > 63:
 		return fmt.Errorf("correlate config: reorder window %d not in 1..63", c.ReorderWindow)

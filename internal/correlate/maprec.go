@@ -245,8 +245,17 @@ func (s *Shard) loginInfo(payload []byte) *loginInfo {
 }
 
 func (s *Shard) newSession(inc *incarnation, dictID uint32) int32 {
-	for len(s.sessIdx) >= s.cfg.MaxSessions && s.sessLRU.head >= 0 {
-		s.evictSession(s.sessLRU.head)
+	// Disconnected sessions (kept only for late packets) go first, then
+	// the least recently used active one.
+	for len(s.sessIdx) >= s.cfg.MaxSessions {
+		i := s.sessDisc.head
+		if i < 0 {
+			i = s.sessLRU.head
+		}
+		if i < 0 {
+			break
+		}
+		s.evictSession(i)
 	}
 	for inc.sessions.n >= int32(s.cfg.MaxSessionsPerServer) {
 		s.evictSession(inc.sessions.head)

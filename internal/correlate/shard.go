@@ -90,8 +90,9 @@ type Shard struct {
 	byID       map[uint32]*incarnation
 	byAddrStod map[addrStod]*incarnation
 	latest     map[addrSID]*incarnation
-	incList    []*incarnation // creation order, for deterministic iteration
-	last       *incarnation   // lookup cache
+	byAddr     map[netip.Addr][]*incarnation // per sender, for MaxServersPerAddr
+	incList    []*incarnation                // creation order, for deterministic iteration
+	last       *incarnation                  // lookup cache
 
 	files     []fileEntry
 	fileFree  []int32
@@ -134,6 +135,7 @@ func NewShard(cfg Config) *Shard {
 		byID:       make(map[uint32]*incarnation),
 		byAddrStod: make(map[addrStod]*incarnation),
 		latest:     make(map[addrSID]*incarnation),
+		byAddr:     make(map[netip.Addr][]*incarnation),
 		fileIdx:    make(map[uint64]int32),
 		lru:        newList(),
 		pendFiles:  newList(),
@@ -290,7 +292,17 @@ func (s *Shard) incOf(id uint32) *incarnation {
 }
 
 func (s *Shard) newIncarnation(k incKey, hasSID bool) *incarnation {
-	if len(s.incs) >= s.cfg.MaxServers {
+	if same := s.byAddr[k.addr]; len(same) >= s.cfg.MaxServersPerAddr {
+		// The sender's own least recently seen incarnation makes room (a
+		// scan of at most MaxServersPerAddr).
+		old := same[0]
+		for _, c := range same[1:] {
+			if c.seen < old.seen {
+				old = c
+			}
+		}
+		s.dropIncarnation(old, rEvicted)
+	} else if len(s.incs) >= s.cfg.MaxServers {
 		var old *incarnation
 		for _, c := range s.incList {
 			if old == nil || c.seen < old.seen {
@@ -313,6 +325,7 @@ func (s *Shard) newIncarnation(k incKey, hasSID bool) *incarnation {
 	s.byID[inc.id] = inc
 	s.byAddrStod[addrStod{k.addr, k.stod}] = inc
 	s.incList = append(s.incList, inc)
+	s.byAddr[k.addr] = append(s.byAddr[k.addr], inc)
 	as := addrSID{k.addr, k.sid}
 	prev := s.latest[as]
 	switch {
@@ -356,11 +369,25 @@ func (s *Shard) dropIncarnation(inc *incarnation, r uint8) {
 	if s.latest[addrSID{inc.key.addr, inc.key.sid}] == inc {
 		delete(s.latest, addrSID{inc.key.addr, inc.key.sid})
 	}
-	for i, c := range s.incList {
-		if c == inc {
+	// From the end: the incarnations dropped most often (a flood of
+	// forged ones) are the newest.
+	for i := len(s.incList) - 1; i >= 0; i-- {
+		if s.incList[i] == inc {
 			s.incList = append(s.incList[:i], s.incList[i+1:]...)
 			break
 		}
+	}
+	same := s.byAddr[inc.key.addr]
+	for i, c := range same {
+		if c == inc {
+			same = append(same[:i], same[i+1:]...)
+			break
+		}
+	}
+	if len(same) == 0 {
+		delete(s.byAddr, inc.key.addr)
+	} else {
+		s.byAddr[inc.key.addr] = same
 	}
 	if s.last == inc {
 		s.last = nil

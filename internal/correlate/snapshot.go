@@ -830,6 +830,7 @@ func (s *Shard) restore(data []byte) error {
 		s.incs[inc.key] = inc
 		s.byID[inc.id] = inc
 		s.incList = append(s.incList, inc)
+		s.byAddr[inc.key.addr] = append(s.byAddr[inc.key.addr], inc)
 	}
 	for n, i := d.count(), 0; i < n && d.err == nil; i++ {
 		inc := s.byID[d.u32()]

@@ -1,0 +1,97 @@
+package correlate
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/packet"
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+// TestForgedIdentitiesStayInTheirAddress: 10,000 '=' packets with random
+// stod and sID from one address hold at most MaxServersPerAddr
+// incarnations, and a real server at another address keeps its open files:
+// its transfer ends as one complete record.
+func TestForgedIdentitiesStayInTheirAddress(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxServers = 100 // the flood alone would fill it 100 times over
+	sh := NewShard(cfg)
+	real := newSrv("192.0.2.50:1094", t0, 77)
+	now := time.Unix(t0+10, 0)
+	sh.Handle(real.ident("SITE"), real.addr, now)
+	sh.Handle(real.f(0, 10, func(fb *packet.FStreamBuilder) { fb.Open(openLFN(1, 0, "/real/file", 100)) }), real.addr, now)
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	attacker := netip.MustParseAddrPort("198.51.100.66:1094")
+	for range 10_000 {
+		forged := newSrv(attacker.String(), rng.Uint32(), rng.Uint64()&sidMask)
+		sh.Handle(forged.ident("EVIL"), attacker, now)
+		if n := len(sh.byAddr[attacker.Addr()]); n > cfg.MaxServersPerAddr {
+			t.Fatalf("%d incarnations for one address, bound %d", n, cfg.MaxServersPerAddr)
+		}
+	}
+	if st := sh.Stats(); st.Servers > cfg.MaxServersPerAddr+1 || st.OpenFiles != 1 {
+		t.Fatalf("after the flood: %d servers, %d open files; want at most %d and the real one's file",
+			st.Servers, st.OpenFiles, cfg.MaxServersPerAddr+1)
+	}
+	if recs := sh.TakeRecords(nil); len(recs) != 0 {
+		t.Fatalf("the flood emitted records: %+v", recs[0])
+	}
+	sh.Handle(real.f(10, 20, func(fb *packet.FStreamBuilder) { fb.Close(packet.FileClose{FileID: 1, Read: 100}) }), real.addr, now)
+	recs := sh.TakeRecords(nil)
+	if len(recs) != 1 || recs[0].Reason != record.Complete || recs[0].Path != "/real/file" || recs[0].ReadBytes != 100 {
+		t.Fatalf("real server's record: %+v", recs)
+	}
+}
+
+// BenchmarkForgedIdentity: the cost of a forged '=' packet from a flooding
+// address does not grow with the flood (it churns that address's slots).
+func BenchmarkForgedIdentity(b *testing.B) {
+	sh := NewShard(DefaultConfig())
+	rng := rand.New(rand.NewPCG(1, 2))
+	attacker := netip.MustParseAddrPort("198.51.100.66:1094")
+	pkts := make([][]byte, 4096)
+	for i := range pkts {
+		pkts[i] = newSrv(attacker.String(), rng.Uint32(), rng.Uint64()&sidMask).ident("EVIL")
+	}
+	now := time.Unix(t0, 0)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		sh.Handle(pkts[i%len(pkts)], attacker, now)
+	}
+}
+
+// TestDisconnectedSessionsUnderTheBound: sessions that disconnect (and are
+// kept a grace period for late packets) count against MaxSessions and are
+// the first to go: 5,000 login+disconnect sessions hold at most the bound.
+func TestDisconnectedSessionsUnderTheBound(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxSessions = 100
+	sh := NewShard(cfg)
+	s := newSrv("192.0.2.51:1094", t0, 78)
+	now := time.Unix(t0+10, 0)
+	for i := range uint32(5000) {
+		uid := s.uid("xroot", "u", int(i), "client.example.org")
+		sh.Handle(s.login(i+1, uid, packet.Login{}), s.addr, now)
+		sh.Handle(s.f(0, 10, func(fb *packet.FStreamBuilder) { fb.Disc(i + 1) }), s.addr, now)
+		if n := len(sh.sessIdx); n > cfg.MaxSessions {
+			t.Fatalf("after %d sessions %d held, bound %d", i+1, n, cfg.MaxSessions)
+		}
+	}
+	// An active session is kept over the disconnected ones.
+	uid := s.uid("xroot", "alice", 1, "client.example.org")
+	sh.Handle(s.login(9001, uid, packet.Login{}), s.addr, now)
+	sh.Handle(s.f(0, 10, func(fb *packet.FStreamBuilder) { fb.Open(openLFN(5, 9001, "/a", 1)) }), s.addr, now)
+	for i := range uint32(300) {
+		uid := s.uid("xroot", "u", int(i), "client.example.org")
+		sh.Handle(s.login(6000+i, uid, packet.Login{}), s.addr, now)
+		sh.Handle(s.f(0, 10, func(fb *packet.FStreamBuilder) { fb.Disc(6000 + i) }), s.addr, now)
+	}
+	sh.Handle(s.f(10, 20, func(fb *packet.FStreamBuilder) { fb.Close(packet.FileClose{FileID: 5, Read: 1}) }), s.addr, now)
+	recs := sh.TakeRecords(nil)
+	if len(recs) != 1 || recs[0].User != "alice" {
+		t.Fatalf("records %+v: want alice's complete record with her session", recs)
+	}
+}
