@@ -331,6 +331,9 @@ func filterConfig(l config.Listen) source.FilterConfig {
 func correlateConfig(c config.Correlate, n int) correlate.Config {
 	cc := correlate.DefaultConfig()
 	cc.OpenTTL = c.OpenFileTTL.D()
+	if c.MaxStateBytes > 0 {
+		cc.MaxStateBytes = max(int64(c.MaxStateBytes)/int64(max(n, 1)), 1<<20)
+	}
 	if c.MaxServersPerAddress > 0 {
 		cc.MaxServersPerAddr = c.MaxServersPerAddress
 	}

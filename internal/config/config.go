@@ -97,6 +97,7 @@ type Correlate struct {
 	OpenFileTTL          Duration `yaml:"open_file_ttl" help:"a file open for longer without a close is written as a partial record (reason timeout)"`
 	MaxEntries           int      `yaml:"max_entries" help:"open files, sessions and users tracked in total; beyond it the oldest are written as partial records (reason evicted)"`
 	MaxEntriesPerServer  int      `yaml:"max_entries_per_server" help:"the same bound for one XRootD server"`
+	MaxStateBytes        ByteSize `yaml:"max_state_bytes" help:"estimated memory of the correlation state in total (open files, sessions, pending references, interned texts); over it the least recently used entries are evicted as for max_entries"`
 	MaxServersPerAddress int      `yaml:"max_servers_per_address" help:"server incarnations (start time, server id) kept per sender address; forged ones from one address evict only that address's"`
 	Shards               int      `yaml:"shards" help:"correlator goroutines, servers are spread over them; 0 means GOMAXPROCS"`
 	CheckpointInterval   Duration `yaml:"checkpoint_interval" help:"how often the correlation state is checkpointed into the store (and RabbitMQ input acknowledged); 0 means 2s with amqp_input, 30s for UDP only"`
@@ -192,6 +193,7 @@ func Default() *Config {
 			MaxEntries:           2_000_000,
 			MaxEntriesPerServer:  200_000,
 			MaxServersPerAddress: 32,
+			MaxStateBytes:        1 << 30,
 			Shards:               0,
 		},
 		Outputs: Outputs{

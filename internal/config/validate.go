@@ -86,6 +86,7 @@ func (c *Config) Validate() error {
 	p.check(k.MaxEntries >= 1, "correlate.max_entries", "must be >= 1")
 	p.check(k.MaxEntriesPerServer >= 1, "correlate.max_entries_per_server", "must be >= 1")
 	p.check(k.MaxServersPerAddress >= 1, "correlate.max_servers_per_address", "must be >= 1")
+	p.check(k.MaxStateBytes >= 16<<20, "correlate.max_state_bytes", "must be >= 16MiB")
 	if k.MaxEntries >= 1 && k.MaxEntriesPerServer > k.MaxEntries {
 		p.add("correlate.max_entries_per_server", fmt.Sprintf("must be <= correlate.max_entries (%d)", k.MaxEntries))
 	}

@@ -56,6 +56,11 @@ type Config struct {
 	ReorderWindow int
 	// InternMax bounds each string-interning table; a full table is reset.
 	InternMax int
+	// MaxStateBytes bounds the estimated heap bytes of the shard's state:
+	// open files, sessions, pending references and the interning tables
+	// each have a share of it (budget.go, docs/limits.md). Over its share a
+	// table evicts as it does over its entry bound.
+	MaxStateBytes int64
 }
 
 // DefaultConfig returns the defaults: open files time out after 12 h
@@ -77,6 +82,7 @@ func DefaultConfig() Config {
 		MaxServersPerAddr:     32,
 		ReorderWindow:         16,
 		InternMax:             100_000,
+		MaxStateBytes:         1 << 30,
 	}
 }
 
@@ -90,6 +96,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("correlate config: bounds must be positive")
 	case c.ReorderWindow < 1 || c.ReorderWindow > 63:
 		return fmt.Errorf("correlate config: reorder window %d not in 1..63", c.ReorderWindow)
+	case c.MaxStateBytes < 1<<20:
+		return fmt.Errorf("correlate config: state budget %d bytes below 1 MiB", c.MaxStateBytes)
 	case c.InternMax < 1:
 		return fmt.Errorf("correlate config: intern max must be positive")
 	}

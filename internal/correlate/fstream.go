@@ -19,6 +19,7 @@ func (s *Shard) handleF(data []byte, addr netip.Addr) {
 	if !s.observe(inc, DomainF, uint16(fs.Pseq)) {
 		return
 	}
+	// (LFNs are capped in open.)
 	tBeg, tEnd := uint32(fs.TBeg), uint32(fs.TEnd)
 	it := fs.Records()
 	for it.Next() {
@@ -40,7 +41,7 @@ func (s *Shard) handleF(data []byte, addr netip.Addr) {
 // newFile allocates a file entry for (inc, fileID), making room under the
 // bounds first.
 func (s *Shard) newFile(inc *incarnation, fileID uint32, tBeg, tEnd uint32) int32 {
-	for len(s.fileIdx) >= s.cfg.MaxOpenFiles {
+	for len(s.fileIdx) >= s.cfg.MaxOpenFiles || (s.fileBytes >= s.cfg.budget(shareFiles) && len(s.fileIdx) > 0) {
 		if s.lru.head >= 0 {
 			s.evict(&s.lru, fileLRU)
 		} else {
@@ -64,6 +65,7 @@ func (s *Shard) newFile(inc *incarnation, fileID uint32, tBeg, tEnd uint32) int3
 		tOpen: tBeg, tLast: tEnd, seen: uint32(s.nowS), queued: uint32(s.nowS),
 	}
 	s.fileIdx[dictKey(inc.id, fileID)] = i
+	s.fileBytes += fileOverhead
 	lpush(s.files, &s.lru, fileLRU, i)
 	lpush(s.files, &inc.files, fileInc, i)
 	return i
@@ -149,22 +151,23 @@ func (s *Shard) open(inc *incarnation, o packet.FileOpen, tBeg, tEnd uint32) {
 	if o.HasLFN {
 		// The d record that usually precedes an open with LFN carried the
 		// same path: reuse its string rather than intern the LFN again.
-		if pending && p.path == string(o.LFN) {
-			f.path = p.path
+		lfn := s.capField(o.LFN, maxPathBytes, FieldPath)
+		if pending && p.path == string(lfn) {
+			s.setFilePath(fi, p.path)
 		} else {
-			f.path = s.pathsI.bytes(o.LFN)
+			s.setFilePath(fi, s.pathsI.bytes(lfn))
 		}
 		f.user = o.User
 	}
 	if pending {
 		if f.path == "" {
-			f.path = p.path
+			s.setFilePath(fi, p.path)
 		}
 		if f.user == 0 {
 			f.user = p.user
 		}
 		hint = p.sess
-		delete(s.paths, k)
+		s.delPendingPath(k)
 	}
 	s.linkSession(fi, inc, hint)
 	if f.flags&fClosed != 0 { // its close came first: complete now
@@ -283,6 +286,7 @@ func (s *Shard) removeFile(fi int32, inc *incarnation) {
 		delete(s.closes, fi)
 	}
 	delete(s.fileIdx, dictKey(f.inc, f.fileID))
+	s.fileBytes -= fileOverhead + int64(len(f.path))
 	*f = fileEntry{}
 	s.fileFree = append(s.fileFree, fi)
 }

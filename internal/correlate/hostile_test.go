@@ -1,8 +1,12 @@
 package correlate
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +97,102 @@ func TestDisconnectedSessionsUnderTheBound(t *testing.T) {
 	recs := sh.TakeRecords(nil)
 	if len(recs) != 1 || recs[0].User != "alice" {
 		t.Fatalf("records %+v: want alice's complete record with her session", recs)
+	}
+}
+
+// heapInUse returns the live heap after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// TestStateBoundedInBytes: the attacks that grew memory without bound
+// (paths, open files and logins with tens of KB of text) keep every table
+// within its byte budget and the live heap within the state budget; texts
+// are cut to their caps and counted; a well-behaved server's transfer still
+// ends as a complete record.
+func TestStateBoundedInBytes(t *testing.T) {
+	const budget = 16 << 20
+	big := strings.Repeat("x", 60_000)
+	attacks := map[string]func(s *srv, i uint32) [][]byte{
+		// 10,000 d records of 60 KB waiting for opens that never come.
+		"paths": func(s *srv, i uint32) [][]byte {
+			return [][]byte{s.path(i+1, s.uid("xroot", "u", 1, "h"), "/"+big+strconv.Itoa(int(i)))}
+		},
+		// opens with 60 KB LFNs, kept open.
+		"open files": func(s *srv, i uint32) [][]byte {
+			return [][]byte{s.f(0, 10, func(fb *packet.FStreamBuilder) {
+				fb.Open(openLFN(i+1, 0, "/"+big[:20_000]+strconv.Itoa(int(i)), 1))
+			})}
+		},
+		// logins with 30 KB payloads, each different.
+		"logins": func(s *srv, i uint32) [][]byte {
+			uid := s.uid("xroot", "u"+strconv.Itoa(int(i)), int(i), "h")
+			return [][]byte{s.login(i+1, uid, packet.Login{HasAuth: true, AuthProt: []byte("gsi"), Name: []byte(big[:30_000] + strconv.Itoa(int(i)))})}
+		},
+	}
+	for name, attack := range attacks {
+		t.Run(name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.MaxStateBytes = budget
+			before := heapInUse()
+			sh := NewShard(cfg)
+			s := newSrv("198.51.100.77:1094", t0, 90)
+			now := time.Unix(t0+10, 0)
+			n := uint32(10_000)
+			if name == "open files" {
+				n = 5_000
+			}
+			for i := range n {
+				for _, p := range attack(s, i) {
+					sh.Handle(p, s.addr, now)
+				}
+				sh.TakeRecords(nil)
+			}
+			st := sh.Stats()
+			over := func(got, share int64, what string) {
+				// one entry may overshoot: the check comes before it is added
+				if limit := cfg.budget(share) + fileOverhead + 2*maxLoginBytes + maxPathBytes + 4096; got > limit {
+					t.Errorf("%s: %d bytes, budget %d", what, got, cfg.budget(share))
+				}
+			}
+			over(st.FileBytes, shareFiles, "open files")
+			over(st.SessionBytes, shareSessions, "sessions")
+			over(st.PendingBytes, sharePending, "pending")
+			if f, se, p := sh.recount(); f != st.FileBytes || se != st.SessionBytes || p != st.PendingBytes {
+				t.Errorf("counted %d/%d/%d bytes, tables hold %d/%d/%d", st.FileBytes, st.SessionBytes, st.PendingBytes, f, se, p)
+			}
+			if grown := int64(heapInUse()) - int64(before); grown > 2*budget {
+				t.Errorf("live heap grew by %d MB, state budget %d MB", grown>>20, budget>>20)
+			}
+			var truncated uint64
+			for _, n := range st.Truncated {
+				truncated += n
+			}
+			if truncated == 0 {
+				t.Errorf("no text was counted as truncated: %+v", st)
+			}
+			var b bytes.Buffer
+			if err := sh.Snapshot(&b); err != nil {
+				t.Fatal(err)
+			}
+			if b.Len() > 2*budget {
+				t.Errorf("checkpoint of %d MB, state budget %d MB", b.Len()>>20, budget>>20)
+			}
+			// A well-behaved server is served meanwhile.
+			real := newSrv("192.0.2.60:1094", t0, 91)
+			sh.Handle(real.f(0, 10, func(fb *packet.FStreamBuilder) { fb.Open(openLFN(1, 0, "/real", 5)) }), real.addr, now)
+			sh.Handle(real.f(10, 20, func(fb *packet.FStreamBuilder) { fb.Close(packet.FileClose{FileID: 1, Read: 5}) }), real.addr, now)
+			var ok bool
+			for _, r := range sh.TakeRecords(nil) {
+				ok = ok || (r.ServerIP == "192.0.2.60" && r.Reason == record.Complete && r.Path == "/real")
+			}
+			if !ok {
+				t.Error("the well-behaved server's transfer did not end as a complete record")
+			}
+			runtime.KeepAlive(sh)
+		})
 	}
 }

@@ -18,6 +18,21 @@ func (s *Shard) handleMap(data []byte, addr netip.Addr) {
 		return
 	}
 	uid, payload := m.Split()
+	uid = s.capField(uid, maxUserIDBytes, FieldUserID)
+	switch m.Code {
+	case packet.CodePath:
+		payload = s.capField(payload, maxPathBytes, FieldPath)
+	case packet.CodeUser:
+		payload = s.capField(payload, maxLoginBytes, FieldLogin)
+	case packet.CodeInfo:
+		payload = s.capField(payload, maxAppInfoBytes, FieldAppInfo)
+	case packet.CodeToken:
+		payload = s.capField(payload, maxTokenBytes, FieldToken)
+	case packet.CodeIdent:
+		payload = s.capField(payload, maxIdentBytes, FieldIdent)
+	default:
+		payload = s.capField(payload, maxOtherMapBytes, FieldOther)
+	}
 	sid, ok := sidFromUserID(uid)
 	inc := s.resolve(addr, m.Stod, sid, ok)
 	d := DomainMain
@@ -72,8 +87,8 @@ func (s *Shard) handleMap(data []byte, addr netip.Addr) {
 		s.path(inc, m.DictID, uid, payload)
 	case packet.CodeInfo:
 		if i, ok := inc.byText[string(uid)]; ok {
-			ss := &s.sess[i]
-			ss.appInfo = s.names.bytes(payload)
+			s.sess[i].appInfo = s.names.bytes(payload)
+			s.resizeSession(i)
 			s.touchSession(i)
 		}
 	case packet.CodeToken:
@@ -86,10 +101,12 @@ func (s *Shard) handleMap(data []byte, addr netip.Addr) {
 		}
 		if i, ok := s.sessIdx[dictKey(inc.id, tok.UserDictID)]; ok {
 			s.sess[i].token = t
+			s.resizeSession(i)
 			s.touchSession(i)
 		} else {
 			p := s.pendUser(inc, tok.UserDictID)
 			p.token = t
+			s.resizeUser(p)
 		}
 	case packet.CodeUEAC:
 		if i, ok := s.sessIdx[dictKey(inc.id, ueac.UserDictID)]; ok {
@@ -112,6 +129,7 @@ func (s *Shard) pendUser(inc *incarnation, dictID uint32) *pendingUser {
 		s.boundPending()
 		p = &pendingUser{at: s.nowS}
 		s.users[k] = p
+		s.resizeUser(p)
 		s.pushPending(k, pendUser)
 	}
 	return p
@@ -119,7 +137,7 @@ func (s *Shard) pendUser(inc *incarnation, dictID uint32) *pendingUser {
 
 // boundPending makes room for one more pending reference.
 func (s *Shard) boundPending() {
-	for len(s.paths)+len(s.users) >= s.cfg.MaxPending && s.pending.len() > 0 {
+	for (len(s.paths)+len(s.users) >= s.cfg.MaxPending || s.pendBytes >= s.cfg.budget(sharePending)) && s.pending.len() > 0 {
 		s.expirePending()
 	}
 }
@@ -173,11 +191,12 @@ func (s *Shard) expirePending() {
 	switch e.kind {
 	case pendPath:
 		if p, ok := s.paths[e.key]; ok && p.at == e.at {
-			delete(s.paths, e.key)
+			s.delPendingPath(e.key)
 			s.stats.PendingDropped++
 		}
 	case pendUser:
 		if p, ok := s.users[e.key]; ok && p.at == e.at {
+			s.pendBytes -= p.cost
 			delete(s.users, e.key)
 			s.stats.PendingDropped++
 		}
@@ -206,6 +225,7 @@ func (s *Shard) login(inc *incarnation, dictID uint32, uid, payload []byte) {
 		}
 		ss.userText = string(uid)
 	}
+	defer s.resizeSession(i)
 	inc.byText[ss.userText] = i // the latest session with this text wins
 	ss.login = s.loginInfo(payload)
 	if p := s.users[k]; p != nil {
@@ -215,6 +235,7 @@ func (s *Shard) login(inc *incarnation, dictID uint32, uid, payload []byte) {
 		if p.hasUEAC {
 			ss.exp, ss.act, ss.hasUEAC = p.exp, p.act, true
 		}
+		s.pendBytes -= p.cost
 		delete(s.users, k)
 	}
 }
@@ -237,17 +258,19 @@ func (s *Shard) loginInfo(payload []byte) *loginInfo {
 		info:     s.names.bytes(l.Info),
 		ipv6:     l.IPv == 6,
 	}
-	if len(s.logins) >= s.cfg.InternMax {
+	if len(s.logins) >= s.cfg.InternMax || s.loginBytes >= s.cfg.budget(shareIntern) {
 		clear(s.logins)
+		s.loginBytes = 0
 	}
 	s.logins[string(payload)] = li
+	s.loginBytes += int64(len(payload)) + loginCost(li)
 	return li
 }
 
 func (s *Shard) newSession(inc *incarnation, dictID uint32) int32 {
 	// Disconnected sessions (kept only for late packets) go first, then
 	// the least recently used active one.
-	for len(s.sessIdx) >= s.cfg.MaxSessions {
+	for len(s.sessIdx) >= s.cfg.MaxSessions || s.sessBytes >= s.cfg.budget(shareSessions) {
 		i := s.sessDisc.head
 		if i < 0 {
 			i = s.sessLRU.head
@@ -269,6 +292,7 @@ func (s *Shard) newSession(inc *incarnation, dictID uint32) int32 {
 		i = int32(len(s.sess) - 1)
 	}
 	s.sess[i] = session{inc: inc.id, dictID: dictID, seen: s.nowS, files: newList()}
+	s.resizeSession(i)
 	lpush(s.sess, &s.sessLRU, sessLRU, i)
 	lpush(s.sess, &inc.sessions, sessInc, i)
 	return i
@@ -309,6 +333,7 @@ func (s *Shard) removeSession(i int32) {
 		}
 	}
 	delete(s.sessIdx, dictKey(ss.inc, ss.dictID))
+	s.sessBytes -= ss.cost
 	*ss = session{}
 	s.sessFree = append(s.sessFree, i)
 }
@@ -327,7 +352,7 @@ func (s *Shard) path(inc *incarnation, dictID uint32, uid, payload []byte) {
 	if fi, ok := s.fileIdx[k]; ok {
 		f := &s.files[fi]
 		if f.path == "" {
-			f.path = s.pathsI.bytes(payload)
+			s.setFilePath(fi, s.pathsI.bytes(payload))
 		}
 		if f.user == 0 && user != 0 {
 			f.user = user
@@ -335,11 +360,11 @@ func (s *Shard) path(inc *incarnation, dictID uint32, uid, payload []byte) {
 		}
 		return
 	}
-	if len(s.paths)+len(s.users) >= s.cfg.MaxPending { // boundPending has work only then
+	if len(s.paths)+len(s.users) >= s.cfg.MaxPending || s.pendBytes >= s.cfg.budget(sharePending) { // boundPending has work only then
 		if _, ok := s.paths[k]; !ok {
 			s.boundPending()
 		}
 	}
-	s.paths[k] = pendingPath{path: s.pathsI.bytes(payload), user: user, sess: sess, at: s.nowS}
+	s.putPendingPath(k, pendingPath{path: s.pathsI.bytes(payload), user: user, sess: sess, at: s.nowS})
 	s.pushPending(k, pendPath)
 }

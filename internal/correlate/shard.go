@@ -63,6 +63,7 @@ type pendingUser struct {
 	exp, act int32
 	hasUEAC  bool
 	at       int64
+	cost     int64 // bytes counted in Shard.pendBytes (resizeUser)
 }
 
 // closeData is a close that arrived before its open; it waits PendingTTL.
@@ -115,6 +116,9 @@ type Shard struct {
 	pathsI interner
 	logins map[string]*loginInfo
 
+	// Byte counts of the tables with a budget (budget.go).
+	fileBytes, sessBytes, pendBytes, loginBytes int64
+
 	out     []record.Record
 	events  []record.Event
 	idArena []byte
@@ -145,8 +149,8 @@ func NewShard(cfg Config) *Shard {
 		sessDisc:   newList(),
 		paths:      make(map[uint64]pendingPath),
 		users:      make(map[uint64]*pendingUser),
-		names:      newInterner(cfg.InternMax),
-		pathsI:     newInterner(cfg.InternMax),
+		names:      newInterner(cfg.InternMax, cfg.budget(shareIntern)),
+		pathsI:     newInterner(cfg.InternMax, cfg.budget(shareIntern)),
 		logins:     make(map[string]*loginInfo),
 	}
 }
@@ -191,6 +195,8 @@ func (s *Shard) Stats() Stats {
 	st.OpenFiles = len(s.fileIdx)
 	st.PendingFiles = int(s.pendFiles.n)
 	st.PendingRefs = len(s.paths) + len(s.users)
+	st.FileBytes, st.SessionBytes, st.PendingBytes = s.fileBytes, s.sessBytes, s.pendBytes
+	st.InternBytes = s.names.size + s.pathsI.size + s.loginBytes
 	return st
 }
 

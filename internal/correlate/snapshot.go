@@ -23,6 +23,7 @@ import (
 //	version  uvarint, snapVersion (2; 1 is read too)
 //	shard    v nowS, nextInc
 //	stats    12 scalar counters (11 in version 1); then Rejected, ByKind, Lost, Records,
+//	         Truncated (not in version 1),
 //	         each as a count n and n counters (n may be smaller than the
 //	         array of a later release, never larger)
 //	incs     count; per incarnation, in creation order: id, addr (byte 4
@@ -447,8 +448,8 @@ func statScalars(st *Stats) [12]*uint64 {
 		&st.InvalidEvents, &st.FRMRecords, &st.Restarts, &st.PendingDropped, &st.EvictedSess, &st.SeqCollisions}
 }
 
-func statArrays(st *Stats) [4][]uint64 {
-	return [...][]uint64{st.Rejected[:], st.ByKind[:], st.Lost[:], st.Records[:]}
+func statArrays(st *Stats) [5][]uint64 {
+	return [...][]uint64{st.Rejected[:], st.ByKind[:], st.Lost[:], st.Records[:], st.Truncated[:]}
 }
 
 // ErrBadSnapshot is wrapped by every RestoreShard error about the
@@ -764,7 +765,10 @@ func (s *Shard) restore(data []byte) error {
 		}
 		*p = d.uv()
 	}
-	for _, a := range statArrays(&s.stats) {
+	for j, a := range statArrays(&s.stats) {
+		if d.version < 2 && j >= 4 {
+			break // Truncated came with version 2
+		}
 		n := d.count()
 		if n > len(a) {
 			d.fail("%d counters, at most %d known", n, len(a))
@@ -997,6 +1001,9 @@ func (s *Shard) restore(data []byte) error {
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d bytes of trailing data", len(d.b))
+	}
+	if d.err == nil {
+		s.recountBytes()
 	}
 	return d.err
 }

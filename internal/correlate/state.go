@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // link is one node's place in an intrusive doubly linked list of slab
@@ -130,6 +131,7 @@ type session struct {
 	hasUEAC    bool
 	disc       bool
 	seen       int64 // collector clock
+	cost       int64 // bytes counted in Shard.sessBytes (resizeSession)
 	files      list
 	ln         [2]link
 }
@@ -183,12 +185,14 @@ type incarnation struct {
 // invalid UTF-8 replaced by U+FFFD. It holds at most max entries; a full
 // table is reset (strings already handed out stay valid).
 type interner struct {
-	m   map[string]string
-	max int
+	m        map[string]string
+	max      int
+	size     int64 // estimated heap bytes of m
+	maxBytes int64 // a table over it is reset too
 }
 
-func newInterner(max int) interner {
-	return interner{m: make(map[string]string), max: max}
+func newInterner(max int, maxBytes int64) interner {
+	return interner{m: make(map[string]string), max: max, maxBytes: maxBytes}
 }
 
 func (in *interner) bytes(b []byte) string {
@@ -206,10 +210,15 @@ func (in *interner) bytes(b []byte) string {
 		k = string(b)
 		s = strings.ToValidUTF8(k, "\uFFFD")
 	}
-	if len(in.m) >= in.max {
+	if len(in.m) >= in.max || in.size >= in.maxBytes {
 		clear(in.m)
+		in.size = 0
 	}
 	in.m[k] = s
+	in.size += internOverhead + int64(len(k))
+	if len(s) > 0 && unsafe.StringData(s) != unsafe.StringData(k) {
+		in.size += int64(len(s))
+	}
 	return s
 }
 

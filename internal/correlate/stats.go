@@ -92,6 +92,12 @@ type Stats struct {
 	OpenFiles    int // includes files waiting (disconnect, close without open)
 	PendingRefs  int // pending paths and user attributes
 	PendingFiles int // files waiting to be emitted or completed
+
+	// Estimated bytes held per table (see budget.go), gauges.
+	FileBytes, SessionBytes, PendingBytes, InternBytes int64
+
+	// Truncated counts texts cut to their cap, by field.
+	Truncated [NumFields]uint64
 }
 
 // TotalLost sums Lost over the domains.
@@ -162,4 +168,11 @@ func (s *Stats) Add(o *Stats) {
 	s.OpenFiles += o.OpenFiles
 	s.PendingRefs += o.PendingRefs
 	s.PendingFiles += o.PendingFiles
+	s.FileBytes += o.FileBytes
+	s.SessionBytes += o.SessionBytes
+	s.PendingBytes += o.PendingBytes
+	s.InternBytes += o.InternBytes
+	for i := range s.Truncated {
+		s.Truncated[i] += o.Truncated[i]
+	}
 }

@@ -78,6 +78,10 @@ var (
 		"XRootD server restarts seen (a new stod from a known server).", nil, nil)
 	descPendingDropped = prometheus.NewDesc("xrdmon_pending_references_dropped_total",
 		"References (paths, user attributes) that waited for their record past the TTL or the bound.", nil, nil)
+	descStateBytes = prometheus.NewDesc("xrdmon_state_bytes",
+		"Estimated heap bytes of the correlation state, by table (each bounded by its share of correlate.max_state_bytes).", []string{"table"}, nil)
+	descTruncated = prometheus.NewDesc("xrdmon_fields_truncated_total",
+		"Texts from packets longer than XRootD can send, cut to their cap, by field.", []string{"field"}, nil)
 	descState = prometheus.NewDesc("xrdmon_state_entries",
 		"Correlation state held, by kind of entry.", []string{"kind"}, nil)
 )
@@ -87,7 +91,7 @@ type statsCollector struct{ p *Pipeline }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descRejected, descKind, descLost, descDup, descReordered,
-		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descState} {
+		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descState, descStateBytes, descTruncated} {
 		ch <- d
 	}
 }
@@ -131,4 +135,11 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descState, s.Sessions, "sessions")
 	gauge(descState, s.OpenFiles, "open_files")
 	gauge(descState, s.PendingRefs, "pending_references")
+	gauge(descStateBytes, int(s.FileBytes), "open_files")
+	gauge(descStateBytes, int(s.SessionBytes), "sessions")
+	gauge(descStateBytes, int(s.PendingBytes), "pending_references")
+	gauge(descStateBytes, int(s.InternBytes), "interned")
+	for f := correlate.Field(0); f < correlate.NumFields; f++ {
+		counter(descTruncated, s.Truncated[f], f.String())
+	}
 }

@@ -1,0 +1,187 @@
+package correlate
+
+import (
+	"unsafe"
+)
+
+// Memory is bounded in bytes, not only in entries: every text a packet
+// carries is capped at what XRootD can send (longer ones are truncated and
+// counted), and each table of the shard has a byte budget, a share of
+// Config.MaxStateBytes. A table over its budget makes room the way its
+// entry bound does: the least recently used open file is emitted as a
+// partial record (evicted), the least recently used session is forgotten
+// (disconnected ones first), the oldest pending reference is dropped
+// (counted), an interning table or the login cache is reset. The byte
+// counts are estimates of what the Go heap holds for an entry: the strings
+// it owns (interned strings are counted once per table that holds them)
+// plus a fixed overhead for the entry, its map slots and list links.
+// docs/limits.md gives the figures.
+
+// Field caps, in bytes. Longer texts are truncated to the cap and counted
+// in Stats.Truncated. The caps are above anything XRootD sends: a path is
+// at most MAXPATHLEN (4096) bytes (XrdXrootdMonitor copies the path of a
+// d record and the LFN of an isOpen from the file name, limited by it);
+// the userid text is `prot/user.pid:sid@host` with a host name of at most
+// 255 bytes; the login information (`&p=...&n=...&h=...&o=...&r=...&g=...
+// &m=...&I=...`) and token records carry a DN, groups and roles of a few
+// hundred bytes, and appinfo is limited by the client to 1024 bytes.
+const (
+	maxPathBytes     = 4096
+	maxUserIDBytes   = 512
+	maxLoginBytes    = 8192
+	maxAppInfoBytes  = 1024
+	maxTokenBytes    = 8192
+	maxIdentBytes    = 2048
+	maxGStreamLine   = 65535 // a g-stream line is at most the datagram
+	maxOtherMapBytes = 4096  // FRM p/x and U records
+)
+
+// Field names a truncation, the label of xrdmon_fields_truncated_total.
+type Field uint8
+
+// The capped fields.
+const (
+	FieldPath Field = iota
+	FieldUserID
+	FieldLogin
+	FieldAppInfo
+	FieldToken
+	FieldIdent
+	FieldOther
+	NumFields
+)
+
+var fieldNames = [NumFields]string{"path", "userid", "login", "appinfo", "token", "ident", "other"}
+
+// String returns the metric label of f.
+func (f Field) String() string {
+	if f < NumFields {
+		return fieldNames[f]
+	}
+	return "invalid"
+}
+
+// capField returns b cut to max bytes, counting a cut in field f.
+func (s *Shard) capField(b []byte, max int, f Field) []byte {
+	if len(b) <= max {
+		return b
+	}
+	s.stats.Truncated[f]++
+	return b[:max]
+}
+
+// Fixed per-entry overheads, on top of the strings an entry owns: the
+// entry (slab element), its map slots and the slices that index it.
+var (
+	fileOverhead    = int64(unsafe.Sizeof(fileEntry{})) + 48 // fileIdx slot, fileFree
+	sessionOverhead = int64(unsafe.Sizeof(session{})) + 96   // sessIdx and byText slots
+	pendingOverhead = int64(unsafe.Sizeof(pendingPath{})) + 64 + int64(unsafe.Sizeof(fifoEntry{}))
+	internOverhead  = int64(64)                                   // map slot and string headers
+	loginOverhead   = int64(unsafe.Sizeof(loginInfo{})) + 64 + 16 // the struct, map slot, pointer
+)
+
+// Budget shares of Config.MaxStateBytes, in percent.
+const (
+	shareFiles    = 40
+	shareSessions = 25
+	sharePending  = 15
+	shareIntern   = 10 // each of the two interning tables: names, paths
+)
+
+// budget returns share percent of the state budget; the login cache has
+// the names table's share again (it holds parsed copies of the same texts).
+func (c Config) budget(share int64) int64 { return c.MaxStateBytes * share / 100 }
+
+// setFilePath sets the path of file fi, keeping the byte count.
+func (s *Shard) setFilePath(fi int32, p string) {
+	f := &s.files[fi]
+	s.fileBytes += int64(len(p)) - int64(len(f.path))
+	f.path = p
+}
+
+// resizeSession recomputes the byte cost of session i after a change: its
+// own texts, and the login and token details it points to (shared between
+// sessions with the same payload, so counted conservatively, once each).
+func (s *Shard) resizeSession(i int32) {
+	ss := &s.sess[i]
+	c := sessionOverhead + int64(len(ss.userText)) + int64(len(ss.appInfo)) + loginCost(ss.login) + tokenCost(ss.token)
+	s.sessBytes += c - ss.cost
+	ss.cost = c
+}
+
+func loginCost(l *loginInfo) int64 {
+	if l == nil {
+		return 0
+	}
+	return loginOverhead + int64(len(l.authProt)+len(l.dn)+len(l.host)+len(l.vo)+len(l.role)+len(l.groups)+
+		len(l.monInfo)+len(l.release)+len(l.app)+len(l.info))
+}
+
+func tokenCost(t *tokenInfo) int64 {
+	if t == nil {
+		return 0
+	}
+	return int64(unsafe.Sizeof(tokenInfo{})) + int64(len(t.subject)+len(t.name)+len(t.org)+len(t.role)+len(t.groups))
+}
+
+// resizeUser recomputes the byte cost of pending user attributes p.
+func (s *Shard) resizeUser(p *pendingUser) {
+	c := int64(unsafe.Sizeof(pendingUser{})) + 64 + int64(unsafe.Sizeof(fifoEntry{})) + tokenCost(p.token)
+	s.pendBytes += c - p.cost
+	p.cost = c
+}
+
+// putPendingPath sets pending path k, keeping the byte count.
+func (s *Shard) putPendingPath(k uint64, p pendingPath) {
+	if old, ok := s.paths[k]; ok {
+		s.pendBytes -= pendingOverhead + int64(len(old.path))
+	}
+	s.paths[k] = p
+	s.pendBytes += pendingOverhead + int64(len(p.path))
+}
+
+// delPendingPath forgets pending path k, keeping the byte count.
+func (s *Shard) delPendingPath(k uint64) {
+	if old, ok := s.paths[k]; ok {
+		s.pendBytes -= pendingOverhead + int64(len(old.path))
+		delete(s.paths, k)
+	}
+}
+
+// recount computes the byte counts from the tables (after a restore, and
+// in tests, where it must equal the counts kept incrementally).
+func (s *Shard) recount() (files, sessions, pending int64) {
+	for _, fi := range s.fileIdx {
+		files += fileOverhead + int64(len(s.files[fi].path))
+	}
+	for _, i := range s.sessIdx {
+		ss := &s.sess[i]
+		sessions += sessionOverhead + int64(len(ss.userText)) + int64(len(ss.appInfo)) + loginCost(ss.login) + tokenCost(ss.token)
+	}
+	for _, p := range s.paths {
+		pending += pendingOverhead + int64(len(p.path))
+	}
+	for _, p := range s.users {
+		pending += int64(unsafe.Sizeof(pendingUser{})) + 64 + int64(unsafe.Sizeof(fifoEntry{})) + tokenCost(p.token)
+	}
+	return files, sessions, pending
+}
+
+// recountBytes sets the byte counts and per-entry costs from the tables
+// (after a restore).
+func (s *Shard) recountBytes() {
+	s.fileBytes, _, _ = s.recount()
+	s.sessBytes = 0
+	for _, i := range s.sessIdx {
+		s.sess[i].cost = 0
+		s.resizeSession(i)
+	}
+	s.pendBytes = 0
+	for _, p := range s.paths {
+		s.pendBytes += pendingOverhead + int64(len(p.path))
+	}
+	for _, p := range s.users {
+		p.cost = 0
+		s.resizeUser(p)
+	}
+}
