@@ -9,12 +9,37 @@ import (
 	"unsafe"
 )
 
-// The errors of AppendShoveler. Sources count parse failures by these.
+// The errors of AppendShoveler. Sources count parse failures by these
+// (ShovelerReasons).
 var (
-	ErrShovelerSyntax = errors.New("shoveler message: bad json")
-	ErrShovelerData   = errors.New("shoveler message: missing or bad base64 data")
-	ErrShovelerRemote = errors.New("shoveler message: missing or bad remote")
+	ErrShovelerSyntax    = errors.New("shoveler message: bad json")
+	ErrShovelerData      = errors.New("shoveler message: missing or bad base64 data")
+	ErrShovelerRemote    = errors.New("shoveler message: missing or bad remote")
+	ErrShovelerOversized = errors.New("shoveler message: larger than a UDP datagram can be")
 )
+
+// MaxDatagram is the largest datagram any input passes on: the largest UDP
+// payload (65,535 bytes). XRootD never sends more; a message from the bus
+// claiming more is rejected, not buffered.
+const MaxDatagram = 65535
+
+// MaxShovelerMessage is the largest shoveler message accepted: the base64
+// of a MaxDatagram datagram plus room for the envelope's other members.
+var MaxShovelerMessage = base64.StdEncoding.EncodedLen(MaxDatagram) + 4096
+
+// ShovelerReasons are the label values of the sources' invalid-message
+// counters, one per AppendShoveler error, in that order.
+var ShovelerReasons = []string{"bad_json", "bad_data", "bad_remote", "oversized"}
+
+// ShovelerReason returns the label value of an AppendShoveler error.
+func ShovelerReason(err error) string {
+	for i, e := range []error{ErrShovelerSyntax, ErrShovelerData, ErrShovelerRemote, ErrShovelerOversized} {
+		if errors.Is(err, e) {
+			return ShovelerReasons[i]
+		}
+	}
+	return "bad_json"
+}
 
 // Shoveled is one decoded shoveler envelope:
 //
@@ -56,6 +81,9 @@ func ParseShoveler(line []byte) (Shoveled, error) {
 // overwritten). Unknown fields are ignored. It does not allocate unless dst
 // must grow or a string uses JSON escapes.
 func AppendShoveler(dst, line []byte) (out []byte, s Shoveled, err error) {
+	if len(line) > MaxShovelerMessage {
+		return dst, s, ErrShovelerOversized
+	}
 	var data []byte
 	var haveData bool
 	i := skipWS(line, 0)
@@ -133,10 +161,16 @@ func AppendShoveler(dst, line []byte) (out []byte, s Shoveled, err error) {
 		enc = base64.RawStdEncoding // tolerate missing padding
 	}
 	start := len(dst)
+	if enc.DecodedLen(len(data)) > MaxDatagram+2 { // +2: padding rounds up
+		return dst, s, ErrShovelerOversized
+	}
 	dst = slices.Grow(dst, enc.DecodedLen(len(data)))
 	n, derr := enc.Decode(dst[start:start+enc.DecodedLen(len(data))], data)
 	if derr != nil {
 		return dst[:start], s, ErrShovelerData
+	}
+	if n > MaxDatagram {
+		return dst[:start], s, ErrShovelerOversized
 	}
 	dst = dst[:start+n]
 	s.Data = dst[start:]

@@ -174,3 +174,19 @@ func BenchmarkAppendShoveler(b *testing.B) {
 		}
 	}
 }
+
+// TestShovelerOversized: a message whose datagram would exceed 65,535 bytes,
+// or a message longer than its base64 could be, is ErrShovelerOversized.
+func TestShovelerOversized(t *testing.T) {
+	env := func(n int) []byte {
+		return []byte(`{"remote":"192.0.2.1:1094","data":"` + base64.StdEncoding.EncodeToString(make([]byte, n)) + `"}`)
+	}
+	if p, err := ParseShoveler(env(MaxDatagram)); err != nil || len(p.Data) != MaxDatagram {
+		t.Fatalf("a %d-byte datagram: %v", MaxDatagram, err)
+	}
+	for _, line := range [][]byte{env(MaxDatagram + 1), env(10 << 20), append(env(10), make([]byte, MaxShovelerMessage)...)} {
+		if _, err := ParseShoveler(line); !errors.Is(err, ErrShovelerOversized) || ShovelerReason(err) != "oversized" {
+			t.Errorf("%d-byte message: %v, want oversized", len(line), err)
+		}
+	}
+}

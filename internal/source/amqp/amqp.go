@@ -115,7 +115,7 @@ type AMQP struct {
 	netConn atomic.Pointer[net.Conn] // the current connection's socket, for tests
 
 	received   prometheus.Counter
-	invalid    prometheus.Counter
+	invalid    *prometheus.CounterVec
 	reconnects prometheus.Counter
 	ackFailed  prometheus.Counter
 	connected  prometheus.Gauge
@@ -178,13 +178,21 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 		help string
 	}{
 		{&a.received, "xrdmon_amqp_messages_received_total", "Messages consumed from RabbitMQ."},
-		{&a.invalid, "xrdmon_amqp_messages_invalid_total", "Messages that are not valid shoveler envelopes (acknowledged and dropped)."},
 		{&a.reconnects, "xrdmon_amqp_reconnects_total", "Connections to RabbitMQ lost or abandoned and made again."},
 		{&a.ackFailed, "xrdmon_amqp_acks_failed_total", "Batch acknowledgements that could not be sent (the messages are redelivered)."},
 	} {
 		if *m.p, err = source.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: m.name, Help: m.help})); err != nil {
 			return nil, fmt.Errorf("amqp source: %w", err)
 		}
+	}
+	if a.invalid, err = source.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "xrdmon_amqp_messages_invalid_total",
+		Help: "Messages that are not valid shoveler envelopes, acknowledged and dropped, by reason (oversized: more than a UDP datagram can carry).",
+	}, []string{"reason"})); err != nil {
+		return nil, fmt.Errorf("amqp source: %w", err)
+	}
+	for _, r := range source.ShovelerReasons {
+		a.invalid.WithLabelValues(r)
 	}
 	if a.connected, err = source.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "xrdmon_amqp_connected", Help: "1 while the AMQP source is connected and consuming.",
@@ -405,7 +413,7 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 			last = d.DeliveryTag
 			buf, env, perr := source.AppendShoveler(b.Buf(), d.Body)
 			if perr != nil {
-				a.invalid.Inc()
+				a.invalid.WithLabelValues(source.ShovelerReason(perr)).Inc()
 				if time.Since(loggedInvalid) > time.Minute {
 					loggedInvalid = time.Now()
 					a.log.Warn("Dropping invalid shoveler messages (logged at most once a minute)", "err", perr,

@@ -173,7 +173,7 @@ func TestConsumeAll(t *testing.T) {
 			t.Fatalf("%s seen %d times", k, c)
 		}
 	}
-	waitFor(t, func() bool { return testutil.ToFloat64(r.a.invalid) == 1 })
+	waitFor(t, func() bool { return sumReasons(r.a.invalid) == 1 })
 	r.stop(t)
 	if q := queueLen(t, ch, name); q != 0 {
 		t.Errorf("queue holds %d messages after all were acked", q)
@@ -272,5 +272,38 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached in time")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// sumReasons sums an invalid-message counter over its reasons.
+func sumReasons(v *prometheus.CounterVec) float64 {
+	var n float64
+	for _, r := range source.ShovelerReasons {
+		n += testutil.ToFloat64(v.WithLabelValues(r))
+	}
+	return n
+}
+
+// TestOversizedMessageRejected: a 10 MB message on the bus (a datagram is
+// at most 65,535 bytes) is counted as oversized and acknowledged, and the
+// messages around it are consumed.
+func TestOversizedMessageRejected(t *testing.T) {
+	url, ch, name := broker(t)
+	reg := prometheus.NewRegistry()
+	cfg := Config{URL: url, Queue: name, Exchange: name, ExchangeType: "fanout"}
+	r := run(t, cfg, reg)
+	waitFor(t, func() bool { return testutil.ToFloat64(r.a.connected) == 1 })
+	publish(t, ch, name, 0, 5)
+	huge := []byte(`{"remote":"192.0.2.1:1094","version":"t","data":"` + strings.Repeat("QUFB", 10<<20/4) + `"}`)
+	if err := ch.Publish(name, "", false, false, amqp.Publishing{Body: huge}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ch, name, 5, 10)
+	seen := map[string]int{}
+	r.take(t, 10, true, seen)
+	waitFor(t, func() bool { return testutil.ToFloat64(r.a.invalid.WithLabelValues("oversized")) == 1 })
+	r.stop(t)
+	if q := queueLen(t, ch, name); q != 0 {
+		t.Errorf("queue holds %d messages: the oversized one was not acknowledged", q)
 	}
 }

@@ -48,7 +48,7 @@ type File struct {
 	packets  prometheus.Counter
 	bytes    prometheus.Counter
 	skipped  *prometheus.CounterVec
-	badLines prometheus.Counter
+	badLines *prometheus.CounterVec
 	// badLineLog limits logging of unparsable lines to the first per file.
 	loggedBad bool
 }
@@ -91,11 +91,15 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*File, error)
 	for _, r := range skipReasons {
 		f.skipped.WithLabelValues(r.Error())
 	}
-	f.badLines, err = source.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_file_lines_invalid_total", Help: "JSON lines that are not valid shoveler messages.",
-	}))
+	f.badLines, err = source.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "xrdmon_file_lines_invalid_total",
+		Help: "JSON lines that are not valid shoveler messages, by reason (oversized: more than a UDP datagram can carry; such a line is skipped without being buffered).",
+	}, []string{"reason"}))
 	if err != nil {
 		return nil, err
+	}
+	for _, r := range source.ShovelerReasons {
+		f.badLines.WithLabelValues(r)
 	}
 	return f, nil
 }
@@ -241,7 +245,8 @@ func (f *File) frame(s *sender, link layers.LinkType, frame []byte, ts time.Time
 }
 
 func (f *File) readLines(br *bufio.Reader, s *sender) error {
-	var long []byte // a line longer than br's buffer
+	var long []byte   // a line longer than br's buffer
+	skipping := false // the rest of an oversized line
 	for {
 		// Hand over what we have before blocking on a slow stream (stdin).
 		if br.Buffered() == 0 && s.cur != nil && s.cur.Len() > 0 {
@@ -250,7 +255,27 @@ func (f *File) readLines(br *bufio.Reader, s *sender) error {
 			}
 		}
 		line, err := br.ReadSlice('\n')
+		if skipping {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue
+			}
+			skipping = false
+			if err == nil {
+				continue
+			}
+			line = nil
+		}
 		if errors.Is(err, bufio.ErrBufferFull) {
+			if len(long)+len(line) > source.MaxShovelerMessage {
+				// Never buffered whole: count it and skip to its end.
+				f.badLines.WithLabelValues(source.ShovelerReason(source.ErrShovelerOversized)).Inc()
+				if !f.loggedBad {
+					f.loggedBad = true
+					f.log.Warn("Skipping invalid shoveler line (further ones are only counted)", "err", source.ErrShovelerOversized, "line", truncate(long, 120))
+				}
+				long, skipping = long[:0:0], true
+				continue
+			}
 			long = append(long, line...)
 			continue
 		}
@@ -279,7 +304,7 @@ func (f *File) line(s *sender, line []byte) error {
 	}
 	buf, env, perr := source.AppendShoveler(b.Buf(), line)
 	if perr != nil {
-		f.badLines.Inc()
+		f.badLines.WithLabelValues(source.ShovelerReason(perr)).Inc()
 		if !f.loggedBad {
 			f.loggedBad = true
 			f.log.Warn("Skipping invalid shoveler line (further ones are only counted)", "err", perr, "line", truncate(line, 120))

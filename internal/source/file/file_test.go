@@ -3,11 +3,13 @@ package file
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -260,7 +262,7 @@ func TestRealPacketsJSONL(t *testing.T) {
 	if n != 9 {
 		t.Errorf("stdin: %d packets passed the filter, want 9", n)
 	}
-	if c := testutil.ToFloat64(f.badLines); c != 1 {
+	if c := sumReasons(f.badLines); c != 1 {
 		t.Errorf("invalid lines %v, want 1", c)
 	}
 }
@@ -309,4 +311,45 @@ func BenchmarkReadPcap(b *testing.B) {
 	close(out)
 	<-done
 	b.ReportMetric(float64(len(pkts))*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
+}
+
+// sumReasons sums an invalid-message counter over its reasons.
+func sumReasons(v *prometheus.CounterVec) float64 {
+	var n float64
+	for _, r := range source.ShovelerReasons {
+		n += testutil.ToFloat64(v.WithLabelValues(r))
+	}
+	return n
+}
+
+// TestOversizedLineSkipped: a 10 MB JSON line (a datagram can be at most
+// 65,535 bytes) is counted as oversized and skipped without being held in
+// memory whole; the lines around it are read.
+func TestOversizedLineSkipped(t *testing.T) {
+	good := func(i int) string {
+		return fmt.Sprintf(`{"remote":"192.0.2.1:1094","version":"t","data":"%s"}`+"\n",
+			base64.StdEncoding.EncodeToString([]byte(fmt.Sprintf("datagram-%d", i))))
+	}
+	huge := `{"remote":"192.0.2.1:1094","version":"t","data":"` + strings.Repeat("QUFB", 10<<20/4) + `"}` + "\n"
+	// Just over the cap when decoded: 65,536 bytes of datagram.
+	over := fmt.Sprintf(`{"remote":"192.0.2.1:1094","version":"t","data":"%s"}`+"\n",
+		base64.StdEncoding.EncodeToString(make([]byte, source.MaxDatagram+1)))
+	in := good(1) + huge + good(2) + over + good(3)
+	f, _ := newFile(t, Config{BatchSize: 4})
+	r := bytes.NewReader([]byte(in))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	got := collect(t, f, r)
+	runtime.ReadMemStats(&after)
+	if len(got) != 3 {
+		t.Fatalf("read %d packets, want the 3 good ones", len(got))
+	}
+	if n := testutil.ToFloat64(f.badLines.WithLabelValues("oversized")); n != 2 {
+		t.Errorf("oversized lines counted %v, want 2", n)
+	}
+	// The 10 MB line was never copied whole (the input itself is 10 MB).
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 4<<20 {
+		t.Errorf("reading allocated %d MB: the oversized line was buffered", grown>>20)
+	}
 }
