@@ -61,6 +61,11 @@ func NewFilter(cfg FilterConfig, source string, reg prometheus.Registerer) (*Fil
 			continue
 		}
 		f.allow = append(f.allow, p.Masked())
+		// An IPv6 prefix wider than the IPv4-mapped range (::/0, ::/80)
+		// covers every IPv4 sender, which arrives unmapped: add 0.0.0.0/0.
+		if p.Addr().Is6() && p.Bits() < 96 && p.Masked().Contains(netip.AddrFrom16([16]byte{10: 0xff, 11: 0xff})) {
+			f.allow = append(f.allow, netip.PrefixFrom(netip.IPv4Unspecified(), 0))
+		}
 	}
 	for from, to := range cfg.Map {
 		toAddr, err := netip.ParseAddr(strings.TrimSpace(to))

@@ -101,3 +101,32 @@ func TestFilterAcceptNoAllocs(t *testing.T) {
 		t.Errorf("Accept allocates %v", n)
 	}
 }
+
+// TestFilterIPv6PrefixesAndIPv4Senders: IPv4 senders arrive unmapped, and
+// are matched by IPv6 prefixes that cover the IPv4-mapped range: ::/0
+// allows every sender, ::ffff:10.0.0.0/104 allows 10/8, and 2001:db8::/32
+// no IPv4 sender.
+func TestFilterIPv6PrefixesAndIPv4Senders(t *testing.T) {
+	for _, tc := range []struct {
+		allow   string
+		sender  string
+		allowed bool
+	}{
+		{"::/0", "192.0.2.1:1", true},
+		{"::/0", "[::ffff:192.0.2.1]:1", true},
+		{"::/0", "[2001:db8::1]:1", true},
+		{"::ffff:10.0.0.0/104", "10.1.2.3:1", true},
+		{"::ffff:10.0.0.0/104", "11.1.2.3:1", false},
+		{"::ffff:0:0/96", "203.0.113.1:1", true},
+		{"2001:db8::/32", "192.0.2.1:1", false},
+		{"0.0.0.0/0", "[2001:db8::1]:1", false},
+	} {
+		f, err := NewFilter(FilterConfig{Allow: []string{tc.allow}}, "udp", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := f.Accept(netip.MustParseAddrPort(tc.sender)); ok != tc.allowed {
+			t.Errorf("allow %s, sender %s: accepted %v, want %v", tc.allow, tc.sender, ok, tc.allowed)
+		}
+	}
+}

@@ -317,6 +317,10 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 			}
 		}
 		if err := ch.QueueBind(a.cfg.Queue, a.cfg.RoutingKey, a.cfg.Exchange, false, nil); err != nil {
+			if ae, ok := errors.AsType[*amqp.Error](err); ok && ae.Code == amqp.NotFound {
+				return fmt.Errorf("bind queue %s: exchange %q does not exist (create it, set amqp_input.exchange_type to declare it, or amqp_input.exchange \"-\" to use a binding that exists): %w",
+					a.cfg.Queue, a.cfg.Exchange, err)
+			}
 			return fmt.Errorf("bind queue %s to %s: %w", a.cfg.Queue, a.cfg.Exchange, err)
 		}
 	}
