@@ -6,7 +6,7 @@ STATICCHECK_VERSION := v0.8.2
 VERSION     := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS     := -X main.version=$(VERSION)
 
-.PHONY: all build run test unit crash lint vet staticcheck fuzz bench clean
+.PHONY: all build run test unit crash hostile lint vet staticcheck fuzz bench clean
 
 all: build
 
@@ -28,6 +28,11 @@ unit:
 # They stop the shared services and run one at a time; about 5 minutes.
 crash:
 	$(GO) test -tags crash -p 1 -count=1 -timeout 20m -v ./test/crash/
+
+# hostile: every attack of the hostile-input suite against the real binary
+# (part of crash, so of make test; alone it takes about two minutes).
+hostile:
+	$(GO) test -tags crash -count=1 -timeout 10m -v -run TestHostileInput ./test/crash/
 
 lint: vet staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

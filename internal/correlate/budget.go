@@ -95,7 +95,11 @@ func (c Config) budget(share int64) int64 { return c.MaxStateBytes * share / 100
 // setFilePath sets the path of file fi, keeping the byte count.
 func (s *Shard) setFilePath(fi int32, p string) {
 	f := &s.files[fi]
-	s.fileBytes += int64(len(p)) - int64(len(f.path))
+	d := int64(len(p)) - int64(len(f.path))
+	s.fileBytes += d
+	if inc := s.incOf(f.inc); inc != nil {
+		inc.fileBytes += d
+	}
 	f.path = p
 }
 
@@ -106,6 +110,9 @@ func (s *Shard) resizeSession(i int32) {
 	ss := &s.sess[i]
 	c := sessionOverhead + int64(len(ss.userText)) + int64(len(ss.appInfo)) + loginCost(ss.login) + tokenCost(ss.token)
 	s.sessBytes += c - ss.cost
+	if inc := s.incOf(ss.inc); inc != nil {
+		inc.sessBytes += c - ss.cost
+	}
 	ss.cost = c
 }
 
@@ -171,6 +178,14 @@ func (s *Shard) recount() (files, sessions, pending int64) {
 // (after a restore).
 func (s *Shard) recountBytes() {
 	s.fileBytes, _, _ = s.recount()
+	for _, inc := range s.incList {
+		inc.fileBytes, inc.sessBytes = 0, 0
+	}
+	for _, fi := range s.fileIdx {
+		if inc := s.incOf(s.files[fi].inc); inc != nil {
+			inc.fileBytes += fileOverhead + int64(len(s.files[fi].path))
+		}
+	}
 	s.sessBytes = 0
 	for _, i := range s.sessIdx {
 		s.sess[i].cost = 0
@@ -185,3 +200,21 @@ func (s *Shard) recountBytes() {
 		s.resizeUser(p)
 	}
 }
+
+// heaviest returns the server incarnation holding the most bytes by
+// size, nil when there is none. Budget evictions take entries from it, so
+// that one sender flooding a table (many logins, long paths) loses its own
+// entries, not those of the others. It scans the incarnations: it runs
+// only when a table is over its budget.
+func (s *Shard) heaviest(size func(*incarnation) int64) *incarnation {
+	var h *incarnation
+	for _, inc := range s.incList {
+		if h == nil || size(inc) > size(h) {
+			h = inc
+		}
+	}
+	return h
+}
+
+func incFileBytes(inc *incarnation) int64 { return inc.fileBytes }
+func incSessBytes(inc *incarnation) int64 { return inc.sessBytes }

@@ -41,13 +41,20 @@ func (s *Shard) handleF(data []byte, addr netip.Addr) {
 // newFile allocates a file entry for (inc, fileID), making room under the
 // bounds first.
 func (s *Shard) newFile(inc *incarnation, fileID uint32, tBeg, tEnd uint32) int32 {
-	for len(s.fileIdx) >= s.cfg.MaxOpenFiles || (s.fileBytes >= s.cfg.budget(shareFiles) && len(s.fileIdx) > 0) {
+	for len(s.fileIdx) >= s.cfg.MaxOpenFiles {
 		if s.lru.head >= 0 {
 			s.evict(&s.lru, fileLRU)
 		} else {
 			i := s.pendFiles.head
 			s.finishFile(i, s.files[i].pend, s.files[i].tLast, nil)
 		}
+	}
+	for s.fileBytes >= s.cfg.budget(shareFiles) {
+		h := s.heaviest(incFileBytes)
+		if h == nil || h.files.head < 0 {
+			break
+		}
+		s.evict(&h.files, fileInc)
 	}
 	for inc.files.n >= int32(s.cfg.MaxOpenFilesPerServer) {
 		s.evict(&inc.files, fileInc)
@@ -66,6 +73,7 @@ func (s *Shard) newFile(inc *incarnation, fileID uint32, tBeg, tEnd uint32) int3
 	}
 	s.fileIdx[dictKey(inc.id, fileID)] = i
 	s.fileBytes += fileOverhead
+	inc.fileBytes += fileOverhead
 	lpush(s.files, &s.lru, fileLRU, i)
 	lpush(s.files, &inc.files, fileInc, i)
 	return i
@@ -287,6 +295,7 @@ func (s *Shard) removeFile(fi int32, inc *incarnation) {
 	}
 	delete(s.fileIdx, dictKey(f.inc, f.fileID))
 	s.fileBytes -= fileOverhead + int64(len(f.path))
+	inc.fileBytes -= fileOverhead + int64(len(f.path))
 	*f = fileEntry{}
 	s.fileFree = append(s.fileFree, fi)
 }

@@ -141,6 +141,9 @@ func TestStateBoundedInBytes(t *testing.T) {
 			sh := NewShard(cfg)
 			s := newSrv("198.51.100.77:1094", t0, 90)
 			now := time.Unix(t0+10, 0)
+			// A well-behaved server's user logs in before the attack.
+			real := newSrv("192.0.2.60:1094", t0, 91)
+			sh.Handle(real.login(7, real.uid("xroot", "alice", 1, "wn.example.org"), packet.Login{}), real.addr, now)
 			n := uint32(10_000)
 			if name == "open files" {
 				n = 5_000
@@ -181,16 +184,16 @@ func TestStateBoundedInBytes(t *testing.T) {
 			if b.Len() > 2*budget {
 				t.Errorf("checkpoint of %d MB, state budget %d MB", b.Len()>>20, budget>>20)
 			}
-			// A well-behaved server is served meanwhile.
-			real := newSrv("192.0.2.60:1094", t0, 91)
-			sh.Handle(real.f(0, 10, func(fb *packet.FStreamBuilder) { fb.Open(openLFN(1, 0, "/real", 5)) }), real.addr, now)
+			// The well-behaved server kept its session: its user's transfer
+			// ends as a complete record naming her.
+			sh.Handle(real.f(0, 10, func(fb *packet.FStreamBuilder) { fb.Open(openLFN(1, 7, "/real", 5)) }), real.addr, now)
 			sh.Handle(real.f(10, 20, func(fb *packet.FStreamBuilder) { fb.Close(packet.FileClose{FileID: 1, Read: 5}) }), real.addr, now)
 			var ok bool
 			for _, r := range sh.TakeRecords(nil) {
-				ok = ok || (r.ServerIP == "192.0.2.60" && r.Reason == record.Complete && r.Path == "/real")
+				ok = ok || (r.ServerIP == "192.0.2.60" && r.Reason == record.Complete && r.Path == "/real" && r.User == "alice")
 			}
 			if !ok {
-				t.Error("the well-behaved server's transfer did not end as a complete record")
+				t.Error("the well-behaved server's transfer did not end as a complete record with its user")
 			}
 			runtime.KeepAlive(sh)
 		})

@@ -270,7 +270,7 @@ func (s *Shard) loginInfo(payload []byte) *loginInfo {
 func (s *Shard) newSession(inc *incarnation, dictID uint32) int32 {
 	// Disconnected sessions (kept only for late packets) go first, then
 	// the least recently used active one.
-	for len(s.sessIdx) >= s.cfg.MaxSessions || s.sessBytes >= s.cfg.budget(shareSessions) {
+	for len(s.sessIdx) >= s.cfg.MaxSessions {
 		i := s.sessDisc.head
 		if i < 0 {
 			i = s.sessLRU.head
@@ -279,6 +279,15 @@ func (s *Shard) newSession(inc *incarnation, dictID uint32) int32 {
 			break
 		}
 		s.evictSession(i)
+	}
+	// Over the byte budget, the server holding the most session bytes
+	// gives up its least recently used session.
+	for s.sessBytes >= s.cfg.budget(shareSessions) {
+		h := s.heaviest(incSessBytes)
+		if h == nil || h.sessions.head < 0 {
+			break
+		}
+		s.evictSession(h.sessions.head)
 	}
 	for inc.sessions.n >= int32(s.cfg.MaxSessionsPerServer) {
 		s.evictSession(inc.sessions.head)
@@ -327,6 +336,7 @@ func (s *Shard) removeSession(i int32) {
 		lremove(s.sess, &s.sessLRU, sessLRU, i)
 	}
 	if inc := s.incOf(ss.inc); inc != nil {
+		inc.sessBytes -= ss.cost
 		lremove(s.sess, &inc.sessions, sessInc, i)
 		if j, ok := inc.byText[ss.userText]; ok && j == i {
 			delete(inc.byText, ss.userText)

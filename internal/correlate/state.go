@@ -179,6 +179,9 @@ type incarnation struct {
 	seq                  [NumDomains]seqTracker
 	gseq                 []provSeq
 	lost                 [NumDomains]uint64
+	// fileBytes and sessBytes are this server's part of the shard's byte
+	// counts: over a budget, the heaviest server gives up entries first.
+	fileBytes, sessBytes int64
 }
 
 // interner returns one shared string per distinct byte sequence, with

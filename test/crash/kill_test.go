@@ -209,6 +209,7 @@ func TestKill9(t *testing.T) {
 		t.Errorf("clean run stored %d records, truth has %d", len(cleanRecs), len(truth.Records))
 	}
 	checkTruth(t, crashRecs, truth)
+	checkEvents(t, crashEvs, truth)
 
 	// The output: every stored record at least once.
 	msgs := drainQueue(t, url, outQ)

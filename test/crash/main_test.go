@@ -422,6 +422,19 @@ func checkTruth(t testing.TB, got map[string]record.Record, truth *loadgen.Truth
 	}
 }
 
+// checkEvents compares the number of stored g-stream events with loadgen's
+// truth (lossless runs): every event a server sent is stored, once.
+func checkEvents(t testing.TB, got map[string]bool, truth *loadgen.Truth) {
+	t.Helper()
+	var want int64
+	for _, n := range truth.Events {
+		want += n
+	}
+	if int64(len(got)) != want {
+		t.Errorf("%d g-stream events stored, the truth has %d", len(got), want)
+	}
+}
+
 // publish runs loadgen into a fresh fanout exchange bound to the given
 // (fresh, durable) queues, so each queue gets the same messages. Exchange
 // and queues are deleted at the end of the test.

@@ -59,21 +59,11 @@ func withDatabase(t testing.TB, u, db string) string {
 	return pu.String()
 }
 
-// TestPostgresRestart is issue "Nothing lost", part (c): PostgreSQL is
-// stopped for 10 s and started again while the PostgreSQL output loads;
-// every record and event ends up in its table exactly once.
-func TestPostgresRestart(t *testing.T) {
-	base := pgURL(t)
-	version, cluster := pgCluster(t)
-	pu, _ := url.Parse(base)
-	hostPort := pu.Host
-	if pu.Port() == "" {
-		hostPort = net.JoinHostPort(pu.Hostname(), "5432")
-	}
-	outage := 10 * time.Second
-	t0 := time.Now()
-
-	// A database of our own: the sink creates its schema "xrdmon" in it.
+// newDatabase creates a database of the test's own on the server of base
+// (the sink creates its schema "xrdmon" in it), dropped at the end of the
+// test, and returns its URL.
+func newDatabase(t testing.TB, base, hostPort string) string {
+	t.Helper()
 	ctx := context.Background()
 	db := strings.ReplaceAll(uniq("xrdmon_crash"), "-", "_")
 	admin, err := pgx.Connect(ctx, base)
@@ -100,7 +90,24 @@ func TestPostgresRestart(t *testing.T) {
 			t.Logf("cleanup: drop database %s: %v", db, err)
 		}
 	})
-	dbURL := withDatabase(t, base, db)
+	return withDatabase(t, base, db)
+}
+
+// TestPostgresRestart is issue "Nothing lost", part (c): PostgreSQL is
+// stopped for 10 s and started again while the PostgreSQL output loads;
+// every record and event ends up in its table exactly once.
+func TestPostgresRestart(t *testing.T) {
+	base := pgURL(t)
+	version, cluster := pgCluster(t)
+	pu, _ := url.Parse(base)
+	hostPort := pu.Host
+	if pu.Port() == "" {
+		hostPort = net.JoinHostPort(pu.Hostname(), "5432")
+	}
+	outage := 10 * time.Second
+	t0 := time.Now()
+
+	dbURL := newDatabase(t, base, hostPort)
 
 	dir := t.TempDir()
 	udpAddr := freeUDPAddr(t)
@@ -162,6 +169,7 @@ func TestPostgresRestart(t *testing.T) {
 	}
 
 	recs, evs := storeContents(t, dir)
+	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)

@@ -166,7 +166,7 @@ func TestRabbitMQOutage(t *testing.T) {
 		t.Fatalf("stop: %v\n%s", err, tail(c.log, 20))
 	}
 
-	recs, _ := storeContents(t, dir)
+	recs, evs := storeContents(t, dir)
 	msgs := drainQueue(t, url, outQ)
 	missing, ex := setDiff(recs, msgs)
 	extra, ex2 := setDiff(msgs, recs)
@@ -179,6 +179,7 @@ func TestRabbitMQOutage(t *testing.T) {
 	}
 	if lost == 0 {
 		checkTruth(t, recs, truth)
+		checkEvents(t, evs, truth)
 	} else {
 		t.Logf("UDP: %v packets lost in transit; not comparing with the truth", lost)
 	}
