@@ -79,10 +79,13 @@ func TestBenchQuick(t *testing.T) {
 				t.Errorf("%s: %s = %g, want %g", row[0], name, got, want)
 			}
 		}
-		for _, name := range []string{"sent", "offered_pps", "accepted_pps", "expected", "complete", "latency_p50_ms", "latency_p99_ms", "peak_rss_mib"} {
+		for _, name := range []string{"sent", "offered_pps", "accepted_pps", "expected", "complete", "latency_p50_ms", "latency_p99_ms", "peak_rss_mib", "events_expected"} {
 			if got := num(row, name); got <= 0 {
 				t.Errorf("%s: %s = %g, want > 0", row[0], name, got)
 			}
+		}
+		if num(row, "events_stored") != num(row, "events_expected") {
+			t.Errorf("%s: %g g-stream events stored of %g sent", row[0], num(row, "events_stored"), num(row, "events_expected"))
 		}
 		if num(row, "complete") != num(row, "expected") {
 			t.Errorf("%s: complete %g of %g expected", row[0], num(row, "complete"), num(row, "expected"))

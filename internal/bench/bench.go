@@ -146,6 +146,10 @@ type Row struct {
 	// work in the sender's context, and the record polling.
 	SenderCPU        time.Duration
 	SenderCPUPer100k float64
+	// EventsExpected are the g-stream events the generator sent (its
+	// truth); EventsStored those in xrdmon's store after the step (-1: the
+	// target's records are not read from a store).
+	EventsExpected, EventsStored int64
 }
 
 // Run runs every step of the scenario in order and returns one row per
@@ -594,11 +598,18 @@ func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slo
 		if err != nil {
 			return row, err
 		}
+		row.EventsStored = d.Events()
 		for _, g := range groups {
 			m.observe(g.obs, g.at, g.late)
 		}
-	} else if obs, err := src.Poll(ctx); err == nil {
-		m.observe(obs, time.Now(), true)
+	} else {
+		row.EventsStored = -1
+		if obs, err := src.Poll(ctx); err == nil {
+			m.observe(obs, time.Now(), true)
+		}
+	}
+	for _, n := range truth.Events {
+		row.EventsExpected += n
 	}
 
 	row.KernelDrops = drops1 - drops0
@@ -637,7 +648,7 @@ func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slo
 	row.Latencies = len(lat)
 	row.LatencyP50, row.LatencyP99 = percentile(lat, 50), percentile(lat, 99)
 	log.Info("Step done", "step", st.Name, "sent", row.Sent, "offered", int(row.Offered), "loss_pct", row.LossPct,
-		"missing", row.Missing, "late", m.late, "reasons", truth.Reasons)
+		"missing", row.Missing, "events", row.EventsStored, "events_expected", row.EventsExpected, "late", m.late, "reasons", truth.Reasons)
 	return row, nil
 }
 

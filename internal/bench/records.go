@@ -126,6 +126,8 @@ type progresser interface {
 // with the time each became visible (storeSource).
 type drainer interface {
 	Drain(ctx context.Context) ([]timedObs, error)
+	// Events returns the g-stream events the drained store holds.
+	Events() int64
 }
 
 // storeSource reads xrdmon's store (internal/store/FORMAT.md) beside the
@@ -137,11 +139,15 @@ type drainer interface {
 // decoding and matching millions of records does not take CPU from the
 // collector while it is measured.
 type storeSource struct {
-	path  string
-	r     *store.Reader
-	marks []storeMark // the high-water mark at each poll where it grew
-	grew  bool
+	path   string
+	r      *store.Reader
+	marks  []storeMark // the high-water mark at each poll where it grew
+	grew   bool
+	events int64 // g-stream events seen by Drain
 }
+
+// Events returns the g-stream events Drain found in the store.
+func (s *storeSource) Events() int64 { return s.events }
 
 // storeMark says that every entry up to seq was visible at t.
 type storeMark struct {
@@ -221,6 +227,9 @@ func (s *storeSource) Drain(ctx context.Context) ([]timedObs, error) {
 		for _, e := range entries {
 			after = e.Seq
 			if e.Record == nil {
+				if e.Event != nil {
+					s.events++
+				}
 				continue
 			}
 			o, ok := observedRecord(e.Record)

@@ -17,6 +17,7 @@ var Columns = []string{
 	"step", "servers", "clients", "sent", "offered_pps", "accepted_pps", "seq_gaps", "kernel_drops", "loss_pct",
 	"cpu_s_per_100k", "peak_rss_mib", "latency_p50_ms", "latency_p99_ms",
 	"expected", "complete", "partial", "missing", "wrong_bytes", "open", "unexpected", "sender_cpu_s_per_100k",
+	"events_expected", "events_stored",
 }
 
 // NullColumns are the columns of a null target's rows (Row.Null): no records, the datagrams received instead.
@@ -59,6 +60,7 @@ func (r *Row) fields() []string {
 		strconv.Itoa(r.Expected), strconv.Itoa(r.Complete), strconv.Itoa(r.Partial), strconv.Itoa(r.Missing),
 		strconv.Itoa(r.WrongBytes), strconv.Itoa(r.Open), strconv.Itoa(r.Unexpected),
 		strconv.FormatFloat(r.SenderCPUPer100k, 'f', 3, 64),
+		strconv.FormatInt(r.EventsExpected, 10), strconv.FormatInt(r.EventsStored, 10),
 	}
 }
 
@@ -242,7 +244,7 @@ func ReadCSV(r io.Reader) ([]Row, error) {
 		want = NullColumns
 	}
 	for _, c := range want {
-		if _, ok := col[c]; !ok && c != "sender_cpu_s_per_100k" { // absent from older files
+		if _, ok := col[c]; !ok && c != "sender_cpu_s_per_100k" && c != "events_expected" && c != "events_stored" { // absent from older files
 			return nil, fmt.Errorf("read csv: no column %q", c)
 		}
 	}
@@ -270,7 +272,8 @@ func ReadCSV(r io.Reader) ([]Row, error) {
 			Step: rec[col["step"]], Servers: i("servers"), Clients: i("clients"), Sent: int64(f("sent")),
 			Offered: f("offered_pps"), Accepted: f("accepted_pps"), SeqGaps: int64(f("seq_gaps")),
 			SenderCPUPer100k: f("sender_cpu_s_per_100k"),
-			KernelDrops:      int64(f("kernel_drops")), LossPct: f("loss_pct"), CPUPer100k: f("cpu_s_per_100k"),
+			EventsExpected:   int64(f("events_expected")), EventsStored: int64(f("events_stored")),
+			KernelDrops: int64(f("kernel_drops")), LossPct: f("loss_pct"), CPUPer100k: f("cpu_s_per_100k"),
 			PeakRSS: int64(f("peak_rss_mib") * (1 << 20)), LatencyP50: msd("latency_p50_ms"), LatencyP99: msd("latency_p99_ms"),
 			Check: Check{Expected: i("expected"), Complete: i("complete"), Partial: i("partial"), Missing: i("missing"),
 				WrongBytes: i("wrong_bytes"), Open: i("open"), Unexpected: i("unexpected")},
