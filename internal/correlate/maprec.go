@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/xrdmon/xrdmon/internal/packet"
+	"github.com/xrdmon/xrdmon/internal/record"
 )
 
 func (s *Shard) handleMap(data []byte, addr netip.Addr) {
@@ -50,6 +51,8 @@ func (s *Shard) handleMap(data []byte, addr netip.Addr) {
 		ident packet.ServerIdent
 		tok   packet.Token
 		ueac  packet.UEAC
+		purge packet.Purge
+		xfer  packet.FRMXfer
 	)
 	switch m.Code {
 	case packet.CodeIdent:
@@ -59,9 +62,9 @@ func (s *Shard) handleMap(data []byte, addr netip.Addr) {
 	case packet.CodeUEAC:
 		ueac, err = packet.ParseUEAC(payload)
 	case packet.CodePurge:
-		_, err = packet.ParsePurge(payload)
+		purge, err = packet.ParsePurge(payload)
 	case packet.CodeXfer:
-		_, err = packet.ParseFRMXfer(payload)
+		xfer, err = packet.ParseFRMXfer(payload)
 	}
 	apply := s.observe(inc, d, uint16(m.Pseq))
 	if err != nil {
@@ -117,8 +120,12 @@ func (s *Shard) handleMap(data []byte, addr netip.Addr) {
 			p := s.pendUser(inc, ueac.UserDictID)
 			p.exp, p.act, p.hasUEAC = ueac.Experiment, ueac.Activity, true
 		}
-	case packet.CodePurge, packet.CodeXfer:
+	case packet.CodePurge:
 		s.stats.FRMRecords++
+		s.emitFRM(inc, m, purge.Tod, record.EventFRMPurge, payload, frmPurgeData(&purge))
+	case packet.CodeXfer:
+		s.stats.FRMRecords++
+		s.emitFRM(inc, m, xfer.Tod, record.EventFRMTransfer, payload, frmXferData(&xfer))
 	}
 }
 

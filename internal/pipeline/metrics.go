@@ -73,7 +73,7 @@ var (
 	descRecords = prometheus.NewDesc("xrdmon_records_total",
 		"Transfer records emitted, by kind (complete or partial) and reason.", []string{"kind", "reason"}, nil)
 	descEvents = prometheus.NewDesc("xrdmon_events_total",
-		"g-stream events emitted, by validity of their JSON.", []string{"valid"}, nil)
+		"Events emitted (g-stream lines, FRM purges and transfers), by validity of their JSON.", []string{"valid"}, nil)
 	descRestarts = prometheus.NewDesc("xrdmon_server_restarts_total",
 		"XRootD server restarts seen (a new stod from a known server).", nil, nil)
 	descPendingDropped = prometheus.NewDesc("xrdmon_pending_references_dropped_total",

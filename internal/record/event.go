@@ -19,6 +19,8 @@ const (
 	EventTCPMon         EventType = "tcpmon"           // provider T, plugin-defined
 	EventCCM            EventType = "ccm"              // provider M, plugin-defined
 	EventUnknown        EventType = "unknown"          // any other provider, kept raw
+	EventFRMPurge       EventType = "frm_purge"        // FRM 'p' record: a file purged from disk
+	EventFRMTransfer    EventType = "frm_transfer"     // FRM 'x' record: a file staged, migrated or copied
 )
 
 // Event is one g-stream record (one JSON line of a g packet), with the
