@@ -482,17 +482,6 @@ func (s *Shard) handleTrace(data []byte, addr netip.Addr) {
 	s.observe(inc, DomainMain, uint16(t.Pseq))
 }
 
-func (s *Shard) handleRedir(data []byte, addr netip.Addr) {
-	r, err := packet.DecodeRedir(data)
-	if err != nil {
-		s.rejectDecoded(data, addr, err, DomainMain)
-		return
-	}
-	inc := s.resolve(addr, r.Stod, r.SID, true)
-	s.accept(packet.KindRedir)
-	s.observe(inc, DomainMain, uint16(r.Pseq))
-}
-
 var providerNames [256]string
 
 func init() {

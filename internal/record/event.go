@@ -21,6 +21,7 @@ const (
 	EventUnknown        EventType = "unknown"          // any other provider, kept raw
 	EventFRMPurge       EventType = "frm_purge"        // FRM 'p' record: a file purged from disk
 	EventFRMTransfer    EventType = "frm_transfer"     // FRM 'x' record: a file staged, migrated or copied
+	EventRedirect       EventType = "redirect"         // an r-stream redirect
 )
 
 // Event is one g-stream record (one JSON line of a g packet), with the
