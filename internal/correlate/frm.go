@@ -71,20 +71,7 @@ func (s *Shard) emitFRM(inc *incarnation, m packet.Map, tod int64, typ record.Ev
 	if err != nil { // strings are valid UTF-8 and numbers integers: cannot happen
 		return
 	}
-	code := m.Code
-	s.events = append(s.events, record.Event{
-		EventID:    record.EventID(inc.ip, int64(inc.key.stod), inc.key.sid, code, m.Pseq, tod, int(m.DictID), payload),
-		Type:       typ,
-		Provider:   providerNames[code],
-		Time:       at,
-		Received:   s.now,
-		ServerIP:   inc.ip,
-		ServerHost: inc.host,
-		ServerID:   inc.key.sid,
-		ServerStod: int64(inc.key.stod),
-		Site:       inc.site,
-		Data:       b,
-		Valid:      true,
-	})
-	s.stats.Events++
+	e := s.appendEvent(inc, record.EventID(inc.ip, int64(inc.key.stod), inc.key.sid, m.Code, m.Pseq, tod, int(m.DictID), payload),
+		typ, providerNames[m.Code], at)
+	e.Data, e.Valid = b, true
 }

@@ -94,19 +94,7 @@ func (s *Shard) emitRedirect(inc *incarnation, r *packet.Redir, i int, mark int3
 	if mark != 0 {
 		at = time.Unix(int64(mark), 0).UTC()
 	}
-	s.events = append(s.events, record.Event{
-		EventID:    record.EventID(inc.ip, int64(inc.key.stod), inc.key.sid, 'r', r.Pseq, int64(mark), i, b),
-		Type:       record.EventRedirect,
-		Provider:   "r",
-		Time:       at,
-		Received:   s.now,
-		ServerIP:   inc.ip,
-		ServerHost: inc.host,
-		ServerID:   inc.key.sid,
-		ServerStod: int64(inc.key.stod),
-		Site:       inc.site,
-		Data:       b,
-		Valid:      true,
-	})
-	s.stats.Events++
+	ev := s.appendEvent(inc, record.EventID(inc.ip, int64(inc.key.stod), inc.key.sid, 'r', r.Pseq, int64(mark), i, b),
+		record.EventRedirect, "r", at)
+	ev.Data, ev.Valid = b, true
 }

@@ -531,19 +531,27 @@ func (s *Shard) emitEvents(inc *incarnation, prov byte, pseq uint8, tEnd int64, 
 	at := time.Unix(tEnd, 0).UTC()
 	for i := 0; it.Next(); i++ {
 		line := it.Line()
-		s.events = append(s.events, record.Event{
-			EventID:    record.EventID(inc.ip, int64(inc.key.stod), inc.key.sid, prov, pseq, tEnd, i, line),
-			Type:       record.ProviderType(prov),
-			Provider:   providerNames[prov],
-			Time:       at,
-			Received:   s.now,
-			ServerIP:   inc.ip,
-			ServerHost: inc.host,
-			ServerID:   inc.key.sid,
-			ServerStod: int64(inc.key.stod),
-			Site:       inc.site,
-			Raw:        bytes.Clone(line), // typed by TakeEvents or the caller (record.TypeEvent)
-		})
-		s.stats.Events++
+		e := s.appendEvent(inc, record.EventID(inc.ip, int64(inc.key.stod), inc.key.sid, prov, pseq, tEnd, i, line),
+			record.ProviderType(prov), providerNames[prov], at)
+		e.Raw = bytes.Clone(line) // typed by TakeEvents or the caller (record.TypeEvent)
 	}
+}
+
+// appendEvent appends an event of inc with the given id, type, provider
+// and server time, and returns it for the caller to fill in its data.
+func (s *Shard) appendEvent(inc *incarnation, id string, typ record.EventType, provider string, at time.Time) *record.Event {
+	s.events = append(s.events, record.Event{
+		EventID:    id,
+		Type:       typ,
+		Provider:   provider,
+		Time:       at,
+		Received:   s.now,
+		ServerIP:   inc.ip,
+		ServerHost: inc.host,
+		ServerID:   inc.key.sid,
+		ServerStod: int64(inc.key.stod),
+		Site:       inc.site,
+	})
+	s.stats.Events++
+	return &s.events[len(s.events)-1]
 }

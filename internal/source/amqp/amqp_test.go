@@ -173,7 +173,7 @@ func TestConsumeAll(t *testing.T) {
 			t.Fatalf("%s seen %d times", k, c)
 		}
 	}
-	waitFor(t, func() bool { return sumReasons(r.a.invalid) == 1 })
+	waitFor(t, func() bool { return sourcetest.SumLabels(r.a.invalid, source.ShovelerReasons) == 1 })
 	r.stop(t)
 	if q := queueLen(t, ch, name); q != 0 {
 		t.Errorf("queue holds %d messages after all were acked", q)
@@ -273,15 +273,6 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// sumReasons sums an invalid-message counter over its reasons.
-func sumReasons(v *prometheus.CounterVec) float64 {
-	var n float64
-	for _, r := range source.ShovelerReasons {
-		n += testutil.ToFloat64(v.WithLabelValues(r))
-	}
-	return n
 }
 
 // TestOversizedMessageRejected: a 10 MB message on the bus (a datagram is

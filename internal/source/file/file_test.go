@@ -262,7 +262,7 @@ func TestRealPacketsJSONL(t *testing.T) {
 	if n != 9 {
 		t.Errorf("stdin: %d packets passed the filter, want 9", n)
 	}
-	if c := sumReasons(f.badLines); c != 1 {
+	if c := sourcetest.SumLabels(f.badLines, source.ShovelerReasons); c != 1 {
 		t.Errorf("invalid lines %v, want 1", c)
 	}
 }
@@ -311,15 +311,6 @@ func BenchmarkReadPcap(b *testing.B) {
 	close(out)
 	<-done
 	b.ReportMetric(float64(len(pkts))*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
-}
-
-// sumReasons sums an invalid-message counter over its reasons.
-func sumReasons(v *prometheus.CounterVec) float64 {
-	var n float64
-	for _, r := range source.ShovelerReasons {
-		n += testutil.ToFloat64(v.WithLabelValues(r))
-	}
-	return n
 }
 
 // TestOversizedLineSkipped: a 10 MB JSON line (a datagram can be at most

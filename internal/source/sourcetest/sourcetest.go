@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // RealPacketsPath returns the path of shared/data/real-packets.jsonl, found
@@ -66,4 +69,14 @@ func Unavailable(t testing.TB, why string) {
 		t.Fatal(why)
 	}
 	t.Skip(why)
+}
+
+// SumLabels sums counter vector v over the given values of its one label
+// (the reasons of an invalid-message counter, say).
+func SumLabels(v *prometheus.CounterVec, values []string) float64 {
+	var n float64
+	for _, l := range values {
+		n += testutil.ToFloat64(v.WithLabelValues(l))
+	}
+	return n
 }
