@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/correlate"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/source"
@@ -88,7 +89,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	r := &replayer{enc: enc, match: match, shard: correlate.NewShard(correlate.DefaultConfig())}
+	// The bounds and timeouts of collect's defaults (one shard: replay's
+	// output is in the order the records were made).
+	r := &replayer{enc: enc, match: match, shard: correlate.NewShard(correlateConfig(config.Default().Correlate, 1))}
 	sum, err := r.run(ctx, src, w, ew)
 	st := r.shard.Stats()
 	st.InvalidEvents += r.invalidEvents

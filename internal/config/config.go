@@ -15,6 +15,8 @@ package config
 import (
 	"runtime"
 	"time"
+
+	"github.com/xrdmon/xrdmon/internal/correlate"
 )
 
 // Config is the whole configuration of "xrdmon collect". The zero value is
@@ -189,7 +191,7 @@ func Default() *Config {
 			MaxWait:     Duration(200 * time.Millisecond),
 		},
 		Correlate: Correlate{
-			OpenFileTTL:          Duration(24 * time.Hour),
+			OpenFileTTL:          Duration(correlate.DefaultConfig().OpenTTL),
 			MaxEntries:           2_000_000,
 			MaxEntriesPerServer:  200_000,
 			MaxServersPerAddress: 32,

@@ -63,13 +63,13 @@ type Config struct {
 	MaxStateBytes int64
 }
 
-// DefaultConfig returns the defaults: open files time out after 12 h
+// DefaultConfig returns the defaults: open files time out after 24 h
 // without news, sessions after 12 h, pending references after 300 s; at
 // most 1,000,000 open files and sessions per shard (200,000 per server);
 // a reorder window of 16 packets.
 func DefaultConfig() Config {
 	return Config{
-		OpenTTL:               12 * time.Hour,
+		OpenTTL:               24 * time.Hour,
 		SessionTTL:            12 * time.Hour,
 		PendingTTL:            300 * time.Second,
 		DisconnectGrace:       10 * time.Second,

@@ -416,14 +416,14 @@ func TestScenarioTimeout(t *testing.T) {
 	var f feed
 	f.send(s, 10, s.f(0, 10, func(fb *packet.FStreamBuilder) { fb.Open(openLFN(1, 0, "/t", 5)) }))
 	f.send(s, 100, s.f(90, 100, func(fb *packet.FStreamBuilder) { fb.Xfr(packet.FileXfr{FileID: 1, Read: 3, Write: 2}) }))
-	f.tick(100 + 12*3600 - 1)
-	f.tick(100 + 12*3600)
+	f.tick(100 + 24*3600 - 1)
+	f.tick(100 + 24*3600)
 	recs, _, st := f.runTwice(t, DefaultConfig())
 	if len(recs) != 1 {
 		t.Fatalf("records: %+v", recs)
 	}
 	if r := recs[0]; r.Reason != record.Timeout || r.ReadBytes != 3 || r.WriteBytes != 2 || r.Start != tu(0) ||
-		r.End != tu(100) || r.Received != at(100+12*3600) {
+		r.End != tu(100) || r.Received != at(100+24*3600) {
 		t.Errorf("timeout: %+v", r)
 	}
 	wantID(t, recs[0])
