@@ -14,6 +14,7 @@ import (
 	"net/netip"
 
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -583,5 +584,38 @@ func TestCollectSecondOnSameStoreRefused(t *testing.T) {
 	}
 	if recs := d.records(t); len(recs) != 20 {
 		t.Fatalf("%d records, want 20", len(recs))
+	}
+}
+
+// TestMetricsDocumented: every metric a collector with every component on
+// exports is named in docs/metrics.md (the outputs and the AMQP input
+// point at a closed port: they only need to exist).
+func TestMetricsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	d := startDaemon(t, func(c *config.Config) {
+		c.DNS.Enabled = true
+		c.AMQPInput.Enabled, c.AMQPInput.URL = true, "amqp://guest:guest@127.0.0.1:1/"
+		c.Outputs.AMQP.Enabled, c.Outputs.AMQP.URL = true, "amqp://guest:guest@127.0.0.1:1/"
+		c.Outputs.Postgres.Enabled, c.Outputs.Postgres.URL = true, "postgres://postgres@127.0.0.1:1/test"
+		c.Outputs.JSONL.Enabled, c.Outputs.JSONL.Path = true, filepath.Join(dir, "out.jsonl")
+	})
+	resp, err := http.Get("http://" + d.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	names := regexp.MustCompile(`(?m)^# HELP (xrdmon_\w+) `).FindAllSubmatch(body, -1)
+	if len(names) < 50 {
+		t.Fatalf("only %d xrdmon metrics exported", len(names))
+	}
+	for _, n := range names {
+		if !bytes.Contains(doc, []byte("`"+string(n[1])+"`")) {
+			t.Errorf("metric %s is not in docs/metrics.md", n[1])
+		}
 	}
 }

@@ -63,7 +63,7 @@ var (
 	descLost = prometheus.NewDesc("xrdmon_packets_lost_total",
 		"Packets missing from the servers' sequence counters (gaps not filled within the reorder window), by counter domain.", []string{"domain"}, nil)
 	descDup = prometheus.NewDesc("xrdmon_packets_duplicate_total",
-		"Datagrams seen twice (accounted once, applied once).", nil, nil)
+		"The same datagram seen again within the reorder window (same sender, same bytes): accounted, not applied again.", nil, nil)
 	descReordered = prometheus.NewDesc("xrdmon_packets_reordered_total",
 		"Datagrams that arrived late but within the reorder window (not loss).", nil, nil)
 	descCollisions = prometheus.NewDesc("xrdmon_packets_seq_collisions_total",
