@@ -21,6 +21,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/pipeline"
 	"github.com/xrdmon/xrdmon/internal/source"
 	amqpsrc "github.com/xrdmon/xrdmon/internal/source/amqp"
+	"github.com/xrdmon/xrdmon/internal/source/file"
 	"github.com/xrdmon/xrdmon/internal/source/udp"
 	"github.com/xrdmon/xrdmon/internal/store"
 	"github.com/xrdmon/xrdmon/internal/web"
@@ -113,6 +114,9 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	popts.DNSMaxWait = cfg.DNS.MaxWait.D()
 	popts.CheckpointInterval = cfg.Correlate.Checkpoint(cfg.AMQPInput.Enabled)
 	popts.Correlate = correlateConfig(cfg.Correlate, popts.Shards)
+	importing := len(cfg.FileInput.Paths) > 0
+	popts.InputClock = importing
+	popts.FlushOnExit = importing && cfg.FileInput.Flush
 	pipe, err := pipeline.New(ctx, popts, st, namer, log.With("component", "pipeline"), reg)
 	if err != nil {
 		return fmt.Errorf("start pipeline: %w", err)
@@ -120,7 +124,18 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 
 	// Sources are created (and bound) now, so a bad address fails the start.
 	var sources []component
-	if cfg.Listen.UDP != "" {
+	if importing {
+		fcfg := file.DefaultConfig()
+		fcfg.Paths = cfg.FileInput.Paths
+		fcfg.Filter = filterConfig(cfg.Listen)
+		f, err := file.New(fcfg, log.With("component", "file_input"), reg)
+		if err != nil {
+			return fmt.Errorf("file input: %w", err)
+		}
+		log.Info("Importing captures; the live inputs are not opened", "files", len(fcfg.Paths))
+		sources = append(sources, component{"file_input", f.Run})
+	}
+	if cfg.Listen.UDP != "" && !importing {
 		ucfg := udp.DefaultConfig()
 		ucfg.Addr = cfg.Listen.UDP
 		ucfg.Readers = cfg.Listen.ReaderCount()
@@ -142,7 +157,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		log.Info("Listening for XRootD monitoring packets", "udp", u.LocalAddr().String())
 		sources = append(sources, component{"udp", func(ctx context.Context, out chan<- *source.Batch) error { return u.Run(ctx, out) }})
 	}
-	if cfg.AMQPInput.Enabled {
+	if cfg.AMQPInput.Enabled && !importing {
 		a := cfg.AMQPInput
 		acfg := amqpsrc.Config{
 			URL: a.URL, TokenFile: a.TokenFile, Queue: a.Queue, Exchange: a.Exchange,
@@ -300,7 +315,7 @@ type output struct {
 	run  func(ctx context.Context) error
 }
 
-var errNoInput = errors.New("no input configured: set listen.udp or amqp_input.enabled")
+var errNoInput = errors.New("no input configured: set listen.udp, amqp_input.enabled or file_input.paths")
 
 func storeOptions(c config.Store) store.Options {
 	o := store.DefaultOptions()

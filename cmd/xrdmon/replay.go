@@ -12,9 +12,11 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/correlate"
+	"github.com/xrdmon/xrdmon/internal/pipeline"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/source"
 	"github.com/xrdmon/xrdmon/internal/source/file"
+	"github.com/xrdmon/xrdmon/internal/store"
 )
 
 const replaySynopsis = "[--schema native|gracc|wlcg] [--out FILE] [--events FILE] INPUT...\n\n" +
@@ -85,16 +87,17 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		ew = f
 	}
 
-	src, err := file.New(file.Config{Paths: fs.Args(), BatchSize: 512}, nil, nil)
+	fcfg := file.DefaultConfig()
+	fcfg.Paths = fs.Args()
+	src, err := file.New(fcfg, nil, nil)
 	if err != nil {
 		return err
 	}
-	// The bounds and timeouts of collect's defaults (one shard: replay's
-	// output is in the order the records were made).
-	r := &replayer{enc: enc, match: match, shard: correlate.NewShard(correlateConfig(config.Default().Correlate, 1))}
-	sum, err := r.run(ctx, src, w, ew)
-	st := r.shard.Stats()
-	st.InvalidEvents += r.invalidEvents
+	rw := &replayWriter{enc: enc, match: match, w: bufio.NewWriterSize(w, 1<<20)}
+	if ew != nil {
+		rw.ew = bufio.NewWriterSize(ew, 1<<20)
+	}
+	sum, st, err := replay(ctx, src, rw)
 	sum.write(stderr, st)
 	if err != nil {
 		return err
@@ -105,135 +108,109 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// replayer runs the replay pipeline: a reader goroutine (the file source)
-// feeds batches to the correlating goroutine, which hands encoded chunks of
-// output to a writer goroutine. One shard keeps the output deterministic.
-type replayer struct {
-	enc   func([]byte, *record.Record) []byte
-	match func(*record.Record) bool
-	shard *correlate.Shard
-	// invalidEvents counts g-stream lines that were not valid JSON; the
-	// writer goroutine owns it until run returns.
-	invalidEvents uint64
+// replayPipeline returns collect's pipeline set up for replay: collect's
+// correlation defaults, one shard (records come out in the order they were
+// made), no checkpoints, time taken from the input, and files still open
+// at the end written as partial records (end_of_input).
+func replayPipeline(ctx context.Context, out pipeline.Store) (*pipeline.Pipeline, error) {
+	o := pipeline.DefaultOptions()
+	o.Shards = 1
+	o.Correlate = correlateConfig(config.Default().Correlate, o.Shards)
+	o.StateKey = ""
+	o.FlushOnExit = true
+	o.InputClock = true
+	return pipeline.New(ctx, o, out, nil, nil, nil)
 }
 
-type replaySummary struct {
-	packets int64
-	elapsed time.Duration
-	readErr error
-}
-
-func (r *replayer) run(ctx context.Context, src *file.File, w, ew io.Writer) (replaySummary, error) {
+// replay runs src through the pipeline into out and returns what happened.
+func replay(ctx context.Context, src *file.File, out *replayWriter) (replaySummary, correlate.Stats, error) {
 	var sum replaySummary
 	start := time.Now()
+	pipe, err := replayPipeline(ctx, out)
+	if err != nil {
+		return sum, correlate.Stats{}, err
+	}
 	batches := make(chan *source.Batch, 8)
 	readDone := make(chan error, 1)
 	go func() {
 		readDone <- src.Run(ctx, batches)
 		close(batches)
 	}()
-
-	// The correlating goroutine hands records and events over in chunks;
-	// the writer goroutine encodes and writes them, so JSON encoding runs
-	// beside correlation rather than after it. Chunks are recycled.
-	type chunk struct {
-		recs []record.Record
-		evs  []record.Event
-	}
-	chunks := make(chan *chunk, 4)
-	free := make(chan *chunk, 6)
-	for range cap(free) {
-		free <- &chunk{}
-	}
-	writeDone := make(chan error, 1)
-	go func() {
-		bw := bufio.NewWriterSize(w, 1<<20)
-		var ebw *bufio.Writer
-		if ew != nil {
-			ebw = bufio.NewWriterSize(ew, 1<<20)
-		}
-		var buf []byte
-		var err error
-		for c := range chunks {
-			if err == nil {
-				buf = buf[:0]
-				for i := range c.recs {
-					if r.match != nil && !r.match(&c.recs[i]) {
-						continue
-					}
-					buf = r.enc(buf, &c.recs[i])
-					buf = append(buf, '\n')
-				}
-				_, err = bw.Write(buf)
-			}
-			for i := range c.evs {
-				if !record.TypeEvent(&c.evs[i]) {
-					r.invalidEvents++
-				}
-			}
-			if err == nil && ebw != nil {
-				buf = buf[:0]
-				for i := range c.evs {
-					buf = record.AppendEventJSON(buf, &c.evs[i])
-					buf = append(buf, '\n')
-				}
-				_, err = ebw.Write(buf)
-			}
-			clear(c.recs)
-			clear(c.evs)
-			c.recs, c.evs = c.recs[:0], c.evs[:0]
-			free <- c
-		}
-		if err == nil {
-			err = bw.Flush()
-		}
-		if err == nil && ebw != nil {
-			err = ebw.Flush()
-		}
-		writeDone <- err
-	}()
-
-	var last time.Time
-	cur := <-free
-	emit := func(force bool) {
-		cur.recs = r.shard.TakeRecords(cur.recs)
-		cur.evs = r.shard.TakeRawEvents(cur.evs) // typed by the writer
-		if len(cur.recs)+len(cur.evs) >= 4096 || (force && len(cur.recs)+len(cur.evs) > 0) {
-			chunks <- cur
-			cur = <-free
-		}
-	}
-	for b := range batches {
-		for i := range b.Packets {
-			p := &b.Packets[i]
-			r.shard.Handle(p.Data, p.Sender, p.Received)
-			if p.Received.After(last) {
-				last = p.Received
-			}
-		}
-		sum.packets += int64(len(b.Packets))
-		if b.Free != nil {
-			b.Free()
-		}
-		emit(false)
-	}
+	err = pipe.Run(context.Background(), batches)
 	sum.readErr = <-readDone
-	if last.IsZero() {
-		last = time.Now()
+	if errors.Is(sum.readErr, context.Canceled) {
+		sum.readErr = nil
 	}
-	r.shard.Flush(last)
-	emit(true)
-	close(chunks)
-	werr := <-writeDone
+	if err == nil {
+		err = out.flush()
+	}
+	st := pipe.Stats()
+	sum.packets = int64(st.Packets)
 	sum.elapsed = time.Since(start)
-	if werr != nil {
-		return sum, fmt.Errorf("write records: %w", werr)
+	return sum, st, err
+}
+
+// replayWriter is the pipeline's store in replay: it writes each record as
+// a JSON line in the chosen schema, and events to their own file. Its
+// Append runs on the pipeline's writer goroutine, beside correlation.
+type replayWriter struct {
+	enc   func([]byte, *record.Record) []byte
+	match func(*record.Record) bool
+	w, ew *bufio.Writer
+	buf   []byte
+}
+
+// Append writes recs and evs.
+func (r *replayWriter) Append(_ context.Context, recs []record.Record, evs []record.Event) error {
+	buf := r.buf[:0]
+	for i := range recs {
+		if r.match != nil && !r.match(&recs[i]) {
+			continue
+		}
+		buf = r.enc(buf, &recs[i])
+		buf = append(buf, '\n')
 	}
-	if sum.readErr != nil && !errors.Is(sum.readErr, context.Canceled) && sum.packets > 0 {
-		// Part of the input was read: report, but the records are out.
-		return sum, nil
+	if _, err := r.w.Write(buf); err != nil {
+		return fmt.Errorf("write records: %w: %w", store.ErrPermanent, err)
 	}
-	return sum, nil
+	if r.ew != nil {
+		buf = buf[:0]
+		for i := range evs {
+			buf = record.AppendEventJSON(buf, &evs[i])
+			buf = append(buf, '\n')
+		}
+		if _, err := r.ew.Write(buf); err != nil {
+			return fmt.Errorf("write events: %w: %w", store.ErrPermanent, err)
+		}
+	}
+	r.buf = buf
+	return nil
+}
+
+func (r *replayWriter) flush() error {
+	if err := r.w.Flush(); err != nil {
+		return fmt.Errorf("write records: %w", err)
+	}
+	if r.ew != nil {
+		if err := r.ew.Flush(); err != nil {
+			return fmt.Errorf("write events: %w", err)
+		}
+	}
+	return nil
+}
+
+// PutState is not used: replay keeps no checkpoints.
+func (r *replayWriter) PutState(context.Context, string, []byte) error { return nil }
+
+// GetState reports that replay has no checkpoint.
+func (r *replayWriter) GetState(context.Context, string) ([]byte, error) {
+	return nil, store.ErrNotFound
+}
+
+type replaySummary struct {
+	packets int64
+	elapsed time.Duration
+	readErr error
 }
 
 func (s replaySummary) write(w io.Writer, st correlate.Stats) {

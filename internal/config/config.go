@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/correlate"
+	"github.com/xrdmon/xrdmon/internal/pipeline"
 )
 
 // Config is the whole configuration of "xrdmon collect". The zero value is
@@ -24,6 +25,7 @@ import (
 type Config struct {
 	Listen    Listen    `yaml:"listen"`
 	AMQPInput AMQPInput `yaml:"amqp_input"`
+	FileInput FileInput `yaml:"file_input"`
 	HTTP      HTTP      `yaml:"http"`
 	Store     Store     `yaml:"store"`
 	DNS       DNS       `yaml:"dns"`
@@ -63,6 +65,15 @@ type AMQPInput struct {
 	Prefetch   int    `yaml:"prefetch" help:"unacknowledged deliveries the broker may send ahead"`
 	TLS        TLS    `yaml:"tls"`
 	TokenFile  string `yaml:"token_file" help:"file holding a JWT used as the password (OSG convention); re-read at every connect"`
+}
+
+// FileInput makes collect import captures: it reads them through the same
+// pipeline as live input, with time following the captured packets, and
+// exits at their end (open transfers stay in the checkpoint, as at any
+// shutdown). The live inputs are not opened.
+type FileInput struct {
+	Paths []string `yaml:"paths" help:"captures to import instead of live input (shoveler JSON lines, pcap or pcapng; - is standard input); collect exits at their end"`
+	Flush bool     `yaml:"flush" help:"at the end of the captures, write files still open as partial records (end_of_input, as replay does) instead of keeping them in the checkpoint"`
 }
 
 // HTTP configures the web server: /metrics, /healthz, /readyz and, when
@@ -188,7 +199,7 @@ func Default() *Config {
 			Workers:     8,
 			QueueSize:   4096,
 			Timeout:     Duration(5 * time.Second),
-			MaxWait:     Duration(200 * time.Millisecond),
+			MaxWait:     Duration(pipeline.DefaultOptions().DNSMaxWait),
 		},
 		Correlate: Correlate{
 			OpenFileTTL:          Duration(correlate.DefaultConfig().OpenTTL),

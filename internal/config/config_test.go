@@ -441,6 +441,9 @@ func normalize(c *Config) *Config {
 	if len(cp.Listen.NAT) == 0 {
 		cp.Listen.NAT = nil
 	}
+	if len(cp.FileInput.Paths) == 0 {
+		cp.FileInput.Paths = nil
+	}
 	return &cp
 }
 

@@ -41,7 +41,7 @@ func (c *Config) Validate() error {
 			p.add("listen.nat", fmt.Sprintf("value %q for %q is not an IP address", to, from))
 		}
 	}
-	if c.Listen.UDP == "" && !c.AMQPInput.Enabled {
+	if c.Listen.UDP == "" && !c.AMQPInput.Enabled && len(c.FileInput.Paths) == 0 {
 		p.add("listen.udp", "empty and amqp_input.enabled is false: there is no input")
 	}
 

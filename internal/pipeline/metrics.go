@@ -126,7 +126,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(descRecords, s.Records[i], kind, reason)
 	}
-	invalid := s.InvalidEvents + c.p.invalidEvents.Load()
+	invalid := s.InvalidEvents
 	counter(descEvents, s.Events-min(invalid, s.Events), "true")
 	counter(descEvents, invalid, "false")
 	counter(descRestarts, s.Restarts)

@@ -78,6 +78,10 @@ type Options struct {
 	// DNSMaxWait is how long a commit waits for reverse-DNS names before
 	// records go out with the address.
 	DNSMaxWait time.Duration
+	// CommitPackets bounds the packets between two commits: a commit
+	// happens after that many even before FlushInterval, so a burst (or a
+	// replay, which reads as fast as it can) keeps a small working set.
+	CommitPackets int
 	// Queue is the number of batches buffered per shard.
 	Queue int
 	// Correlate configures the correlator shards.
@@ -88,7 +92,18 @@ type Options struct {
 	// (end_of_input) when the input ends, instead of checkpointing it. Replay
 	// sets it; the daemon keeps state across restarts instead.
 	FlushOnExit bool
+	// InputClock makes time follow the input instead of the wall clock, for
+	// captures read from files: the correlator's timeouts run on the
+	// packets' Received times, at the first batch that reaches each second
+	// of input time, so the same capture gives the same records however
+	// fast it is read and whatever the commit timing. Commits still happen
+	// every FlushInterval of wall time.
+	InputClock bool
 }
+
+// inputTick is the step of input time at which an InputClock pipeline
+// expires state (the correlator's TTLs are whole seconds).
+const inputTick = time.Second
 
 // DefaultOptions returns the daemon's defaults.
 func DefaultOptions() Options {
@@ -96,7 +111,8 @@ func DefaultOptions() Options {
 		Shards:             runtime.GOMAXPROCS(0),
 		FlushInterval:      200 * time.Millisecond,
 		CheckpointInterval: 2 * time.Second,
-		DNSMaxWait:         250 * time.Millisecond,
+		DNSMaxWait:         200 * time.Millisecond,
+		CommitPackets:      8192,
 		Queue:              64,
 		Correlate:          correlate.DefaultConfig(),
 		StateKey:           "correlate",
@@ -141,6 +157,9 @@ func New(ctx context.Context, opts Options, st Store, namer Namer, log *slog.Log
 	}
 	if opts.Queue <= 0 {
 		opts.Queue = DefaultOptions().Queue
+	}
+	if opts.CommitPackets <= 0 {
+		opts.CommitPackets = DefaultOptions().CommitPackets
 	}
 	p := &Pipeline{opts: opts, store: st, namer: namer, log: log, free: make(chan barrierBuffers, 2)}
 	p.shards = make([]*shard, opts.Shards)
@@ -205,13 +224,15 @@ func (p *Pipeline) Stats() correlate.Stats {
 	for i := range p.stats {
 		sum.Add(&p.stats[i])
 	}
+	sum.InvalidEvents += p.invalidEvents.Load()
 	return sum
 }
 
-// shardMsg is a batch to apply, or (batch nil) a barrier.
+// shardMsg is a batch to apply, a barrier, or (both nil) an expiry at tick.
 type shardMsg struct {
 	batch   *tracked
 	barrier *barrier
+	tick    time.Time
 }
 
 // tracked is a batch with a count of shards still applying it.
@@ -229,6 +250,7 @@ func (t *tracked) done() {
 // barrier collects the shards' output at a commit point.
 type barrier struct {
 	now        time.Time
+	tick       bool // expire state at now (correlate.Shard.Tick)
 	checkpoint bool
 	flush      bool // end of input: flush open files as partial records
 	wg         sync.WaitGroup
@@ -261,6 +283,10 @@ func (s *shard) run(p *Pipeline) {
 			msg.batch.done()
 			continue
 		}
+		if msg.barrier == nil {
+			s.c.Tick(msg.tick)
+			continue
+		}
 		s.answer(p, msg.barrier)
 	}
 }
@@ -269,7 +295,7 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 	defer br.wg.Done()
 	if br.flush {
 		s.c.Flush(br.now)
-	} else {
+	} else if br.tick {
 		s.c.Tick(br.now)
 	}
 	var state []byte
@@ -356,11 +382,16 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *source.Batch) error {
 	defer ticker.Stop()
 	perCheckpoint := int((p.opts.CheckpointInterval + p.opts.FlushInterval - 1) / p.opts.FlushInterval)
 	ticks := 0
+	pending := 0 // packets dispatched since the last commit
+	// inputNow is the latest Received time dispatched, nextTick the input
+	// time of the next expiry (InputClock only).
+	var inputNow, nextTick time.Time
 	var acks []func() error
 	var err error
 	p.ready.Store(true)
 
 	send := func(br *barrier) {
+		pending = 0
 		br.states = make(map[int][]byte)
 		br.wg.Add(len(p.shards))
 		for _, s := range p.shards {
@@ -390,16 +421,34 @@ loop:
 			if b.Ack != nil {
 				acks = append(acks, b.Ack)
 			}
+			if p.opts.InputClock {
+				inputNow = latest(b, inputNow)
+				if !inputNow.Before(nextTick) {
+					// In every shard's queue after the batch: the same
+					// input expires the same state at the same point.
+					nextTick = inputNow.Truncate(inputTick).Add(inputTick)
+					for _, s := range p.shards {
+						s.in <- shardMsg{tick: inputNow}
+					}
+				}
+			}
+			if pending += len(b.Packets); pending >= p.opts.CommitPackets {
+				send(p.commitBarrier(time.Now(), false, inputNow))
+			}
 		case now := <-ticker.C:
 			ticks++
-			send(&barrier{now: now, checkpoint: p.opts.StateKey != "" && ticks%perCheckpoint == 0})
+			send(p.commitBarrier(now, p.opts.StateKey != "" && ticks%perCheckpoint == 0, inputNow))
 		case err = <-writerErr:
 		}
 	}
 	if err == nil {
 		// Input ended: one last commit, with a checkpoint (daemon) or a flush
 		// of everything still open (replay).
-		send(&barrier{now: time.Now(), checkpoint: p.opts.StateKey != "" && !p.opts.FlushOnExit, flush: p.opts.FlushOnExit})
+		now := time.Now()
+		if p.opts.InputClock && !inputNow.IsZero() {
+			now = inputNow
+		}
+		send(&barrier{now: now, tick: true, checkpoint: p.opts.StateKey != "" && !p.opts.FlushOnExit, flush: p.opts.FlushOnExit})
 	}
 	for _, s := range p.shards {
 		close(s.in)
@@ -411,6 +460,26 @@ loop:
 	}
 	p.ready.Store(false)
 	return err
+}
+
+// commitBarrier returns the barrier of a commit at wall time now. It
+// expires state at now, unless time follows the input: then expiry happens
+// at input ticks, and the barrier only collects what the shards made.
+func (p *Pipeline) commitBarrier(now time.Time, checkpoint bool, inputNow time.Time) *barrier {
+	if p.opts.InputClock {
+		return &barrier{now: inputNow, checkpoint: checkpoint}
+	}
+	return &barrier{now: now, tick: true, checkpoint: checkpoint}
+}
+
+// latest returns the latest of t and the Received times of b's packets.
+func latest(b *source.Batch, t time.Time) time.Time {
+	for i := range b.Packets {
+		if r := b.Packets[i].Received; r.After(t) {
+			t = r
+		}
+	}
+	return t
 }
 
 // writer commits barriers in order until commits is closed.

@@ -441,3 +441,58 @@ func TestUnreadableCheckpointRefusesStart(t *testing.T) {
 		t.Fatalf("corrupt checkpoint: New = %v, want an error", err)
 	}
 }
+
+// TestInputClock: with time following the input, a file of a capture
+// times out when the capture's clock passes its TTL (not the wall clock,
+// which would expire every file of an old capture at once), and a
+// capture whose clock never passes it keeps the file open.
+func TestInputClock(t *testing.T) {
+	captured := time.Unix(1700000000, 0)
+	for _, tc := range []struct {
+		name  string
+		later time.Duration // when the capture's last packet came
+		want  record.Reason
+	}{
+		{"within the TTL", time.Hour, record.EndOfInput},
+		{"past the TTL", 25 * time.Hour, record.Timeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &fakeStore{}
+			o := testOptions()
+			o.InputClock, o.FlushOnExit, o.StateKey = true, true, ""
+			p, err := New(context.Background(), o, st, nil, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var freed int32
+			var seq, fseq uint8
+			in := make(chan *source.Batch, 2)
+			b := batchOf("192.0.2.6:1094", transfer(1700000000, &seq, &fseq, 40, 41, false), nil, &freed, &mu)
+			for i := range b.Packets {
+				b.Packets[i].Received = captured
+			}
+			in <- b
+			// Another server's packet, tc.later in the capture.
+			var seq2, fseq2 uint8
+			b2 := batchOf("192.0.2.7:1094", transfer(1700000000, &seq2, &fseq2, 50, 51, true), nil, &freed, &mu)
+			for i := range b2.Packets {
+				b2.Packets[i].Received = captured.Add(tc.later)
+			}
+			in <- b2
+			close(in)
+			if err := p.Run(context.Background(), in); err != nil {
+				t.Fatal(err)
+			}
+			var got []record.Reason
+			for _, r := range st.recs {
+				if r.ServerIP == "192.0.2.6" {
+					got = append(got, r.Reason)
+				}
+			}
+			if len(got) != 1 || got[0] != tc.want {
+				t.Fatalf("open file of the first server: %v, want [%s]", got, tc.want)
+			}
+		})
+	}
+}

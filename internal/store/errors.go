@@ -6,6 +6,11 @@ import (
 	"github.com/mattn/go-sqlite3"
 )
 
+// ErrPermanent marks an error of another Append implementation (a writer
+// that cannot write) as permanent: Permanent reports true for any error
+// wrapping it.
+var ErrPermanent = errors.New("permanent failure")
+
 // Permanent reports whether an error of Append or PutState will come back if
 // the same call is retried: the data or the database is at fault, not the
 // moment. A caller must not retry such a call forever.
@@ -22,7 +27,7 @@ func Permanent(err error) bool {
 	if errors.Is(err, ErrFull) {
 		return false
 	}
-	if errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) {
+	if errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) || errors.Is(err, ErrPermanent) {
 		return true
 	}
 	var se sqlite3.Error
