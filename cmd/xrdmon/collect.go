@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/xrdmon/xrdmon/internal/config"
-	"github.com/xrdmon/xrdmon/internal/correlate"
 	"github.com/xrdmon/xrdmon/internal/dnscache"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
 	"github.com/xrdmon/xrdmon/internal/source"
@@ -88,7 +86,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		Name: "xrdmon_build_info", Help: "Build information; the value is 1.", ConstLabels: prometheus.Labels{"version": versionString()},
 	}, func() float64 { return 1 }))
 
-	st, err := store.Open(storeOptions(cfg.Store), log.With("component", "store"), reg)
+	st, err := store.Open(cfg.Store.Options(), log.With("component", "store"), reg)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -101,20 +99,13 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	var namer pipeline.Namer
 	var dns *dnscache.Cache
 	if cfg.DNS.Enabled {
-		dns = dnscache.New(dnscache.Options{
-			TTL: cfg.DNS.TTL.D(), NegativeTTL: cfg.DNS.NegativeTTL.D(), Size: cfg.DNS.CacheSize,
-			Workers: cfg.DNS.Workers, QueueSize: cfg.DNS.QueueSize, Timeout: cfg.DNS.Timeout.D(),
-			Server: cfg.DNS.Server,
-		}, log.With("component", "dns"), reg)
+		dns = dnscache.New(cfg.DNS.Options(), log.With("component", "dns"), reg)
 		namer = dns
 	}
 
-	popts := pipeline.DefaultOptions()
-	popts.Shards = cfg.Correlate.ShardCount()
-	popts.DNSMaxWait = cfg.DNS.MaxWait.D()
-	popts.CheckpointInterval = cfg.Correlate.Checkpoint(cfg.AMQPInput.Enabled)
-	popts.Correlate = correlateConfig(cfg.Correlate, popts.Shards)
 	importing := len(cfg.FileInput.Paths) > 0
+	popts := cfg.Correlate.Options(cfg.AMQPInput.Enabled && !importing)
+	popts.DNSMaxWait = cfg.DNS.MaxWait.D()
 	popts.InputClock = importing
 	popts.FlushOnExit = importing && cfg.FileInput.Flush
 	pipe, err := pipeline.New(ctx, popts, st, namer, log.With("component", "pipeline"), reg)
@@ -125,9 +116,9 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	// Sources are created (and bound) now, so a bad address fails the start.
 	var sources []component
 	if importing {
-		fcfg := file.DefaultConfig()
+		fcfg := file.DefaultOptions()
 		fcfg.Paths = cfg.FileInput.Paths
-		fcfg.Filter = filterConfig(cfg.Listen)
+		fcfg.Filter = cfg.Listen.Filter()
 		f, err := file.New(fcfg, log.With("component", "file_input"), reg)
 		if err != nil {
 			return fmt.Errorf("file input: %w", err)
@@ -136,20 +127,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		sources = append(sources, component{"file_input", f.Run})
 	}
 	if cfg.Listen.UDP != "" && !importing {
-		ucfg := udp.DefaultConfig()
-		ucfg.Addr = cfg.Listen.UDP
-		ucfg.Readers = cfg.Listen.ReaderCount()
-		// Several readers on one shared socket split a server's datagrams
-		// between concurrent recvmmsg calls, so they reach the correlator
-		// out of order; past the reorder window that is counted as loss
-		// (xrdmon bench: 0.6% false sequence gaps at 25,000 packets/s with
-		// 2 readers). With a socket per reader (SO_REUSEPORT) the kernel
-		// keeps each sender on one socket, hence in order.
-		ucfg.ReusePort = ucfg.Readers > 1
-		ucfg.BatchMessages = cfg.Listen.BatchSize
-		ucfg.ReceiveBuffer = int(cfg.Listen.RcvBuf)
-		ucfg.Filter = filterConfig(cfg.Listen)
-		u, err := udp.New(ucfg, log.With("component", "udp"), reg)
+		u, err := udp.New(cfg.Listen.Options(), log.With("component", "udp"), reg)
 		if err != nil {
 			return fmt.Errorf("listen udp: %w", err)
 		}
@@ -158,13 +136,8 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		sources = append(sources, component{"udp", func(ctx context.Context, out chan<- *source.Batch) error { return u.Run(ctx, out) }})
 	}
 	if cfg.AMQPInput.Enabled && !importing {
-		a := cfg.AMQPInput
-		acfg := amqpsrc.Config{
-			URL: a.URL, TokenFile: a.TokenFile, Queue: a.Queue, Exchange: a.Exchange,
-			RoutingKey: a.BindingKey, Prefetch: a.Prefetch,
-			TLS:    amqpsrc.TLSConfig{CAFile: a.TLS.CA, CertFile: a.TLS.Cert, KeyFile: a.TLS.Key, InsecureSkipVerify: a.TLS.Insecure},
-			Filter: filterConfig(cfg.Listen),
-		}
+		acfg := cfg.AMQPInput
+		acfg.Filter = cfg.Listen.Filter()
 		src, err := amqpsrc.New(acfg, log.With("component", "amqp_input"), reg)
 		if err != nil {
 			return fmt.Errorf("amqp input: %w", err)
@@ -175,11 +148,8 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		return errNoInput
 	}
 
-	srv := web.New(cfg.HTTP.Address, reg, log.With("component", "web"))
+	srv := web.New(cfg.HTTP, reg, log.With("component", "web"))
 	srv.AddCheck("pipeline", pipe.Ready)
-	if cfg.HTTP.PProf {
-		srv.EnableProfiling()
-	}
 	if cfg.HTTP.Address != "" {
 		addr, err := srv.Listen()
 		if err != nil {
@@ -281,7 +251,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	}()
 
 	start := time.Now()
-	log.Info("Collector running", "shards", popts.Shards, "store", storeOptions(cfg.Store).Path, "outputs", len(outputs))
+	log.Info("Collector running", "shards", popts.Shards, "store", cfg.Store.Options().Path, "outputs", len(outputs))
 	if err := pipe.Run(runCtx, batches); err != nil {
 		fail(fmt.Errorf("pipeline: %w", err))
 	}
@@ -316,50 +286,3 @@ type output struct {
 }
 
 var errNoInput = errors.New("no input configured: set listen.udp, amqp_input.enabled or file_input.paths")
-
-func storeOptions(c config.Store) store.Options {
-	o := store.DefaultOptions()
-	o.Path = filepath.Join(c.Path, "xrdmon.db")
-	o.Retention = c.Retention.D()
-	o.MaxBytes = int64(c.MaxBytes)
-	return o
-}
-
-func filterConfig(l config.Listen) source.FilterConfig {
-	fc := source.FilterConfig{Allow: l.Allow}
-	for k, v := range l.NAT {
-		if k == "all" {
-			fc.MapAll = v
-			continue
-		}
-		if fc.Map == nil {
-			fc.Map = make(map[string]string)
-		}
-		fc.Map[k] = v
-	}
-	return fc
-}
-
-// correlateConfig maps the configured bounds onto each of n shards: the
-// total bounds are split evenly, the per-server bounds apply as they are
-// (one server lives on one shard).
-func correlateConfig(c config.Correlate, n int) correlate.Config {
-	cc := correlate.DefaultConfig()
-	cc.OpenTTL = c.OpenFileTTL.D()
-	if c.MaxStateBytes > 0 {
-		cc.MaxStateBytes = max(int64(c.MaxStateBytes)/int64(max(n, 1)), 1<<20)
-	}
-	if c.MaxServersPerAddress > 0 {
-		cc.MaxServersPerAddr = c.MaxServersPerAddress
-	}
-	if c.MaxEntries > 0 {
-		per := max(c.MaxEntries/max(n, 1), 1)
-		cc.MaxOpenFiles, cc.MaxSessions = per, per
-		cc.MaxPending = max(per/5, 1)
-	}
-	if c.MaxEntriesPerServer > 0 {
-		cc.MaxOpenFilesPerServer = min(c.MaxEntriesPerServer, cc.MaxOpenFiles)
-		cc.MaxSessionsPerServer = min(c.MaxEntriesPerServer, cc.MaxSessions)
-	}
-	return cc
-}

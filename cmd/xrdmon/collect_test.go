@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"reflect"
+	"slices"
 
 	"os"
 	"path/filepath"
@@ -23,12 +25,14 @@ import (
 
 	"github.com/miekg/dns"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/packet"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/source/sourcetest"
 	"github.com/xrdmon/xrdmon/internal/store"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // session builds the datagrams of one XRootD server with n client sessions,
@@ -198,7 +202,7 @@ func (d *daemon) stop(t *testing.T) error {
 func (d *daemon) records(t *testing.T) []record.Record {
 	t.Helper()
 	o := store.DefaultOptions()
-	o.Path = storeOptions(d.cfg.Store).Path
+	o.Path = d.cfg.Store.Options().Path
 	st, err := store.Open(o, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -518,7 +522,7 @@ func TestCollectReverseDNS(t *testing.T) {
 	d := startDaemon(t, func(c *config.Config) {
 		c.DNS.Enabled = true
 		c.DNS.Server = resolver
-		c.DNS.MaxWait = config.Duration(2 * time.Second)
+		c.DNS.MaxWait = units.Duration(2 * time.Second)
 	})
 	s := &session{stod: 1700000000, sid: 808}
 	sid := strconv.FormatUint(s.sid, 10)
@@ -617,5 +621,51 @@ func TestMetricsDocumented(t *testing.T) {
 		if !bytes.Contains(doc, []byte("`"+string(n[1])+"`")) {
 			t.Errorf("metric %s is not in docs/metrics.md", n[1])
 		}
+	}
+}
+
+// TestPrintConfigIsDefault: `collect --print-config` with nothing set
+// prints the defaults (every section its component's DefaultConfig), and
+// xrdmon.example.yaml loads to the same (internal/config TestExample).
+func TestPrintConfigIsDefault(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"collect", "--print-config"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	got, err := config.Parse(out.Bytes())
+	if err != nil {
+		t.Fatalf("parse --print-config output: %v\n%s", err, out.String())
+	}
+	// Every key is printed (Parse alone would fill missing ones from the
+	// defaults).
+	var tree map[string]any
+	if err := yaml.Unmarshal(out.Bytes(), &tree); err != nil {
+		t.Fatal(err)
+	}
+	var leaves func(prefix string, m map[string]any) []string
+	leaves = func(prefix string, m map[string]any) []string {
+		var ks []string
+		for k, v := range m {
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 {
+				ks = append(ks, leaves(prefix+k+".", sub)...)
+			} else {
+				ks = append(ks, prefix+k)
+			}
+		}
+		return ks
+	}
+	printed := leaves("", tree)
+	slices.Sort(printed)
+	keys := config.Keys()
+	slices.Sort(keys)
+	if !slices.Equal(printed, keys) {
+		t.Errorf("--print-config prints keys\n%v\nwant\n%v", printed, keys)
+	}
+	want := config.Default()
+	got.Listen.Allow, want.Listen.Allow = nil, nil
+	got.Listen.NAT, want.Listen.NAT = nil, nil
+	got.FileInput.Paths, want.FileInput.Paths = nil, nil
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("--print-config differs from the defaults:\n%s", out.String())
 	}
 }

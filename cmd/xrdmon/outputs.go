@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 
@@ -13,30 +14,51 @@ import (
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
-// newOutputs builds the configured sinks. Each reads the store's log from
-// its own cursor, so it can stop, fall behind or fail without losing data.
+// outputKinds lists the sinks: each builds from its own configuration
+// section and reads the store's log from its own cursor, so it can stop,
+// fall behind or fail without losing data.
+var outputKinds = []struct {
+	name    string
+	enabled func(*config.Outputs) bool
+	build   func(*config.Outputs, *store.Store, *slog.Logger, prometheus.Registerer) (func(context.Context) error, error)
+}{
+	{"amqp", func(o *config.Outputs) bool { return o.AMQP.Enabled },
+		func(o *config.Outputs, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (func(context.Context) error, error) {
+			s, err := amqpsink.New(o.AMQP, st, log, reg)
+			return runOf(s, err)
+		}},
+	{"postgres", func(o *config.Outputs) bool { return o.Postgres.Enabled },
+		func(o *config.Outputs, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (func(context.Context) error, error) {
+			s, err := postgres.New(o.Postgres, st, log, reg)
+			return runOf(s, err)
+		}},
+	{"jsonl", func(o *config.Outputs) bool { return o.JSONL.Enabled },
+		func(o *config.Outputs, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (func(context.Context) error, error) {
+			s, err := jsonl.New(o.JSONL, st, log, reg)
+			return runOf(s, err)
+		}},
+}
+
+// runOf returns the Run method of a sink just built.
+func runOf[S interface{ Run(context.Context) error }](s S, err error) (func(context.Context) error, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s.Run, nil
+}
+
+// newOutputs builds the configured sinks.
 func newOutputs(cfg *config.Config, st *store.Store, log *slog.Logger, reg prometheus.Registerer) ([]output, error) {
 	var outs []output
-	if cfg.Outputs.AMQP.Enabled {
-		s, err := amqpsink.New(cfg.Outputs.AMQP, st, log.With("component", "amqp_output"), reg)
-		if err != nil {
-			return nil, fmt.Errorf("amqp output: %w", err)
+	for _, k := range outputKinds {
+		if !k.enabled(&cfg.Outputs) {
+			continue
 		}
-		outs = append(outs, output{"amqp", s.Run})
-	}
-	if cfg.Outputs.Postgres.Enabled {
-		s, err := postgres.New(cfg.Outputs.Postgres, st, log.With("component", "postgres_output"), reg)
+		run, err := k.build(&cfg.Outputs, st, log.With("component", k.name+"_output"), reg)
 		if err != nil {
-			return nil, fmt.Errorf("postgres output: %w", err)
+			return nil, fmt.Errorf("%s output: %w", k.name, err)
 		}
-		outs = append(outs, output{"postgres", s.Run})
-	}
-	if cfg.Outputs.JSONL.Enabled {
-		s, err := jsonl.New(cfg.Outputs.JSONL.Path, st, log.With("component", "jsonl_output"), reg)
-		if err != nil {
-			return nil, fmt.Errorf("jsonl output: %w", err)
-		}
-		outs = append(outs, output{"jsonl", s.Run})
+		outs = append(outs, output{k.name, run})
 	}
 	return outs, nil
 }

@@ -87,7 +87,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		ew = f
 	}
 
-	fcfg := file.DefaultConfig()
+	fcfg := file.DefaultOptions()
 	fcfg.Paths = fs.Args()
 	src, err := file.New(fcfg, nil, nil)
 	if err != nil {
@@ -115,7 +115,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func replayPipeline(ctx context.Context, out pipeline.Store) (*pipeline.Pipeline, error) {
 	o := pipeline.DefaultOptions()
 	o.Shards = 1
-	o.Correlate = correlateConfig(config.Default().Correlate, o.Shards)
+	o.Correlate = config.Default().Correlate.Correlate(o.Shards)
 	o.StateKey = ""
 	o.FlushOnExit = true
 	o.InputClock = true

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/xrdmon/xrdmon/internal/units"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -58,6 +59,10 @@ func collectFields() []field {
 				key = prefix + "." + name
 			}
 			idx := append(append([]int(nil), index...), i)
+			if inline(sf) { // its keys are the parent's
+				walk(sf.Type, prefix, idx)
+				continue
+			}
 			if sf.Type.Kind() == reflect.Struct {
 				walk(sf.Type, key, idx)
 				continue
@@ -73,6 +78,13 @@ func collectFields() []field {
 	}
 	walk(reflect.TypeFor[Config](), "", nil)
 	return out
+}
+
+// inline reports whether sf is an embedded struct whose keys are its
+// parent's (yaml:",inline").
+func inline(sf reflect.StructField) bool {
+	_, opts, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+	return sf.Anonymous && sf.Type.Kind() == reflect.Struct && strings.Contains(opts, "inline")
 }
 
 func yamlName(sf reflect.StructField) string {
@@ -271,21 +283,21 @@ func (c *Config) setKey(key, s string) error {
 }
 
 var (
-	durationType = reflect.TypeFor[Duration]()
-	byteSizeType = reflect.TypeFor[ByteSize]()
+	durationType = reflect.TypeFor[units.Duration]()
+	byteSizeType = reflect.TypeFor[units.ByteSize]()
 )
 
 func setFromString(v reflect.Value, s string) error {
 	switch v.Type() {
 	case durationType:
-		d, err := ParseDuration(s)
+		d, err := units.ParseDuration(s)
 		if err != nil {
 			return err
 		}
 		v.SetInt(int64(d))
 		return nil
 	case byteSizeType:
-		b, err := ParseByteSize(s)
+		b, err := units.ParseByteSize(s)
 		if err != nil {
 			return err
 		}
@@ -343,9 +355,9 @@ func setFromString(v reflect.Value, s string) error {
 func formatValue(v reflect.Value) string {
 	switch v.Type() {
 	case durationType:
-		return Duration(v.Int()).String()
+		return units.Duration(v.Int()).String()
 	case byteSizeType:
-		return ByteSize(v.Int()).String()
+		return units.ByteSize(v.Int()).String()
 	}
 	switch v.Kind() {
 	case reflect.Slice:
@@ -422,13 +434,20 @@ func decodeNode(n *yaml.Node, v reflect.Value, prefix string, problems *[]string
 		*problems = append(*problems, where(prefix, n.Line)+": expected a mapping of keys")
 		return
 	}
-	t := v.Type()
-	byName := make(map[string]int, t.NumField())
-	for i := 0; i < t.NumField(); i++ {
-		if name := yamlName(t.Field(i)); name != "" {
-			byName[name] = i
+	byName := make(map[string][]int)
+	var names func(t reflect.Type, index []int)
+	names = func(t reflect.Type, index []int) {
+		for i := 0; i < t.NumField(); i++ {
+			sf := t.Field(i)
+			idx := append(append([]int(nil), index...), i)
+			if inline(sf) {
+				names(sf.Type, idx)
+			} else if name := yamlName(sf); name != "" {
+				byName[name] = idx
+			}
 		}
 	}
+	names(v.Type(), nil)
 	seen := make(map[string]bool, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		kn, vn := n.Content[i], n.Content[i+1]
@@ -447,7 +466,7 @@ func decodeNode(n *yaml.Node, v reflect.Value, prefix string, problems *[]string
 			*problems = append(*problems, where(full, kn.Line)+": unknown key"+suggest(key, byName))
 			continue
 		}
-		decodeNode(vn, v.Field(idx), full, problems)
+		decodeNode(vn, v.FieldByIndex(idx), full, problems)
 	}
 }
 
@@ -469,7 +488,7 @@ func cleanYAMLError(err error) string {
 }
 
 // suggest returns a hint naming the closest known key, if one is close.
-func suggest(key string, known map[string]int) string {
+func suggest(key string, known map[string][]int) string {
 	best, bestD := "", 3
 	for k := range known {
 		if d := editDistance(key, k); d < bestD || (d == bestD && best != "" && k < best) {

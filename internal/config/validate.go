@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -23,7 +24,7 @@ func (c *Config) Validate() error {
 	if c.Listen.UDP != "" {
 		p.hostPort("listen.udp", c.Listen.UDP)
 	}
-	p.check(c.Listen.Readers >= 0, "listen.readers", "must be >= 0 (0 means GOMAXPROCS)")
+	p.check(c.Listen.Readers >= 0, "listen.readers", "must be >= 0 (0 means GOMAXPROCS, at most 4)")
 	p.check(c.Listen.BatchSize >= 1 && c.Listen.BatchSize <= 1024, "listen.batch_size", "must be between 1 and 1024")
 	p.check(c.Listen.RcvBuf > 0, "listen.rcvbuf", "must be > 0")
 	for i, a := range c.Listen.Allow {
@@ -175,7 +176,7 @@ func (p *problems) amqpURL(key, raw string, required bool) {
 	}
 }
 
-func (p *problems) tls(key string, t TLS) {
+func (p *problems) tls(key string, t amqpconn.TLS) {
 	if (t.Cert == "") != (t.Key == "") {
 		p.add(key, "cert and key must be given together")
 	}
@@ -195,41 +196,6 @@ func parsePrefix(s string) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("%q is not an address or CIDR prefix", s)
 	}
 	return netip.PrefixFrom(a, a.BitLen()), nil
-}
-
-// AllowPrefixes returns listen.allow parsed. An empty result means every
-// sender is accepted. Call it on a validated Config.
-func (l Listen) AllowPrefixes() []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range l.Allow {
-		if pfx, err := parsePrefix(s); err == nil {
-			out = append(out, pfx)
-		}
-	}
-	return out
-}
-
-// NATMap returns listen.nat parsed. The key "all" becomes the invalid
-// (zero) netip.Addr, meaning every sender. Call it on a validated Config.
-func (l Listen) NATMap() map[netip.Addr]netip.Addr {
-	if len(l.NAT) == 0 {
-		return nil
-	}
-	out := make(map[netip.Addr]netip.Addr, len(l.NAT))
-	for from, to := range l.NAT {
-		t, err := netip.ParseAddr(to)
-		if err != nil {
-			continue
-		}
-		var f netip.Addr
-		if from != "all" {
-			if f, err = netip.ParseAddr(from); err != nil {
-				continue
-			}
-		}
-		out[f] = t
-	}
-	return out
 }
 
 // YAML returns the configuration as YAML, for --print-config. Passwords in

@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // Resolver does reverse lookups. *net.Resolver implements it.
@@ -46,14 +47,44 @@ type Options struct {
 }
 
 // DefaultOptions returns the defaults, which match the config package's.
-func DefaultOptions() Options {
-	return Options{
-		TTL:         24 * time.Hour,
-		NegativeTTL: time.Hour,
-		Size:        100_000,
+func DefaultOptions() Options { return DefaultConfig().Options() }
+
+// Config configures reverse DNS: the dns section of the configuration.
+// Lookups run in the background and never block the packet path.
+type Config struct {
+	Enabled     bool           `yaml:"enabled" help:"resolve server and client addresses to host names"`
+	TTL         units.Duration `yaml:"ttl" help:"how long a resolved name is kept"`
+	NegativeTTL units.Duration `yaml:"negative_ttl" help:"how long a failed lookup (no name, timeout) is kept before retrying"`
+	CacheSize   int            `yaml:"cache_size" help:"addresses kept in the cache (least recently used are evicted)"`
+	Workers     int            `yaml:"workers" help:"concurrent lookups"`
+	QueueSize   int            `yaml:"queue_size" help:"lookups waiting for a worker; more are dropped and counted"`
+	Timeout     units.Duration `yaml:"timeout" help:"time limit of one lookup"`
+	// MaxWait is used by the pipeline: how long a commit waits for names.
+	MaxWait units.Duration `yaml:"max_wait" help:"how long a record waits for a name before it is written with the address"`
+	Server  string         `yaml:"server" help:"DNS server host:port to query instead of the system's resolvers"`
+}
+
+// DefaultConfig returns the defaults: enabled, names kept a day, failures
+// an hour, 100,000 addresses, 8 lookups at once, 5 s per lookup, records
+// waiting at most 200 ms for a name.
+func DefaultConfig() Config {
+	return Config{
+		Enabled:     true,
+		TTL:         units.Duration(24 * time.Hour),
+		NegativeTTL: units.Duration(time.Hour),
+		CacheSize:   100_000,
 		Workers:     8,
 		QueueSize:   4096,
-		Timeout:     5 * time.Second,
+		Timeout:     units.Duration(5 * time.Second),
+		MaxWait:     units.Duration(200 * time.Millisecond),
+	}
+}
+
+// Options returns the cache's options for c.
+func (c Config) Options() Options {
+	return Options{
+		TTL: c.TTL.D(), NegativeTTL: c.NegativeTTL.D(), Size: c.CacheSize,
+		Workers: c.Workers, QueueSize: c.QueueSize, Timeout: c.Timeout.D(), Server: c.Server,
 	}
 }
 

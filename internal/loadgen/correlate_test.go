@@ -19,7 +19,7 @@ import (
 // packet's time, and return the records and events.
 func replayCapture(t *testing.T, path string) ([]record.Record, []record.Event) {
 	t.Helper()
-	src, err := file.New(file.Config{Paths: []string{path}, BatchSize: 512}, nil, nil)
+	src, err := file.New(file.Options{Paths: []string{path}, BatchSize: 512}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

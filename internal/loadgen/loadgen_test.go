@@ -456,7 +456,7 @@ func TestHotPathAllocs(t *testing.T) {
 // readCapture reads a capture file with the replay source.
 func readCapture(t *testing.T, path string) []source.Packet {
 	t.Helper()
-	src, err := file.New(file.Config{Paths: []string{path}}, nil, nil)
+	src, err := file.New(file.Options{Paths: []string{path}}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

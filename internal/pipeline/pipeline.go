@@ -37,7 +37,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +45,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/backoff"
 	"github.com/xrdmon/xrdmon/internal/correlate"
+	"github.com/xrdmon/xrdmon/internal/dnscache"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/source"
 	"github.com/xrdmon/xrdmon/internal/store"
@@ -108,10 +108,10 @@ const inputTick = time.Second
 // DefaultOptions returns the daemon's defaults.
 func DefaultOptions() Options {
 	return Options{
-		Shards:             runtime.GOMAXPROCS(0),
+		Shards:             shardCount(),
 		FlushInterval:      200 * time.Millisecond,
 		CheckpointInterval: 2 * time.Second,
-		DNSMaxWait:         200 * time.Millisecond,
+		DNSMaxWait:         dnscache.DefaultConfig().MaxWait.D(),
 		CommitPackets:      8192,
 		Queue:              64,
 		Correlate:          correlate.DefaultConfig(),
@@ -147,7 +147,7 @@ func New(ctx context.Context, opts Options, st Store, namer Namer, log *slog.Log
 		log = slog.New(slog.DiscardHandler)
 	}
 	if opts.Shards <= 0 {
-		opts.Shards = runtime.GOMAXPROCS(0)
+		opts.Shards = shardCount()
 	}
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = DefaultOptions().FlushInterval

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // Sync levels for Options.Synchronous.
@@ -57,6 +58,32 @@ var (
 	// ErrClosed is returned by methods called after Close.
 	ErrClosed = errors.New("store closed")
 )
+
+// Config configures the store: the store section of the configuration.
+// Options adds the engine's knobs.
+type Config struct {
+	Path      string         `yaml:"path" help:"directory holding the store's files"`
+	Retention units.Duration `yaml:"retention" help:"records older than this are deleted; 0 keeps them forever"`
+	MaxBytes  units.ByteSize `yaml:"max_bytes" help:"the oldest records are deleted to stay under this size; 0 means no size limit"`
+}
+
+// DBFile is the name of the database file in Config.Path.
+const DBFile = "xrdmon.db"
+
+// DefaultConfig returns the defaults: ./xrdmon-data, records kept 90 days,
+// no size bound.
+func DefaultConfig() Config {
+	return Config{Path: "./xrdmon-data", Retention: units.Duration(90 * 24 * time.Hour)}
+}
+
+// Options returns DefaultOptions with c's directory, retention and bound.
+func (c Config) Options() Options {
+	o := DefaultOptions()
+	o.Path = filepath.Join(c.Path, DBFile)
+	o.Retention = c.Retention.D()
+	o.MaxBytes = int64(c.MaxBytes)
+	return o
+}
 
 // Options configure a Store. Start from DefaultOptions.
 type Options struct {
@@ -103,14 +130,15 @@ type Options struct {
 	CheckpointPages int
 }
 
-// DefaultOptions returns the defaults: 30 days retention, checked every
-// minute, 10 GiB bound, batches of 1000, synchronous=FULL.
+// DefaultOptions returns the defaults: DefaultConfig's retention and
+// bound, checked every minute, batches of 1000, synchronous=FULL.
 func DefaultOptions() Options {
+	c := DefaultConfig()
 	return Options{
-		Path:              "xrdmon.db",
-		Retention:         30 * 24 * time.Hour,
+		Path:              DBFile,
+		Retention:         c.Retention.D(),
 		RetentionInterval: time.Minute,
-		MaxBytes:          10 << 30,
+		MaxBytes:          int64(c.MaxBytes),
 		BatchSize:         1000,
 		Synchronous:       SyncFull,
 		BusyTimeout:       10 * time.Second,

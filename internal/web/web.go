@@ -48,11 +48,26 @@ type Server struct {
 	requests *prometheus.CounterVec
 }
 
-// New returns a server for addr (host:port; port 0 picks a free port). It
+// Config configures the HTTP server: the http section of the
+// configuration.
+type Config struct {
+	Address string `yaml:"address" help:"HTTP listen address for metrics and health; loopback by default; empty disables it"`
+	PProf   bool   `yaml:"pprof" help:"serve Go profiles on /debug/pprof/ (only with a loopback http.address: profiles show memory contents)"`
+}
+
+// DefaultPort is the HTTP port: clear of XRootD's 9930 (detailed) and 9931
+// (summary) monitoring ports and of the shoveler's 9993.
+const DefaultPort = "9939"
+
+// DefaultConfig returns the defaults: loopback only, no profiles.
+func DefaultConfig() Config { return Config{Address: "127.0.0.1:" + DefaultPort} }
+
+// New returns a server for cfg.Address (host:port; port 0 picks a free
+// port), serving profiles when cfg.PProf. It
 // serves /metrics from reg, and registers its own request counter,
 // xrdmon_http_requests_total{handler,code}, on reg. reg may be nil (an empty
 // registry is used); log may be nil.
-func New(addr string, reg *prometheus.Registry, log *slog.Logger) *Server {
+func New(cfg Config, reg *prometheus.Registry, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -60,7 +75,7 @@ func New(addr string, reg *prometheus.Registry, log *slog.Logger) *Server {
 		reg = prometheus.NewRegistry()
 	}
 	s := &Server{
-		addr:   addr,
+		addr:   cfg.Address,
 		log:    log,
 		mux:    http.NewServeMux(),
 		checks: map[string]func() error{},
@@ -95,6 +110,9 @@ func New(addr string, reg *prometheus.Registry, log *slog.Logger) *Server {
 	}))
 	s.Handle("/readyz", http.HandlerFunc(s.serveReady))
 
+	if cfg.PProf {
+		s.EnableProfiling()
+	}
 	return s
 }
 

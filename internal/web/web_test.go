@@ -26,7 +26,7 @@ func TestEndpoints(t *testing.T) {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "xrdmon_test_things_total", Help: "Things."})
 	reg.MustRegister(c)
 	c.Add(3)
-	s := New("127.0.0.1:0", reg, nil)
+	s := New(Config{Address: "127.0.0.1:0"}, reg, nil)
 	s.Handle("GET /api/v1/hello", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte(`{"hello":"world"}`))
 	}))
@@ -70,7 +70,7 @@ func TestEndpoints(t *testing.T) {
 // TestProfiling: with profiling on, the profiles are served, and the
 // command line (which may carry a password) still is not.
 func TestProfiling(t *testing.T) {
-	s := New("127.0.0.1:0", nil, nil)
+	s := New(Config{Address: "127.0.0.1:0"}, nil, nil)
 	s.EnableProfiling()
 	h := s.Handler()
 	for _, tc := range []struct {
@@ -91,7 +91,7 @@ func TestProfiling(t *testing.T) {
 }
 
 func TestReadiness(t *testing.T) {
-	s := New("127.0.0.1:0", nil, nil)
+	s := New(Config{Address: "127.0.0.1:0"}, nil, nil)
 	brokerErr := errors.New("connection refused")
 	broker := func() error { return brokerErr }
 	s.AddCheck("store", func() error { return nil })
@@ -126,7 +126,7 @@ func TestReadiness(t *testing.T) {
 }
 
 func TestRunServesAndShutsDownGracefully(t *testing.T) {
-	s := New("127.0.0.1:0", prometheus.NewRegistry(), nil)
+	s := New(Config{Address: "127.0.0.1:0"}, prometheus.NewRegistry(), nil)
 	started := make(chan struct{})
 	finish := make(chan struct{})
 	s.Handle("/slow", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -188,7 +188,7 @@ func TestListenError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	s := New(ln.Addr().String(), nil, nil)
+	s := New(Config{Address: ln.Addr().String()}, nil, nil)
 	err = s.Run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "listen http") {
 		t.Errorf("Run on a used port = %v, want a listen error", err)
@@ -197,8 +197,8 @@ func TestListenError(t *testing.T) {
 
 func TestTwoServersShareARegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	a := New("127.0.0.1:0", reg, nil)
-	b := New("127.0.0.1:0", reg, nil)
+	a := New(Config{Address: "127.0.0.1:0"}, reg, nil)
+	b := New(Config{Address: "127.0.0.1:0"}, reg, nil)
 	get(t, a.Handler(), "/healthz")
 	get(t, b.Handler(), "/healthz")
 	_, body, _ := get(t, a.Handler(), "/metrics")

@@ -57,7 +57,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
@@ -79,10 +79,37 @@ const (
 	RoutingKeyTPC       = "tpc"
 )
 
+// Config configures the AMQP output: the outputs.amqp section of the
+// configuration.
+type Config struct {
+	Enabled         bool `yaml:"enabled" help:"publish records to AMQP"`
+	amqpconn.Config `yaml:",inline"`
+	Exchanges       Exchanges `yaml:"exchanges"`
+	// RecordsPerMessage packs records into one message (a JSON array
+	// when > 1).
+	RecordsPerMessage int `yaml:"records_per_message" help:"records packed into one message (a JSON array when > 1; 1 sends one JSON object per message)"`
+}
+
+// Exchanges names the exchange of each kind of message. An empty name
+// means that kind is not published.
+type Exchanges struct {
+	Records string `yaml:"records" help:"exchange for transfer records in the GRACC format"`
+	WLCG    string `yaml:"wlcg" help:"exchange for records in the WLCG format"`
+	Cache   string `yaml:"cache" help:"exchange for XCache (g-stream) events"`
+	TPC     string `yaml:"tpc" help:"exchange for third-party-copy events"`
+	Events  string `yaml:"events" help:"exchange for other events (server start, redirects, ...)"`
+}
+
+// DefaultConfig returns the defaults: the OSG collector's exchanges, one
+// record per message; not enabled.
+func DefaultConfig() Config {
+	return Config{Exchanges: DefaultExchanges(), RecordsPerMessage: 1}
+}
+
 // DefaultExchanges returns the OSG collector's exchange names. It has no
 // events exchange: the OSG collector publishes no such events.
-func DefaultExchanges() config.Exchanges {
-	return config.Exchanges{
+func DefaultExchanges() Exchanges {
+	return Exchanges{
 		Records: OSGRecordsExchange,
 		WLCG:    OSGWLCGExchange,
 		Cache:   OSGCacheExchange,
@@ -90,7 +117,7 @@ func DefaultExchanges() config.Exchanges {
 	}
 }
 
-// Options tune the sink beyond config.AMQPOutput. Start from
+// Options tune the sink beyond Config. Start from
 // DefaultOptions.
 type Options struct {
 	// Options tune the delivery loop: the cursor name, the number of log
@@ -169,14 +196,14 @@ type Sink struct {
 }
 
 // New returns a sink for cfg with DefaultOptions. See NewWithOptions.
-func New(cfg config.AMQPOutput, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
+func New(cfg Config, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
 	return NewWithOptions(cfg, DefaultOptions(), st, log, reg)
 }
 
 // NewWithOptions returns a sink publishing the log of st as cfg says. It
 // does not connect: Run does, and keeps retrying while the broker is down.
 // Metrics are registered on reg (nil: not registered); a nil log discards.
-func NewWithOptions(cfg config.AMQPOutput, opts Options, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
+func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
 	if st == nil {
 		return nil, errors.New("new amqp sink: nil store")
 	}
@@ -191,12 +218,10 @@ func NewWithOptions(cfg config.AMQPOutput, opts Options, st *store.Store, log *s
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	opts.fill()
-	tlsConf, err := tlsConfig(cfg.TLS)
+	p, err := newPublisher(cfg, opts, log.With("sink", opts.Name))
 	if err != nil {
 		return nil, fmt.Errorf("new amqp sink: %w", err)
 	}
-	p := &publisher{cfg: cfg, opts: opts, tls: tlsConf, log: log.With("sink", opts.Name)}
-	p.perMsg = max(cfg.RecordsPerMessage, 1)
 	l, err := deliver.New(st, p, opts.Options, log, reg)
 	if err != nil {
 		return nil, fmt.Errorf("new amqp sink: %w", err)

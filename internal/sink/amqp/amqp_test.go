@@ -1,7 +1,6 @@
 package amqp
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -14,21 +13,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 )
 
 func TestNewValidates(t *testing.T) {
 	st := sinktest.OpenStore(t)
-	good := config.AMQPOutput{URL: "amqp://127.0.0.1:1/", Exchanges: config.Exchanges{Records: "x"}}
+	good := Config{Config: amqpconn.Config{URL: "amqp://127.0.0.1:1/"}, Exchanges: Exchanges{Records: "x"}}
 	for name, tc := range map[string]struct {
-		cfg  config.AMQPOutput
+		cfg  Config
 		want string
 	}{
-		"no url":       {config.AMQPOutput{Exchanges: good.Exchanges}, "empty url"},
-		"no exchanges": {config.AMQPOutput{URL: good.URL}, "no exchange"},
-		"bad ca":       {config.AMQPOutput{URL: good.URL, Exchanges: good.Exchanges, TLS: config.TLS{CA: "/nonexistent"}}, "read tls ca"},
+		"no url":       {Config{Exchanges: good.Exchanges}, "empty url"},
+		"no exchanges": {Config{Config: amqpconn.Config{URL: good.URL}}, "no exchange"},
+		"bad ca":       {Config{Config: amqpconn.Config{URL: good.URL, TLS: amqpconn.TLS{CA: "/nonexistent"}}, Exchanges: good.Exchanges}, "tls ca"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := New(tc.cfg, st, nil, nil)
@@ -42,23 +41,6 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-func TestReadToken(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(p, []byte("  eyJhbGciOi.payload.sig\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tok, err := readToken(p)
-	if err != nil || tok != "eyJhbGciOi.payload.sig" {
-		t.Fatalf("readToken = %q, %v", tok, err)
-	}
-	if err := os.WriteFile(p, []byte("\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := readToken(p); err == nil {
-		t.Fatal("empty token file accepted")
-	}
-}
-
 // TestTokenIsPassword: the token file's content is the password; a wrong
 // one fails to connect, the right one (re-read at the next connect) works.
 func TestTokenIsPassword(t *testing.T) {
@@ -69,8 +51,12 @@ func TestTokenIsPassword(t *testing.T) {
 		t.Fatal(err)
 	}
 	uri.Password = ""
-	p := &publisher{cfg: config.AMQPOutput{URL: uri.String(), TokenFile: tokFile}, opts: fastOptions()}
-	p.log = sinktest.Discard()
+	opts := fastOptions()
+	opts.fill()
+	p, err := newPublisher(Config{Config: amqpconn.Config{URL: uri.String(), TokenFile: tokFile}}, opts, sinktest.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := p.connect(); err == nil {
 		p.close()
 		t.Fatal("connected with a wrong token")
@@ -113,7 +99,7 @@ func TestPublish(t *testing.T) {
 			}
 			opts := fastOptions()
 			opts.BatchSize = 64
-			s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: ex, RecordsPerMessage: perMsg}, opts, st, sinktest.Discard(), nil)
+			s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, RecordsPerMessage: perMsg}, opts, st, sinktest.Discard(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -200,7 +186,7 @@ func TestWLCGOnly(t *testing.T) {
 	}
 	opts := fastOptions()
 	opts.WLCGOnly = true
-	s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: ex, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), nil)
+	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +211,7 @@ func TestCursorMovesOnlyAfterConfirms(t *testing.T) {
 	px.Start()
 
 	opts := fastOptions()
-	s, err := NewWithOptions(config.AMQPOutput{URL: withAddr(t, u, px.Addr()), Exchanges: config.Exchanges{Records: ex.Records}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), nil)
+	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: withAddr(t, u, px.Addr())}, Exchanges: Exchanges{Records: ex.Records}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +247,7 @@ func TestMissingExchange(t *testing.T) {
 	}
 	opts := fastOptions()
 	reg := prometheus.NewRegistry()
-	s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: config.Exchanges{Records: name}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), reg)
+	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: Exchanges{Records: name}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +286,7 @@ func TestOutage(t *testing.T) {
 	opts := fastOptions()
 	opts.BatchSize = 100
 	reg := prometheus.NewRegistry()
-	s, err := NewWithOptions(config.AMQPOutput{URL: withAddr(t, u, px.Addr()), Exchanges: config.Exchanges{Records: ex.Records}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), reg)
+	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: withAddr(t, u, px.Addr())}, Exchanges: Exchanges{Records: ex.Records}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +367,7 @@ func TestBrokerRestart(t *testing.T) {
 
 	opts := fastOptions()
 	opts.MaxBackoff = 2 * time.Second
-	s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: config.Exchanges{Records: base}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), nil)
+	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: Exchanges{Records: base}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,20 +416,4 @@ func TestBrokerRestart(t *testing.T) {
 		}
 	}
 	t.Logf("broker restart: %d records, %d messages, %d duplicates", n, total, total-n)
-}
-
-func TestTLSConfig(t *testing.T) {
-	c, err := tlsConfig(config.TLS{})
-	if err != nil || c != nil {
-		t.Fatalf("empty TLS: %v, %v", c, err)
-	}
-	c, err = tlsConfig(config.TLS{Insecure: true})
-	if err != nil || c == nil || !c.InsecureSkipVerify {
-		t.Fatalf("insecure TLS: %v, %v", c, err)
-	}
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	_ = os.WriteFile(ca, []byte("not a pem"), 0o600)
-	if _, err := tlsConfig(config.TLS{CA: ca}); err == nil || !bytes.Contains([]byte(err.Error()), []byte("no certificate")) {
-		t.Fatalf("bad CA accepted: %v", err)
-	}
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
@@ -25,8 +25,12 @@ func BenchmarkPublish(b *testing.B) {
 		b.Run(fmt.Sprintf("per_message=%d/in_flight=%d", tc.perMsg, tc.inFlight), func(b *testing.B) {
 			ex := testExchanges(b, u)
 			ex.Cache, ex.TPC, ex.Events = "", "", ""
-			p := &publisher{cfg: config.AMQPOutput{URL: u, Exchanges: ex, RecordsPerMessage: tc.perMsg}, opts: fastOptions(), log: sinktest.Discard(), perMsg: tc.perMsg}
-			p.opts.fill()
+			opts := fastOptions()
+			opts.fill()
+			p, err := newPublisher(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, RecordsPerMessage: tc.perMsg}, opts, sinktest.Discard())
+			if err != nil {
+				b.Fatal(err)
+			}
 			defer p.close()
 			batches := make([][]store.Entry, tc.inFlight)
 			for j := range batches {
@@ -82,7 +86,7 @@ func BenchmarkSink(b *testing.B) {
 			st := sinktest.OpenStore(b)
 			sinktest.Fill(b, st, b.N, testRecord)
 			opts := fastOptions()
-			s, err := NewWithOptions(config.AMQPOutput{URL: u, Exchanges: ex, RecordsPerMessage: perMsg}, opts, st, sinktest.Discard(), nil)
+			s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, RecordsPerMessage: perMsg}, opts, st, sinktest.Discard(), nil)
 			if err != nil {
 				b.Fatal(err)
 			}

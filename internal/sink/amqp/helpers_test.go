@@ -12,7 +12,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 )
@@ -60,10 +59,10 @@ func uniq(prefix string) string {
 
 // testExchanges returns unique exchange names for one test, declared on the
 // broker and deleted at cleanup.
-func testExchanges(tb testing.TB, u string) config.Exchanges {
+func testExchanges(tb testing.TB, u string) Exchanges {
 	tb.Helper()
 	base := uniq("xrdmon-test")
-	e := config.Exchanges{
+	e := Exchanges{
 		Records: base + ".detailed",
 		WLCG:    base + ".wlcg",
 		Cache:   base + ".cache",
@@ -101,7 +100,7 @@ func testExchanges(tb testing.TB, u string) config.Exchanges {
 	return e
 }
 
-func exchangeNames(e config.Exchanges) []string {
+func exchangeNames(e Exchanges) []string {
 	return []string{e.Records, e.WLCG, e.Cache, e.TPC, e.Events}
 }
 

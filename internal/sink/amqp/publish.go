@@ -1,21 +1,17 @@
 package amqp
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
@@ -28,9 +24,9 @@ var errNack = errors.New("broker nacked a message")
 // is a deliver.Pipeliner: the loop publishes the next batch while the
 // previous batches' confirms are outstanding.
 type publisher struct {
-	cfg    config.AMQPOutput
+	cfg    Config
 	opts   Options
-	tls    *tls.Config
+	dialer *amqpconn.Dialer
 	log    *slog.Logger
 	perMsg int
 
@@ -43,6 +39,18 @@ type publisher struct {
 	groups  [numKinds]group
 	pending []*amqp.DeferredConfirmation   // the confirms of the batch being published
 	free    [][]*amqp.DeferredConfirmation // pending slices of confirmed batches, for reuse
+}
+
+// newPublisher returns a publisher for cfg; opts must be filled.
+func newPublisher(cfg Config, opts Options, log *slog.Logger) (*publisher, error) {
+	dialer, err := amqpconn.NewDialer(cfg.Config, amqpconn.Options{
+		Name: "output " + opts.Name, Timeout: opts.DialTimeout, Heartbeat: opts.Heartbeat,
+		Wrap: func(c net.Conn) net.Conn { return newCoalescingConn(c) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &publisher{cfg: cfg, opts: opts, dialer: dialer, log: log, perMsg: max(cfg.RecordsPerMessage, 1)}, nil
 }
 
 // kind indexes the message groups of a batch.
@@ -84,32 +92,11 @@ func (p *publisher) exchange(k kind) string {
 
 // connect dials the broker and opens a confirm-mode channel. The token
 // file, when configured, is read again at each connect: the token is
-// rotated by an external agent.
+// rotated by an external agent (and Send reconnects when it changes).
 func (p *publisher) connect() error {
-	uri, err := amqp.ParseURI(p.cfg.URL)
+	conn, err := p.dialer.Dial(context.Background())
 	if err != nil {
-		return fmt.Errorf("parse url: %w", err)
-	}
-	conf := amqp.Config{
-		Heartbeat:       p.opts.Heartbeat,
-		Locale:          "en_US",
-		Dial:            coalescingDial(p.opts.DialTimeout),
-		TLSClientConfig: p.tls,
-		Properties:      amqp.Table{"product": "xrdmon", "connection_name": "xrdmon sink " + p.opts.Name},
-	}
-	if p.tls != nil {
-		conf.TLSClientConfig = p.tls.Clone()
-	}
-	if p.cfg.TokenFile != "" {
-		tok, err := readToken(p.cfg.TokenFile)
-		if err != nil {
-			return err
-		}
-		conf.SASL = []amqp.Authentication{&amqp.PlainAuth{Username: uri.Username, Password: tok}}
-	}
-	conn, err := amqp.DialConfig(p.cfg.URL, conf)
-	if err != nil {
-		return fmt.Errorf("connect %s: %w", redact(uri), err)
+		return err
 	}
 	ch, err := conn.Channel()
 	if err != nil {
@@ -135,7 +122,7 @@ func (p *publisher) connect() error {
 	p.conn, p.ch = conn, ch
 	p.closed = conn.NotifyClose(make(chan *amqp.Error, 1))
 	p.chClosed = ch.NotifyClose(make(chan *amqp.Error, 1))
-	p.log.Debug("AMQP sink connected", "url", redact(uri))
+	p.log.Debug("AMQP sink connected", "url", p.dialer.URL())
 	return nil
 }
 
@@ -162,7 +149,7 @@ func (p *publisher) Deliver(ctx context.Context, batch []store.Entry) error {
 // (Send's or wait's) the connection is dropped; the next Send reconnects,
 // and confirms still pending on the old connection are abandoned.
 func (p *publisher) Send(ctx context.Context, batch []store.Entry) (wait func(context.Context) error, err error) {
-	if p.conn == nil || p.conn.IsClosed() {
+	if p.conn == nil || p.conn.IsClosed() || p.dialer.TokenChanged() {
 		p.close()
 		if err := p.connect(); err != nil {
 			return nil, err
@@ -357,65 +344,4 @@ func singleErr(err *amqp.Error) chan *amqp.Error {
 	c := make(chan *amqp.Error, 1)
 	c <- err
 	return c
-}
-
-// coalescingDial dials as amqp.DefaultDial does (with a deadline for the
-// handshakes, cleared by the client once connected) and wraps the socket
-// in a coalescingConn, so that the publishes of a batch share write(2)s.
-func coalescingDial(timeout time.Duration) func(network, addr string) (net.Conn, error) {
-	dial := amqp.DefaultDial(timeout)
-	return func(network, addr string) (net.Conn, error) {
-		c, err := dial(network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return newCoalescingConn(c), nil
-	}
-}
-
-// readToken returns the JWT in path, without surrounding white space.
-func readToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read token: %w", err)
-	}
-	tok := string(bytes.TrimSpace(b))
-	if tok == "" {
-		return "", fmt.Errorf("read token %s: empty file", path)
-	}
-	return tok, nil
-}
-
-// tlsConfig builds the client TLS configuration; nil when cfg sets
-// nothing (amqps:// then uses the system roots).
-func tlsConfig(cfg config.TLS) (*tls.Config, error) {
-	if cfg == (config.TLS{}) {
-		return nil, nil
-	}
-	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.Insecure} //nolint:gosec // opt-in, testing only
-	if cfg.CA != "" {
-		pem, err := os.ReadFile(cfg.CA)
-		if err != nil {
-			return nil, fmt.Errorf("read tls ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("read tls ca %s: no certificate found", cfg.CA)
-		}
-		c.RootCAs = pool
-	}
-	if cfg.Cert != "" || cfg.Key != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
-		if err != nil {
-			return nil, fmt.Errorf("load tls client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
-}
-
-// redact returns the URI without its password, for logs and errors.
-func redact(u amqp.URI) string {
-	u.Password = ""
-	return u.String()
 }

@@ -29,6 +29,16 @@ import (
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
+// Config configures the JSON-lines output: the outputs.jsonl section of
+// the configuration.
+type Config struct {
+	Enabled bool   `yaml:"enabled" help:"append records as JSON lines to a file"`
+	Path    string `yaml:"path" help:"file to append to; \"-\" is standard output"`
+}
+
+// DefaultConfig returns the defaults: standard output, not enabled.
+func DefaultConfig() Config { return Config{Path: "-"} }
+
 // Defaults for a new Sink.
 const (
 	DefaultBatchSize    = 1000
@@ -57,10 +67,10 @@ type Sink struct {
 	loop      *deliver.Loop
 }
 
-// New returns a sink appending to the file at path (created if needed) from
-// st, with DefaultOptions. See NewWithOptions.
-func New(path string, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
-	return NewWithOptions(path, DefaultOptions(), st, log, reg)
+// New returns a sink appending to the file at cfg.Path (created if needed)
+// from st, with DefaultOptions. See NewWithOptions.
+func New(cfg Config, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
+	return NewWithOptions(cfg.Path, DefaultOptions(), st, log, reg)
 }
 
 // NewWithOptions returns a sink appending to the file at path (created if

@@ -177,7 +177,7 @@ func TestCrashRecovery(t *testing.T) {
 }
 
 func TestNewRejectsEmptyPath(t *testing.T) {
-	if _, err := New("", nil, nil, nil); err == nil {
+	if _, err := New(Config{}, nil, nil, nil); err == nil {
 		t.Fatal("New accepted an empty path")
 	}
 }
@@ -189,14 +189,14 @@ func TestSharesMetricsWithOtherSinks(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	dir := t.TempDir()
 	for _, name := range []string{"a.jsonl", "b.jsonl"} {
-		if _, err := New(filepath.Join(dir, name), st, nil, reg); err != nil {
+		if _, err := New(Config{Path: filepath.Join(dir, name)}, st, nil, reg); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
 	if _, err := deliver.New(st, nopDeliverer{}, deliver.Options{Name: "other"}, nil, reg); err != nil {
 		t.Fatalf("another sink on the same registry: %v", err)
 	}
-	if _, err := New(filepath.Join(dir, "a.jsonl"), st, nil, reg); err == nil {
+	if _, err := New(Config{Path: filepath.Join(dir, "a.jsonl")}, st, nil, reg); err == nil {
 		t.Fatal("a second sink for the same path registered its metrics")
 	}
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 	"github.com/xrdmon/xrdmon/internal/store"
@@ -108,7 +107,7 @@ func fastOptions(schema string) Options {
 
 func newSink(tb testing.TB, u string, opts Options, st *store.Store) *Sink {
 	tb.Helper()
-	s, err := NewWithOptions(config.PostgresOutput{Enabled: true, URL: u}, opts, st, sinktest.Discard(), nil)
+	s, err := NewWithOptions(Config{Enabled: true, URL: u}, opts, st, sinktest.Discard(), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

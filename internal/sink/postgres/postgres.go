@@ -22,12 +22,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
-// Options tune the sink beyond config.PostgresOutput. Start from
+// Config configures the PostgreSQL output: the outputs.postgres section
+// of the configuration.
+type Config struct {
+	Enabled bool   `yaml:"enabled" help:"write records to PostgreSQL"`
+	URL     string `yaml:"url" secret:"url" help:"connection string, postgres://user:pass@host/db or key=value form"`
+}
+
+// Options tune the sink beyond Config. Start from
 // DefaultOptions.
 type Options struct {
 	// Options tune the delivery loop: the cursor name, the number of log
@@ -105,7 +111,7 @@ type Sink struct {
 }
 
 // New returns a sink for cfg with DefaultOptions. See NewWithOptions.
-func New(cfg config.PostgresOutput, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
+func New(cfg Config, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
 	return NewWithOptions(cfg, DefaultOptions(), st, log, reg)
 }
 
@@ -113,7 +119,7 @@ func New(cfg config.PostgresOutput, st *store.Store, log *slog.Logger, reg prome
 // cfg names. It does not connect: Run does (creating or migrating the
 // schema), and keeps retrying while the database is down. Metrics are
 // registered on reg (nil: not registered); a nil log discards.
-func NewWithOptions(cfg config.PostgresOutput, opts Options, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
+func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
 	if st == nil {
 		return nil, errors.New("new postgres sink: nil store")
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 	"github.com/xrdmon/xrdmon/internal/store"
@@ -54,12 +53,12 @@ func TestPartitionOf(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	st := sinktest.OpenStore(t)
-	if _, err := New(config.PostgresOutput{}, st, nil, nil); err == nil || !strings.Contains(err.Error(), "empty url") {
+	if _, err := New(Config{}, st, nil, nil); err == nil || !strings.Contains(err.Error(), "empty url") {
 		t.Fatalf("empty url: %v", err)
 	}
 	o := DefaultOptions()
 	o.Partition = "week"
-	if _, err := NewWithOptions(config.PostgresOutput{URL: "postgres://x@127.0.0.1/db"}, o, st, nil, nil); err == nil {
+	if _, err := NewWithOptions(Config{URL: "postgres://x@127.0.0.1/db"}, o, st, nil, nil); err == nil {
 		t.Fatal("bad partition accepted")
 	}
 }
@@ -191,7 +190,7 @@ func TestOutage(t *testing.T) {
 	opts := fastOptions(schema)
 	opts.BatchSize = 500
 	reg := prometheus.NewRegistry()
-	s, err := NewWithOptions(config.PostgresOutput{Enabled: true, URL: withAddr(t, u, px.Addr())}, opts, st, sinktest.Discard(), reg)
+	s, err := NewWithOptions(Config{Enabled: true, URL: withAddr(t, u, px.Addr())}, opts, st, sinktest.Discard(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +417,7 @@ func TestRefusedRowSetAside(t *testing.T) {
 	}
 	opts := fastOptions(schema)
 	reg := prometheus.NewRegistry()
-	s, err := NewWithOptions(config.PostgresOutput{Enabled: true, URL: u}, opts, st, sinktest.Discard(), reg)
+	s, err := NewWithOptions(Config{Enabled: true, URL: u}, opts, st, sinktest.Discard(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,15 +6,10 @@ package amqp
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,72 +17,62 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"github.com/xrdmon/xrdmon/internal/backoff"
 	"github.com/xrdmon/xrdmon/internal/source"
 )
 
-// Config configures the AMQP source.
+// Config configures the AMQP source: the amqp_input section of the
+// configuration. The fields tagged yaml:"-" are not configurable; tests
+// and benchmarks tune them.
 type Config struct {
-	// URL is the broker, amqp:// or amqps://host:port/vhost. Credentials in
-	// it are used unless TokenFile is set.
-	URL string `yaml:"url"`
-	// TokenFile, when set, holds a JWT used as the password (the OSG
-	// convention; the shoveler logs in as user "shoveler", which is also the
-	// default here when the URL names no user). The file is re-read on every
-	// connection, and a change of its modification time forces a reconnect.
-	TokenFile string `yaml:"token_file"`
+	Enabled bool `yaml:"enabled" help:"consume shoveled packets from AMQP"`
+	// Config is the broker. With a token file, the user is the URL's, or
+	// "shoveler" when the URL names none.
+	amqpconn.Config `yaml:",inline"`
 	// Queue is the durable queue to declare and consume (required).
-	Queue string `yaml:"queue"`
-	// Exchange is the exchange the queue is bound to (default
-	// "shoveled-xrd", where the shoveler publishes with an empty routing key).
-	// "-" binds nothing.
-	Exchange string `yaml:"exchange"`
+	Queue string `yaml:"queue" help:"queue to consume from (declared durable if absent)"`
+	// Exchange is the exchange the queue is bound to; empty means
+	// "shoveled-xrd", where the shoveler publishes with an empty routing
+	// key. "-" binds nothing.
+	Exchange string `yaml:"exchange" help:"exchange to bind the queue to; empty means the shoveler's \"shoveled-xrd\", \"-\" binds nothing (a binding that already exists)"`
+	// BindingKey of the binding ("#": everything on a topic exchange; a
+	// fanout exchange ignores it).
+	BindingKey string `yaml:"binding_key" help:"routing key of the binding; \"#\" for everything on a topic exchange"`
+	// Prefetch is the QoS prefetch count: how many unacknowledged
+	// messages the broker sends ahead.
+	Prefetch int `yaml:"prefetch" help:"unacknowledged deliveries the broker may send ahead"`
+
 	// ExchangeType, when set ("fanout", "topic", "direct"), declares the
 	// exchange (durable) before binding. Empty: the exchange must exist.
-	ExchangeType string `yaml:"exchange_type"`
-	// RoutingKey of the binding (default "#": everything on a topic exchange;
-	// a fanout exchange ignores it).
-	RoutingKey string `yaml:"routing_key"`
-	// Prefetch is the QoS prefetch count (default 1000): how many
-	// unacknowledged messages the broker sends ahead.
-	Prefetch int `yaml:"prefetch"`
-	// BatchSize is the largest number of messages per batch (default 256,
-	// at most Prefetch).
-	BatchSize int `yaml:"batch_size"`
-	// BatchWait is how long a batch waits for more messages after its first
-	// (default 5ms).
-	BatchWait time.Duration `yaml:"batch_wait"`
-	// ReconnectMin and ReconnectMax bound the exponential reconnect backoff
-	// (defaults 500ms and 30s); each wait has random jitter of up to 50%.
-	ReconnectMin time.Duration `yaml:"reconnect_min"`
-	ReconnectMax time.Duration `yaml:"reconnect_max"`
-	// TokenCheck is how often the token file's modification time is checked
-	// (default 10s).
-	TokenCheck time.Duration `yaml:"token_check"`
+	ExchangeType string `yaml:"-"`
+	// BatchSize is the largest number of messages per batch (at most
+	// Prefetch).
+	BatchSize int `yaml:"-"`
+	// BatchWait is how long a batch waits for more messages after its first.
+	BatchWait time.Duration `yaml:"-"`
+	// ReconnectMin and ReconnectMax bound the exponential reconnect backoff;
+	// each wait has random jitter of up to 50%.
+	ReconnectMin time.Duration `yaml:"-"`
+	ReconnectMax time.Duration `yaml:"-"`
+	// TokenCheck is how often the token file's modification time is checked.
+	TokenCheck time.Duration `yaml:"-"`
 	// DrainTimeout is how long Run, once cancelled, keeps the connection
-	// open for the pipeline to acknowledge the batches it holds (default 10s).
-	DrainTimeout time.Duration `yaml:"drain_timeout"`
-	// TLS configures amqps connections.
-	TLS TLSConfig `yaml:"tls"`
+	// open for the pipeline to acknowledge the batches it holds.
+	DrainTimeout time.Duration `yaml:"-"`
 	// Filter is the allow-list and address map applied to the shoveler's
-	// "remote".
-	Filter source.FilterConfig `yaml:"filter"`
+	// "remote" (the listen section's).
+	Filter source.FilterConfig `yaml:"-"`
 }
 
-// TLSConfig holds the files for TLS to the broker.
-type TLSConfig struct {
-	CAFile             string `yaml:"ca_file"`   // PEM CA bundle; empty: the system pool
-	CertFile           string `yaml:"cert_file"` // client certificate (PEM), with KeyFile
-	KeyFile            string `yaml:"key_file"`
-	ServerName         string `yaml:"server_name"` // overrides the URL's host for verification
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
-}
+// DefaultExchange is where the shoveler publishes.
+const DefaultExchange = "shoveled-xrd"
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Exchange:     "shoveled-xrd",
-		RoutingKey:   "#",
+		Queue:        "xrdmon",
+		BindingKey:   "#",
 		Prefetch:     1000,
 		BatchSize:    256,
 		BatchWait:    5 * time.Millisecond,
@@ -110,7 +95,7 @@ type AMQP struct {
 	log    *slog.Logger
 	filter *source.Filter
 	pool   *source.BatchPool
-	tls    *tls.Config
+	dialer *amqpconn.Dialer
 
 	netConn atomic.Pointer[net.Conn] // the current connection's socket, for tests
 
@@ -131,14 +116,11 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 	if cfg.URL == "" || cfg.Queue == "" {
 		return nil, errors.New("amqp source: url and queue are required")
 	}
-	if _, err := amqp.ParseURI(cfg.URL); err != nil {
-		return nil, fmt.Errorf("amqp source: url: %w", err)
-	}
 	if cfg.Exchange == "" {
-		cfg.Exchange = def.Exchange
+		cfg.Exchange = DefaultExchange
 	}
-	if cfg.RoutingKey == "" {
-		cfg.RoutingKey = def.RoutingKey
+	if cfg.BindingKey == "" {
+		cfg.BindingKey = def.BindingKey
 	}
 	if cfg.Prefetch <= 0 {
 		cfg.Prefetch = def.Prefetch
@@ -167,10 +149,12 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
 	a := &AMQP{cfg: cfg, log: log, filter: filter, pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*512)}
-	if strings.HasPrefix(cfg.URL, "amqps://") || cfg.TLS != (TLSConfig{}) {
-		if a.tls, err = tlsConfig(cfg.TLS); err != nil {
-			return nil, fmt.Errorf("amqp source: %w", err)
-		}
+	a.dialer, err = amqpconn.NewDialer(cfg.Config, amqpconn.Options{
+		Name: "input",
+		Wrap: func(c net.Conn) net.Conn { a.netConn.Store(&c); return c },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("amqp source: %w", err)
 	}
 	for _, m := range []struct {
 		p    *prometheus.Counter
@@ -200,28 +184,6 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
 	return a, nil
-}
-
-func tlsConfig(c TLSConfig) (*tls.Config, error) {
-	tc := &tls.Config{ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls ca: %w", err)
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls ca: no certificates in %s", c.CAFile)
-		}
-	}
-	if c.CertFile != "" || c.KeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls client certificate: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
 }
 
 // Run consumes until ctx is cancelled, reconnecting with backoff whenever
@@ -264,40 +226,9 @@ func (a *AMQP) Run(ctx context.Context, out chan<- *source.Batch) error {
 
 // session connects, consumes until the connection ends, and closes it.
 func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
-	cfg := amqp.Config{
-		Heartbeat:       10 * time.Second,
-		TLSClientConfig: a.tls,
-		Properties:      amqp.NewConnectionProperties(),
-		Dial: func(network, addr string) (net.Conn, error) {
-			d := net.Dialer{Timeout: 30 * time.Second}
-			c, err := d.DialContext(ctx, network, addr)
-			if err == nil {
-				a.netConn.Store(&c)
-			}
-			return c, err
-		},
-	}
-	cfg.Properties.SetClientConnectionName("xrdmon")
-	var tokenTime time.Time
-	if a.cfg.TokenFile != "" {
-		st, err := os.Stat(a.cfg.TokenFile)
-		if err != nil {
-			return fmt.Errorf("token file: %w", err)
-		}
-		tokenTime = st.ModTime()
-		tok, err := os.ReadFile(a.cfg.TokenFile)
-		if err != nil {
-			return fmt.Errorf("token file: %w", err)
-		}
-		user := "shoveler"
-		if u, err := url.Parse(a.cfg.URL); err == nil && u.User != nil && u.User.Username() != "" {
-			user = u.User.Username()
-		}
-		cfg.SASL = []amqp.Authentication{&amqp.PlainAuth{Username: user, Password: strings.TrimSpace(string(tok))}}
-	}
-	conn, err := amqp.DialConfig(a.cfg.URL, cfg)
+	conn, err := a.dialer.Dial(ctx)
 	if err != nil {
-		return fmt.Errorf("dial: %w", err)
+		return err
 	}
 	defer conn.Close()
 	ch, err := conn.Channel()
@@ -316,7 +247,7 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 				return fmt.Errorf("declare exchange %s: %w", a.cfg.Exchange, err)
 			}
 		}
-		if err := ch.QueueBind(a.cfg.Queue, a.cfg.RoutingKey, a.cfg.Exchange, false, nil); err != nil {
+		if err := ch.QueueBind(a.cfg.Queue, a.cfg.BindingKey, a.cfg.Exchange, false, nil); err != nil {
 			if ae, ok := errors.AsType[*amqp.Error](err); ok && ae.Code == amqp.NotFound {
 				return fmt.Errorf("bind queue %s: exchange %q does not exist (create it, set amqp_input.exchange_type to declare it, or amqp_input.exchange \"-\" to use a binding that exists): %w",
 					a.cfg.Queue, a.cfg.Exchange, err)
@@ -386,7 +317,7 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 			}
 			return fmt.Errorf("connection closed: %w", err)
 		case <-tokenTick:
-			if st, err := os.Stat(a.cfg.TokenFile); err == nil && !st.ModTime().Equal(tokenTime) {
+			if a.dialer.TokenChanged() {
 				if err := flush(); err != nil {
 					return err
 				}

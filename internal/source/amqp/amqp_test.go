@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"github.com/xrdmon/xrdmon/internal/source"
 	"github.com/xrdmon/xrdmon/internal/source/sourcetest"
 )
@@ -156,7 +157,7 @@ func TestConsumeAll(t *testing.T) {
 	url, ch, name := broker(t)
 	reg := prometheus.NewRegistry()
 	const n = 10000
-	cfg := Config{URL: url, Queue: name, Exchange: name, ExchangeType: "fanout"}
+	cfg := Config{Config: amqpconn.Config{URL: url}, Queue: name, Exchange: name, ExchangeType: "fanout"}
 	r := run(t, cfg, reg)
 	// Wait for the queue and binding to exist before publishing.
 	waitFor(t, func() bool { return testutil.ToFloat64(r.a.connected) == 1 })
@@ -186,7 +187,7 @@ func TestConsumeAll(t *testing.T) {
 
 func TestUnackedRedelivered(t *testing.T) {
 	url, ch, name := broker(t)
-	cfg := Config{URL: url, Queue: name, Exchange: "-", DrainTimeout: 10 * time.Millisecond}
+	cfg := Config{Config: amqpconn.Config{URL: url}, Queue: name, Exchange: "-", DrainTimeout: 10 * time.Millisecond}
 	if _, err := ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func TestUnackedRedelivered(t *testing.T) {
 func TestReconnect(t *testing.T) {
 	url, ch, name := broker(t)
 	reg := prometheus.NewRegistry()
-	cfg := Config{URL: url, Queue: name, Exchange: name, ExchangeType: "fanout", ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond}
+	cfg := Config{Config: amqpconn.Config{URL: url}, Queue: name, Exchange: name, ExchangeType: "fanout", ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond}
 	r := run(t, cfg, reg)
 	waitFor(t, func() bool { return testutil.ToFloat64(r.a.connected) == 1 })
 	publish(t, ch, name, 0, 100)
@@ -252,7 +253,7 @@ func TestTokenFile(t *testing.T) {
 	}
 	u, _ := amqp.ParseURI(url)
 	reg := prometheus.NewRegistry()
-	cfg := Config{URL: fmt.Sprintf("amqp://guest@%s:%d/", u.Host, u.Port), TokenFile: tok, Queue: name, Exchange: "-",
+	cfg := Config{Config: amqpconn.Config{URL: fmt.Sprintf("amqp://guest@%s:%d/", u.Host, u.Port), TokenFile: tok}, Queue: name, Exchange: "-",
 		TokenCheck: 20 * time.Millisecond, ReconnectMin: 10 * time.Millisecond}
 	r := run(t, cfg, reg)
 	defer r.stop(t)
@@ -281,7 +282,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestOversizedMessageRejected(t *testing.T) {
 	url, ch, name := broker(t)
 	reg := prometheus.NewRegistry()
-	cfg := Config{URL: url, Queue: name, Exchange: name, ExchangeType: "fanout"}
+	cfg := Config{Config: amqpconn.Config{URL: url}, Queue: name, Exchange: name, ExchangeType: "fanout"}
 	r := run(t, cfg, reg)
 	waitFor(t, func() bool { return testutil.ToFloat64(r.a.connected) == 1 })
 	publish(t, ch, name, 0, 5)

@@ -21,8 +21,8 @@ import (
 	"github.com/xrdmon/xrdmon/internal/source"
 )
 
-// Config configures the file source.
-type Config struct {
+// Options configures the file source.
+type Options struct {
 	// Paths are read in order; "-" is standard input. The format of each is
 	// detected from its first bytes: pcap, pcapng, or shoveler JSON lines.
 	Paths []string `yaml:"paths"`
@@ -32,14 +32,23 @@ type Config struct {
 	Filter source.FilterConfig `yaml:"filter"`
 }
 
-// DefaultConfig returns the defaults.
-func DefaultConfig() Config { return Config{BatchSize: 256} }
+// Config is the file_input section of the configuration: captures that
+// collect imports instead of receiving live input. It reads them through
+// the same pipeline, with time following the captured packets, and exits
+// at their end.
+type Config struct {
+	Paths []string `yaml:"paths" help:"captures to import instead of live input (shoveler JSON lines, pcap or pcapng; - is standard input); collect exits at their end"`
+	Flush bool     `yaml:"flush" help:"at the end of the captures, write files still open as partial records (end_of_input, as replay does) instead of keeping them in the checkpoint"`
+}
+
+// DefaultOptions returns the defaults.
+func DefaultOptions() Options { return Options{BatchSize: 256} }
 
 // File is the file source. Packet.Received is the capture timestamp for
 // pcap and pcapng input (so a replay keeps the original timing), and the
 // collector clock when the line was read for JSON lines, which carry none.
 type File struct {
-	cfg    Config
+	cfg    Options
 	log    *slog.Logger
 	filter *source.Filter
 	pool   *source.BatchPool
@@ -54,12 +63,12 @@ type File struct {
 }
 
 // New returns a file source. Metrics are registered on reg (nil: none).
-func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*File, error) {
+func New(cfg Options, log *slog.Logger, reg prometheus.Registerer) (*File, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = DefaultConfig().BatchSize
+		cfg.BatchSize = DefaultOptions().BatchSize
 	}
 	filter, err := source.NewFilter(cfg.Filter, "file", reg)
 	if err != nil {

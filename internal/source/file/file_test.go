@@ -46,7 +46,7 @@ func collect(t *testing.T, f *File, r *bytes.Reader) []source.Packet {
 	return got
 }
 
-func newFile(t *testing.T, cfg Config) (*File, *prometheus.Registry) {
+func newFile(t *testing.T, cfg Options) (*File, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	f, err := New(cfg, nil, reg)
@@ -92,7 +92,7 @@ func TestPcapRoundTrip(t *testing.T) {
 			if err := pw.Flush(); err != nil {
 				t.Fatal(err)
 			}
-			f, _ := newFile(t, Config{BatchSize: 64})
+			f, _ := newFile(t, Options{BatchSize: 64})
 			got := collect(t, f, bytes.NewReader(buf.Bytes()))
 			if len(got) != len(want) {
 				t.Fatalf("read %d packets, want %d", len(got), len(want))
@@ -121,7 +121,7 @@ func TestWritePcapFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	fh.Close()
-	f, _ := newFile(t, Config{Paths: []string{path, path}})
+	f, _ := newFile(t, Options{Paths: []string{path, path}})
 	out := make(chan *source.Batch, 100)
 	if err := f.Run(context.Background(), out); err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func TestLinkTypes(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			f, _ := newFile(t, Config{})
+			f, _ := newFile(t, Options{})
 			got := collect(t, f, bytes.NewReader(buf.Bytes()))
 			if len(got) != 2 || string(got[0].Data) != "v4" || got[0].Sender != src4 || string(got[1].Data) != "v6" || got[1].Sender != src6 {
 				t.Fatalf("got %+v", got)
@@ -227,7 +227,7 @@ func TestRealPacketsJSONL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, _ := newFile(t, Config{BatchSize: 4})
+	f, _ := newFile(t, Options{BatchSize: 4})
 	got := collect(t, f, bytes.NewReader(raw))
 	if len(got) != 11 {
 		t.Fatalf("read %d packets, want 11", len(got))
@@ -247,7 +247,7 @@ func TestRealPacketsJSONL(t *testing.T) {
 
 	// The same through stdin ("-"), with a bad line and a filter that drops
 	// the IPv6 senders.
-	f, _ = newFile(t, Config{Paths: []string{"-"}, Filter: source.FilterConfig{Allow: []string{"127.0.0.0/8"}}})
+	f, _ = newFile(t, Options{Paths: []string{"-"}, Filter: source.FilterConfig{Allow: []string{"127.0.0.0/8"}}})
 	f.stdin = strings.NewReader("not json\n\n" + string(raw))
 	out := make(chan *source.Batch, 100)
 	if err := f.Run(context.Background(), out); err != nil {
@@ -272,7 +272,7 @@ func TestReadCancelled(t *testing.T) {
 	if err := WritePcap(&buf, netip.MustParseAddrPort("198.51.100.1:9930"), testPackets(100)); err != nil {
 		t.Fatal(err)
 	}
-	f, _ := newFile(t, Config{BatchSize: 1})
+	f, _ := newFile(t, Options{BatchSize: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan *source.Batch) // nobody reads
 	cancel()
@@ -289,7 +289,7 @@ func BenchmarkReadPcap(b *testing.B) {
 	if err := WritePcap(&buf, netip.MustParseAddrPort("198.51.100.1:9930"), pkts); err != nil {
 		b.Fatal(err)
 	}
-	f, err := New(Config{}, nil, nil)
+	f, err := New(Options{}, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestOversizedLineSkipped(t *testing.T) {
 	over := fmt.Sprintf(`{"remote":"192.0.2.1:1094","version":"t","data":"%s"}`+"\n",
 		base64.StdEncoding.EncodeToString(make([]byte, source.MaxDatagram+1)))
 	in := good(1) + huge + good(2) + over + good(3)
-	f, _ := newFile(t, Config{BatchSize: 4})
+	f, _ := newFile(t, Options{BatchSize: 4})
 	r := bytes.NewReader([]byte(in))
 	var before, after runtime.MemStats
 	runtime.GC()

@@ -12,7 +12,7 @@ import (
 //
 //	go test -run XXX -bench ReadBatch -benchtime 400000x ./internal/source/udp/
 func BenchmarkReadBatch(b *testing.B) {
-	u, err := New(Config{Addr: "127.0.0.1:0", Readers: 1}, nil, nil)
+	u, err := New(Options{Addr: "127.0.0.1:0", Readers: 1}, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 // start runs a UDP source on cfg and returns it with its output channel.
-func start(t testing.TB, cfg Config, reg prometheus.Registerer) (*UDP, chan *source.Batch) {
+func start(t testing.TB, cfg Options, reg prometheus.Registerer) (*UDP, chan *source.Batch) {
 	t.Helper()
 	u, err := New(cfg, nil, reg)
 	if err != nil {
@@ -95,7 +95,7 @@ func TestReceive(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			u, out := start(t, Config{Addr: tt.addr, Readers: tt.readers, ReusePort: tt.reuse}, reg)
+			u, out := start(t, Options{Addr: tt.addr, Readers: tt.readers, ReusePort: tt.reuse}, reg)
 			const perSender = 500
 			want := map[got]bool{}
 			var conns []*net.UDPConn
@@ -142,7 +142,7 @@ func TestReceive(t *testing.T) {
 
 func TestFilterAndMap(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	u, out := start(t, Config{Addr: ":0", Filter: source.FilterConfig{
+	u, out := start(t, Options{Addr: ":0", Filter: source.FilterConfig{
 		Allow: []string{"127.0.0.0/8"},
 		Map:   map[string]string{"127.0.0.1": "192.0.2.55"},
 	}}, reg)
@@ -236,7 +236,7 @@ func TestParseProcNetUDP(t *testing.T) {
 // checks that the kernel's drop count for the socket is seen.
 func TestKernelDropsLive(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	u, err := New(Config{Addr: "127.0.0.1:0", ReceiveBuffer: 4096}, nil, reg)
+	u, err := New(Options{Addr: "127.0.0.1:0", ReceiveBuffer: 4096}, nil, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func BenchmarkReceive(b *testing.B) {
 }
 
 func benchReceive(b *testing.B, readers int, reuse bool) {
-	u, err := New(Config{Addr: "127.0.0.1:0", Readers: readers, ReusePort: reuse}, nil, nil)
+	u, err := New(Options{Addr: "127.0.0.1:0", Readers: readers, ReusePort: reuse}, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -342,9 +342,9 @@ func benchReceive(b *testing.B, readers int, reuse bool) {
 // between the two; the second one must fail at start instead, naming the
 // cause.
 func TestSecondCollectorRefused(t *testing.T) {
-	first, _ := start(t, Config{Addr: "127.0.0.1:0", Readers: 2, ReusePort: true}, prometheus.NewRegistry())
+	first, _ := start(t, Options{Addr: "127.0.0.1:0", Readers: 2, ReusePort: true}, prometheus.NewRegistry())
 	addr := first.LocalAddr().String()
-	_, err := New(Config{Addr: addr, Readers: 2, ReusePort: true}, nil, prometheus.NewRegistry())
+	_, err := New(Options{Addr: addr, Readers: 2, ReusePort: true}, nil, prometheus.NewRegistry())
 	if err == nil || !strings.Contains(err.Error(), "another collector") {
 		t.Fatalf("second source on %s: err = %v, want a refusal naming another collector", addr, err)
 	}

@@ -1,4 +1,7 @@
-package config
+// Package units holds the value types of xrdmon's configuration that read and
+// write as text: durations with days and weeks, and byte sizes with binary
+// and decimal suffixes. Every component's Config uses them.
+package units
 
 import (
 	"errors"
