@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	rungroup "github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -163,105 +164,135 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		return err
 	}
 
-	// Background services run until the pipeline has drained.
-	bg, stopBG := context.WithCancel(context.Background())
-	defer stopBG()
-	var bgWG sync.WaitGroup
-	bgErr := make(chan error, 8)
-	runBG := func(name string, run func(context.Context) error) {
-		bgWG.Add(1)
-		go func() {
-			defer bgWG.Done()
-			if err := run(bg); err != nil && bg.Err() == nil {
-				bgErr <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
+	// The components run as one group; the first to end stops the others,
+	// in this order: the sources stop reading; the pipeline drains and
+	// commits (checkpointing open transfers); the outputs deliver what
+	// reached the store; the store, DNS and HTTP stop; the store is
+	// closed (deferred above).
+	var g rungroup.Group
+	pipeDone, outputsDone := make(chan struct{}), make(chan struct{})
+	start := time.Now()
+	{
+		// Sources and pipeline: until a signal, a failure of any component,
+		// or the end of the input (file_input).
+		srcCtx, stopSources := context.WithCancel(ctx)
+		g.Add(func() error {
+			defer close(pipeDone)
+			return runPipeline(srcCtx, stopSources, pipe, sources, log)
+		}, func(error) { stopSources() })
 	}
-	runBG("store", st.Run)
+	{
+		outCtx, stopOutputs := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		errs := make(chan error, len(outputs))
+		for _, o := range outputs {
+			wg.Go(func() {
+				if err := o.run(outCtx); err != nil && outCtx.Err() == nil {
+					errs <- fmt.Errorf("output %s: %w", o.name, err)
+				}
+			})
+		}
+		go func() { wg.Wait(); close(outputsDone) }()
+		g.Add(func() error {
+			select {
+			case err := <-errs:
+				return err
+			case <-outCtx.Done(): // an output that ends on its own waits for the shutdown
+				<-outputsDone
+				return nil
+			}
+		}, func(error) {
+			<-pipeDone // everything committed reaches the outputs
+			stopOutputs()
+			<-outputsDone
+		})
+	}
+	background := []struct {
+		name string
+		run  func(context.Context) error
+	}{{"store", st.Run}}
 	if dns != nil {
-		runBG("dns", dns.Run)
+		background = append(background, struct {
+			name string
+			run  func(context.Context) error
+		}{"dns", dns.Run})
 	}
 	if cfg.HTTP.Address != "" {
-		runBG("http", srv.Run)
+		background = append(background, struct {
+			name string
+			run  func(context.Context) error
+		}{"http", srv.Run})
 	}
-	// Outputs stop after the pipeline has committed its last records, so
-	// they deliver everything that reached the store.
-	outCtx, stopOutputs := context.WithCancel(context.Background())
-	defer stopOutputs()
-	var outWG sync.WaitGroup
-	for _, o := range outputs {
-		outWG.Add(1)
-		go func() {
-			defer outWG.Done()
-			if err := o.run(outCtx); err != nil && outCtx.Err() == nil {
-				bgErr <- fmt.Errorf("output %s: %w", o.name, err)
+	for _, b := range background {
+		bctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		g.Add(func() error {
+			defer close(done)
+			if err := b.run(bctx); err != nil && bctx.Err() == nil {
+				return fmt.Errorf("%s: %w", b.name, err)
 			}
-		}()
+			<-bctx.Done() // a service that ends early waits for the shutdown
+			return nil
+		}, func(error) {
+			<-pipeDone
+			<-outputsDone
+			stop()
+			<-done
+		})
 	}
 
-	// Sources stop on a signal or when any component fails.
-	srcCtx, stopSources := context.WithCancel(ctx)
-	defer stopSources()
+	log.Info("Collector running", "shards", popts.Shards, "store", cfg.Store.Options().Path, "outputs", len(outputs))
+	err = g.Run()
+	st1 := pipe.Stats()
+	log.Info("Stopped", "uptime", time.Since(start).Round(time.Second), "packets", st1.Packets, "records", st1.TotalRecords(), "lost", st1.TotalLost(), "rejected", st1.TotalRejected())
+	return err
+}
+
+// runPipeline runs the sources into the pipeline until ctx is cancelled or
+// every source has ended, then lets the pipeline drain and commit. A
+// source that fails stops the others (stop). Against a store that keeps
+// failing, the pipeline gives up shutdownGrace after the sources stopped
+// (leaving that input unacknowledged), so a shutdown always ends.
+func runPipeline(ctx context.Context, stop context.CancelFunc, pipe *pipeline.Pipeline, sources []component, log *slog.Logger) error {
 	batches := make(chan *source.Batch, 64)
-	var srcWG sync.WaitGroup
+	var wg sync.WaitGroup
 	var fatal error
-	var fatalOnce sync.Once
+	var once sync.Once
 	fail := func(err error) {
-		fatalOnce.Do(func() { fatal = err; log.Error("Stopping", "err", err) })
-		stopSources()
+		once.Do(func() { fatal = err; log.Error("Stopping", "err", err) })
+		stop()
 	}
 	for _, s := range sources {
-		srcWG.Add(1)
-		go func() {
-			defer srcWG.Done()
-			if err := s.run(srcCtx, batches); err != nil && srcCtx.Err() == nil {
+		wg.Go(func() {
+			if err := s.run(ctx, batches); err != nil && ctx.Err() == nil {
 				fail(fmt.Errorf("source %s: %w", s.name, err))
 			}
-		}()
+		})
 	}
+	go func() { wg.Wait(); close(batches) }()
+
+	runCtx, abort := context.WithCancel(context.Background())
+	defer abort()
 	go func() {
 		select {
-		case err := <-bgErr:
-			fail(err)
-		case <-srcCtx.Done():
+		case <-ctx.Done():
+		case <-runCtx.Done():
+			return
 		}
-	}()
-	go func() { srcWG.Wait(); close(batches) }()
-	go func() {
-		<-srcCtx.Done()
-		if ctx.Err() != nil {
-			log.Info("Shutting down: draining and committing")
-		}
-	}()
-
-	// The pipeline drains and commits after the sources stop; against a
-	// store that keeps failing, it gives up shutdownGrace later (leaving that
-	// input unacknowledged), so a shutdown always ends.
-	runCtx, abortRun := context.WithCancel(context.Background())
-	defer abortRun()
-	go func() {
-		<-srcCtx.Done()
+		log.Info("Sources stopped: draining and committing")
 		t := time.NewTimer(shutdownGrace)
 		defer t.Stop()
 		select {
 		case <-t.C:
-			abortRun()
+			abort()
 		case <-runCtx.Done():
 		}
 	}()
-
-	start := time.Now()
-	log.Info("Collector running", "shards", popts.Shards, "store", cfg.Store.Options().Path, "outputs", len(outputs))
 	if err := pipe.Run(runCtx, batches); err != nil {
 		fail(fmt.Errorf("pipeline: %w", err))
 	}
-	abortRun()
-	st1 := pipe.Stats()
-	stopOutputs()
-	outWG.Wait()
-	stopBG()
-	bgWG.Wait()
-	log.Info("Stopped", "uptime", time.Since(start).Round(time.Second), "packets", st1.Packets, "records", st1.TotalRecords(), "lost", st1.TotalLost(), "rejected", st1.TotalRejected())
+	stop()
+	wg.Wait()
 	return fatal
 }
 
