@@ -207,21 +207,12 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 			<-outputsDone
 		})
 	}
-	background := []struct {
-		name string
-		run  func(context.Context) error
-	}{{"store", st.Run}}
+	background := []output{{"store", st.Run}}
 	if dns != nil {
-		background = append(background, struct {
-			name string
-			run  func(context.Context) error
-		}{"dns", dns.Run})
+		background = append(background, output{"dns", dns.Run})
 	}
 	if cfg.HTTP.Address != "" {
-		background = append(background, struct {
-			name string
-			run  func(context.Context) error
-		}{"http", srv.Run})
+		background = append(background, output{"http", srv.Run})
 	}
 	for _, b := range background {
 		bctx, stop := context.WithCancel(context.Background())
@@ -310,7 +301,7 @@ type component struct {
 	run  sourceRun
 }
 
-// output is a sink with a name for messages.
+// output is a sink (or a background service) with a name for messages.
 type output struct {
 	name string
 	run  func(ctx context.Context) error
