@@ -30,8 +30,8 @@ import (
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/packet"
 	"github.com/xrdmon/xrdmon/internal/record"
-	"github.com/xrdmon/xrdmon/internal/source/sourcetest"
 	"github.com/xrdmon/xrdmon/internal/store"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 	"github.com/xrdmon/xrdmon/internal/units"
 )
 
@@ -289,7 +289,7 @@ func TestCollectGracefulShutdown(t *testing.T) {
 // TestCollectAMQPEndToEnd: shoveler messages consumed from RabbitMQ become
 // records, and are acknowledged (the queue ends empty).
 func TestCollectAMQPEndToEnd(t *testing.T) {
-	url := sourcetest.AMQPURL(t)
+	url := testenv.AMQPURL(t)
 	queue := fmt.Sprintf("xrdmon-test-collect-%d", time.Now().UnixNano())
 	conn, err := amqp.Dial(url)
 	if err != nil {

@@ -7,12 +7,11 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/xrdmon/xrdmon/internal/source/sourcetest"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
 func TestAMQPSource(t *testing.T) {
-	url := sourcetest.AMQPURL(t)
+	url := testenv.AMQPURL(t)
 	queue := fmt.Sprintf("xrdmon-bench-test-%d", time.Now().UnixNano())
 	s, err := newAMQPSource(url, queue)
 	if err != nil {

@@ -10,12 +10,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/xrdmon/xrdmon/internal/source"
-	"github.com/xrdmon/xrdmon/internal/source/sourcetest"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
 // TestAMQP publishes a run as shoveler messages and reads them back.
 func TestAMQP(t *testing.T) {
-	url := sourcetest.AMQPURL(t)
+	url := testenv.AMQPURL(t)
 	name := fmt.Sprintf("loadgen-test-%d", time.Now().UnixNano())
 	cfg := smallConfig()
 	cfg.Duration, cfg.Count, cfg.Restarts = 0, 700, 0

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/loadgen"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
 // mountSmall mounts a file system of size bytes on dir: a tmpfs, else an
@@ -48,7 +49,7 @@ func mountSmall(t *testing.T, dir string, size int64) string {
 		_, err = run("mount", "-o", "loop", img, dir)
 	}
 	if err != nil {
-		unavailable(t, fmt.Sprintf("cannot mount a small file system for the store (tmpfs: %v; loop ext4: %v)", errTmpfs, err))
+		testenv.Unavailable(t, fmt.Sprintf("cannot mount a small file system for the store (tmpfs: %v; loop ext4: %v)", errTmpfs, err))
 	}
 	t.Cleanup(umount)
 	return fmt.Sprintf("ext4 image of %d MiB on a loop device", size>>20)
@@ -96,13 +97,13 @@ func readyz(c *collector) int {
 // keeps running, and when space returns it stores everything; the database
 // passes PRAGMA integrity_check.
 func TestDiskFull(t *testing.T) {
-	url := amqpURL(t)
+	url := testenv.AMQPURL(t)
 	t0 := time.Now()
 	mnt := filepath.Join(t.TempDir(), "store")
 	fs := mountSmall(t, mnt, 64<<20)
 	dir := filepath.Join(mnt, "data")
 
-	q := uniq("xrdmon-crash-full")
+	q := testenv.Uniq("xrdmon-crash-full")
 	cfg := loadgen.DefaultConfig()
 	cfg.Servers, cfg.Clients, cfg.Users = 60, 16, 1000
 	cfg.Duration = 20 * time.Minute

@@ -23,6 +23,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/loadgen"
 	"github.com/xrdmon/xrdmon/internal/packet"
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
 // hostileRSSBound is the peak resident memory the collector may reach
@@ -97,7 +98,7 @@ func (a *attacker) fstream(sid uint64, fill func(*packet.FStreamBuilder)) []byte
 // a second collector on its store was refused, profiles were not served,
 // and SIGTERM ended it within 10 s.
 func TestHostileInput(t *testing.T) {
-	base := pgURL(t)
+	base := testenv.PostgresURL(t)
 	pu, _ := url.Parse(base)
 	hostPort := pu.Host
 	if pu.Port() == "" {

@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/xrdmon/xrdmon/internal/loadgen"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
 func envInt(name string, def int) int {
@@ -86,13 +87,13 @@ func waitDrained(t *testing.T, c *collector, url, queue string, timeout time.Dur
 // those of loadgen's truth. Its AMQP output, read from a queue, carries every
 // record at least once.
 func TestKill9(t *testing.T) {
-	url := amqpURL(t)
+	url := testenv.AMQPURL(t)
 	seed := uint64(envInt("XRDMON_CRASH_SEED", 1))
 	kills := envInt("XRDMON_CRASH_KILLS", 8)
 	t0 := time.Now()
 
 	// One loadgen run fills two queues with the same messages.
-	qCrash, qClean := uniq("xrdmon-crash-kill"), uniq("xrdmon-crash-clean")
+	qCrash, qClean := testenv.Uniq("xrdmon-crash-kill"), testenv.Uniq("xrdmon-crash-clean")
 	cfg := loadgen.DefaultConfig()
 	cfg.Servers, cfg.Clients, cfg.Users = 120, 16, 2000
 	cfg.Duration = 37 * time.Minute
@@ -131,7 +132,7 @@ func TestKill9(t *testing.T) {
 
 	// The crash run, with an AMQP output to count deliveries.
 	t2 := time.Now()
-	outX, outQ := uniq("xrdmon-crash-out"), uniq("xrdmon-crash-outq")
+	outX, outQ := testenv.Uniq("xrdmon-crash-out"), testenv.Uniq("xrdmon-crash-outq")
 	declareOutput(t, url, outX, outQ)
 	crashDir := t.TempDir()
 	crashLog := filepath.Join(logDir, "crash.log")

@@ -28,6 +28,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/loadgen"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/store"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
 // xrdmonBin is the collector binary built by TestMain.
@@ -56,31 +57,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// unavailable skips the test, or fails it when CI=true.
-func unavailable(t testing.TB, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
-}
-
-// amqpURL returns the test broker (XRDMON_TEST_AMQP_URL) after checking it
-// answers.
-func amqpURL(t testing.TB) string {
-	t.Helper()
-	u := os.Getenv("XRDMON_TEST_AMQP_URL")
-	if u == "" {
-		u = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	c, err := amqp.Dial(u)
-	if err != nil {
-		unavailable(t, "RabbitMQ does not answer at XRDMON_TEST_AMQP_URL: "+err.Error())
-	}
-	c.Close()
-	return u
-}
-
 // amqpHostPort returns the broker's host:port from its URL.
 func amqpHostPort(t testing.TB, u string) string {
 	t.Helper()
@@ -92,11 +68,6 @@ func amqpHostPort(t testing.TB, u string) string {
 		return net.JoinHostPort(pu.Hostname(), "5672")
 	}
 	return pu.Host
-}
-
-// uniq returns a name unique to this test run.
-func uniq(prefix string) string {
-	return fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
 }
 
 func freeTCPPort(t testing.TB) int {
@@ -440,7 +411,7 @@ func checkEvents(t testing.TB, got map[string]bool, truth *loadgen.Truth) {
 // and queues are deleted at the end of the test.
 func publish(t testing.TB, url string, cfg loadgen.Config, queues ...string) *loadgen.Truth {
 	t.Helper()
-	exchange := uniq("xrdmon-crash-in")
+	exchange := testenv.Uniq("xrdmon-crash-in")
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		t.Fatal(err)

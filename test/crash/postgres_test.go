@@ -6,7 +6,6 @@ import (
 	"context"
 	"net"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,36 +13,19 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 )
-
-// pgURL returns the test database URL (XRDMON_TEST_PG_URL) after checking
-// it answers.
-func pgURL(t testing.TB) string {
-	t.Helper()
-	u := os.Getenv("XRDMON_TEST_PG_URL")
-	if u == "" {
-		u = "postgres://postgres@127.0.0.1:5432/test"
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, u)
-	if err != nil {
-		unavailable(t, "PostgreSQL does not answer at XRDMON_TEST_PG_URL: "+err.Error())
-	}
-	c.Close(ctx)
-	return u
-}
 
 // pgCluster returns the version and name of the local cluster that
 // pg_ctlcluster manages (Debian layout /etc/postgresql/<version>/<name>).
 func pgCluster(t testing.TB) (string, string) {
 	t.Helper()
 	if _, err := exec.LookPath("pg_ctlcluster"); err != nil {
-		unavailable(t, "pg_ctlcluster not found: cannot restart PostgreSQL")
+		testenv.Unavailable(t, "pg_ctlcluster not found: cannot restart PostgreSQL")
 	}
 	versions, err := filepath.Glob("/etc/postgresql/*/main")
 	if err != nil || len(versions) != 1 {
-		unavailable(t, "want exactly one cluster /etc/postgresql/*/main")
+		testenv.Unavailable(t, "want exactly one cluster /etc/postgresql/*/main")
 	}
 	return filepath.Base(filepath.Dir(versions[0])), "main"
 }
@@ -65,7 +47,7 @@ func withDatabase(t testing.TB, u, db string) string {
 func newDatabase(t testing.TB, base, hostPort string) string {
 	t.Helper()
 	ctx := context.Background()
-	db := strings.ReplaceAll(uniq("xrdmon_crash"), "-", "_")
+	db := strings.ReplaceAll(testenv.Uniq("xrdmon_crash"), "-", "_")
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +79,7 @@ func newDatabase(t testing.TB, base, hostPort string) string {
 // stopped for 10 s and started again while the PostgreSQL output loads;
 // every record and event ends up in its table exactly once.
 func TestPostgresRestart(t *testing.T) {
-	base := pgURL(t)
+	base := testenv.PostgresURL(t)
 	version, cluster := pgCluster(t)
 	pu, _ := url.Parse(base)
 	hostPort := pu.Host

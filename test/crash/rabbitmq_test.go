@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/loadgen"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
 // udpLoad runs loadgen over UDP to addr in the background (paced by
@@ -102,15 +103,15 @@ func catchUp(t *testing.T, c *collector, sink string, back time.Time) time.Durat
 // arrives (at least once) in the queue bound to the output exchange. Input
 // is UDP, since the broker is down for part of the run.
 func TestRabbitMQOutage(t *testing.T) {
-	url := amqpURL(t)
+	url := testenv.AMQPURL(t)
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-		unavailable(t, "rabbitmqctl not found: cannot stop RabbitMQ")
+		testenv.Unavailable(t, "rabbitmqctl not found: cannot stop RabbitMQ")
 	}
 	hostPort := amqpHostPort(t, url)
 	outage := 30 * time.Second
 	t0 := time.Now()
 
-	outX, outQ := uniq("xrdmon-crash-out"), uniq("xrdmon-crash-outq")
+	outX, outQ := testenv.Uniq("xrdmon-crash-out"), testenv.Uniq("xrdmon-crash-outq")
 	declareOutput(t, url, outX, outQ)
 	dir := t.TempDir()
 	udpAddr := freeUDPAddr(t)

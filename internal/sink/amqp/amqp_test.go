@@ -16,6 +16,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -240,7 +241,7 @@ func TestCursorMovesOnlyAfterConfirms(t *testing.T) {
 func TestMissingExchange(t *testing.T) {
 	u := testURL(t)
 	t.Parallel()
-	name := uniq("xrdmon-test-missing")
+	name := testenv.Uniq("xrdmon-test-missing")
 	st := sinktest.OpenStore(t)
 	if err := st.Append(context.Background(), testRecords(0, 10), nil); err != nil {
 		t.Fatal(err)
@@ -338,7 +339,7 @@ func TestBrokerRestart(t *testing.T) {
 	}
 	u := testURL(t)
 	st := sinktest.OpenStore(t)
-	base := uniq("xrdmon-test-restart")
+	base := testenv.Uniq("xrdmon-test-restart")
 	// Durable exchange and queue, so they survive the restart.
 	c, err := amqp.Dial(u)
 	if err != nil {

@@ -1,8 +1,6 @@
 package amqp
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -14,21 +12,12 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
 // testURL returns the broker URL, skipping (or failing under CI=true) when
 // the broker does not answer.
-func testURL(tb testing.TB) string {
-	tb.Helper()
-	const env = "XRDMON_TEST_AMQP_URL"
-	u := sinktest.ServiceURL(env, "amqp://guest:guest@127.0.0.1:5672/")
-	c, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
-	if err != nil {
-		sinktest.Unreachable(tb, "RabbitMQ", u, env, err)
-	}
-	c.Close()
-	return u
-}
+func testURL(tb testing.TB) string { return testenv.AMQPURL(tb) }
 
 // brokerAddr is host:port of a URL.
 func brokerAddr(tb testing.TB, u string) string {
@@ -51,17 +40,11 @@ func withAddr(tb testing.TB, u, addr string) string {
 	return uri.String()
 }
 
-func uniq(prefix string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return prefix + "-" + hex.EncodeToString(b[:])
-}
-
 // testExchanges returns unique exchange names for one test, declared on the
 // broker and deleted at cleanup.
 func testExchanges(tb testing.TB, u string) Exchanges {
 	tb.Helper()
-	base := uniq("xrdmon-test")
+	base := testenv.Uniq("xrdmon-test")
 	e := Exchanges{
 		Records: base + ".detailed",
 		WLCG:    base + ".wlcg",
@@ -196,7 +179,7 @@ func testRecords(from, n int) []record.Record { return sinktest.Records(from, n,
 // fastOptions make retries quick for tests.
 func fastOptions() Options {
 	o := DefaultOptions()
-	o.Name = uniq("amqp")
+	o.Name = testenv.Uniq("amqp")
 	o.PollInterval = 10 * time.Millisecond
 	o.MinBackoff = 20 * time.Millisecond
 	o.MaxBackoff = 200 * time.Millisecond

@@ -13,23 +13,12 @@ import (
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 	"github.com/xrdmon/xrdmon/internal/store"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
 // testURL returns the database URL, skipping (or failing under CI=true)
 // when PostgreSQL does not answer.
-func testURL(tb testing.TB) string {
-	tb.Helper()
-	const env = "XRDMON_TEST_PG_URL"
-	u := sinktest.ServiceURL(env, "postgres://postgres@127.0.0.1:5432/test")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, u)
-	if err != nil {
-		sinktest.Unreachable(tb, "PostgreSQL", u, env, err)
-	}
-	c.Close(ctx)
-	return u
-}
+func testURL(tb testing.TB) string { return testenv.PostgresURL(tb) }
 
 // testSchema returns a unique schema name, dropped at cleanup.
 func testSchema(tb testing.TB, u string) string {

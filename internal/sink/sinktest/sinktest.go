@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -30,26 +29,6 @@ import (
 // T0 is the reference time of Record and Event: record i ends at
 // T0 + i*step, event i happens at T0 + i seconds.
 var T0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-// ServiceURL returns the value of the environment variable env, or def when
-// it is unset or empty.
-func ServiceURL(env, def string) string {
-	if u := os.Getenv(env); u != "" {
-		return u
-	}
-	return def
-}
-
-// Unreachable ends tb because service at u did not answer (err): it is
-// skipped, naming env as the variable that points at another instance, or,
-// when the environment variable CI is "true", failed.
-func Unreachable(tb testing.TB, service, u, env string, err error) {
-	tb.Helper()
-	if os.Getenv("CI") == "true" {
-		tb.Fatalf("%s at %s does not answer: %v", service, u, err)
-	}
-	tb.Skipf("%s at %s does not answer (set %s): %v", service, u, env, err)
-}
 
 // OpenStore opens a store in a temporary directory, closed at cleanup. It
 // has no retention and no size bound (nothing is ever dropped) and syncs

@@ -19,6 +19,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"github.com/xrdmon/xrdmon/internal/source"
 	"github.com/xrdmon/xrdmon/internal/source/sourcetest"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
 // fakeAcker records channel acks.
@@ -55,10 +56,10 @@ func TestTrackerOrder(t *testing.T) {
 // deleted at the end of the test.
 func broker(t *testing.T) (string, *amqp.Channel, string) {
 	t.Helper()
-	url := sourcetest.AMQPURL(t)
+	url := testenv.AMQPURL(t)
 	conn, err := amqp.Dial(url)
 	if err != nil {
-		sourcetest.Unavailable(t, "RabbitMQ dial: "+err.Error())
+		testenv.Unavailable(t, "RabbitMQ dial: "+err.Error())
 	}
 	ch, err := conn.Channel()
 	if err != nil {
