@@ -189,7 +189,8 @@ func (r *Reader) HighWater(ctx context.Context) (int64, error) {
 	return seq, nil
 }
 
-// Query selects records for the dashboard, the API and tests. Zero fields
+// Query selects records by time, server, site, user and path prefix (tests use
+// it today; the query API of the next issue will). Zero fields
 // do not filter.
 type Query struct {
 	// From (inclusive) and To (exclusive) bound the record time: End, or
