@@ -99,6 +99,8 @@ type AMQP struct {
 
 	netConn atomic.Pointer[net.Conn] // the current connection's socket, for tests
 
+	loggedInvalid time.Time // when an invalid message was last logged (Run's goroutine)
+
 	received   prometheus.Counter
 	invalid    *prometheus.CounterVec
 	reconnects prometheus.Counter
@@ -231,33 +233,9 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 		return err
 	}
 	defer conn.Close()
-	ch, err := conn.Channel()
+	ch, deliveries, err := a.consume(ctx, conn)
 	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
-	}
-	if err := ch.Qos(a.cfg.Prefetch, 0, false); err != nil {
-		return fmt.Errorf("set prefetch: %w", err)
-	}
-	if _, err := ch.QueueDeclare(a.cfg.Queue, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare queue %s: %w", a.cfg.Queue, err)
-	}
-	if a.cfg.Exchange != "-" {
-		if a.cfg.ExchangeType != "" {
-			if err := ch.ExchangeDeclare(a.cfg.Exchange, a.cfg.ExchangeType, true, false, false, false, nil); err != nil {
-				return fmt.Errorf("declare exchange %s: %w", a.cfg.Exchange, err)
-			}
-		}
-		if err := ch.QueueBind(a.cfg.Queue, a.cfg.BindingKey, a.cfg.Exchange, false, nil); err != nil {
-			if ae, ok := errors.AsType[*amqp.Error](err); ok && ae.Code == amqp.NotFound {
-				return fmt.Errorf("bind queue %s: exchange %q does not exist (create it, set amqp_input.exchange_type to declare it, or amqp_input.exchange \"-\" to use a binding that exists): %w",
-					a.cfg.Queue, a.cfg.Exchange, err)
-			}
-			return fmt.Errorf("bind queue %s to %s: %w", a.cfg.Queue, a.cfg.Exchange, err)
-		}
-	}
-	deliveries, err := ch.ConsumeWithContext(ctx, a.cfg.Queue, "", false, false, false, false, nil)
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", a.cfg.Queue, err)
+		return err
 	}
 	a.connected.Set(1)
 	a.log.Info("Consuming from RabbitMQ", "queue", a.cfg.Queue, "exchange", a.cfg.Exchange)
@@ -275,7 +253,6 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 	timer.Stop()
 	var b *source.PooledBatch
 	var first, last uint64
-	loggedInvalid := time.Time{}
 	flush := func() error {
 		if b == nil {
 			return nil
@@ -346,17 +323,7 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 				timer.Reset(a.cfg.BatchWait)
 			}
 			last = d.DeliveryTag
-			buf, env, perr := source.AppendShoveler(b.Buf(), d.Body)
-			if perr != nil {
-				a.invalid.WithLabelValues(source.ShovelerReason(perr)).Inc()
-				if time.Since(loggedInvalid) > time.Minute {
-					loggedInvalid = time.Now()
-					a.log.Warn("Dropping invalid shoveler messages (logged at most once a minute)", "err", perr,
-						"body", truncate(d.Body, 120))
-				}
-			} else if sender, ok := a.filter.AcceptShoveled(&env); ok {
-				b.Add(buf, env.Data, sender, time.Now())
-			}
+			a.add(b, d.Body)
 			if b.Len() >= a.cfg.BatchSize || int(last-first+1) >= a.cfg.BatchSize {
 				if err := flush(); err != nil {
 					return err
@@ -364,6 +331,58 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 			}
 		}
 	}
+}
+
+// add decodes a shoveler message into b; an invalid one is counted (and
+// logged at most once a minute).
+func (a *AMQP) add(b *source.PooledBatch, body []byte) {
+	buf, env, err := source.AppendShoveler(b.Buf(), body)
+	if err != nil {
+		a.invalid.WithLabelValues(source.ShovelerReason(err)).Inc()
+		if time.Since(a.loggedInvalid) > time.Minute {
+			a.loggedInvalid = time.Now()
+			a.log.Warn("Dropping invalid shoveler messages (logged at most once a minute)", "err", err,
+				"body", truncate(body, 120))
+		}
+		return
+	}
+	if sender, ok := a.filter.AcceptShoveled(&env); ok {
+		b.Add(buf, env.Data, sender, time.Now())
+	}
+}
+
+// consume opens a channel on conn, declares and binds the queue as
+// configured and starts consuming it.
+func (a *AMQP) consume(ctx context.Context, conn *amqp.Connection) (*amqp.Channel, <-chan amqp.Delivery, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Qos(a.cfg.Prefetch, 0, false); err != nil {
+		return nil, nil, fmt.Errorf("set prefetch: %w", err)
+	}
+	if _, err := ch.QueueDeclare(a.cfg.Queue, true, false, false, false, nil); err != nil {
+		return nil, nil, fmt.Errorf("declare queue %s: %w", a.cfg.Queue, err)
+	}
+	if a.cfg.Exchange != "-" {
+		if a.cfg.ExchangeType != "" {
+			if err := ch.ExchangeDeclare(a.cfg.Exchange, a.cfg.ExchangeType, true, false, false, false, nil); err != nil {
+				return nil, nil, fmt.Errorf("declare exchange %s: %w", a.cfg.Exchange, err)
+			}
+		}
+		if err := ch.QueueBind(a.cfg.Queue, a.cfg.BindingKey, a.cfg.Exchange, false, nil); err != nil {
+			if ae, ok := errors.AsType[*amqp.Error](err); ok && ae.Code == amqp.NotFound {
+				return nil, nil, fmt.Errorf("bind queue %s: exchange %q does not exist (create it, or set amqp_input.exchange \"-\" to use a binding that exists): %w",
+					a.cfg.Queue, a.cfg.Exchange, err)
+			}
+			return nil, nil, fmt.Errorf("bind queue %s to %s: %w", a.cfg.Queue, a.cfg.Exchange, err)
+		}
+	}
+	deliveries, err := ch.ConsumeWithContext(ctx, a.cfg.Queue, "", false, false, false, false, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("consume %s: %w", a.cfg.Queue, err)
+	}
+	return ch, deliveries, nil
 }
 
 // drain waits, after a cancellation, until the pipeline has acknowledged
