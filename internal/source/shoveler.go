@@ -1,6 +1,7 @@
 package source
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -271,6 +272,12 @@ func skipWS(b []byte, i int) int {
 // scanString scans the JSON string starting at b[i] == '"'. It returns its
 // raw contents, the index after the closing quote, and whether it has escapes.
 func scanString(b []byte, i int) (val []byte, next int, escaped, ok bool) {
+	// Fast path (the base64 data of a message is kilobytes long): the next
+	// quote, found with IndexByte, ends the string unless a backslash
+	// comes before it.
+	if q := bytes.IndexByte(b[i+1:], '"'); q >= 0 && bytes.IndexByte(b[i+1:i+1+q], '\\') < 0 {
+		return b[i+1 : i+1+q], i + 2 + q, false, true
+	}
 	for j := i + 1; j < len(b); j++ {
 		switch b[j] {
 		case '\\':
