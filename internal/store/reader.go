@@ -213,6 +213,22 @@ type Query struct {
 	Limit int
 	// Newest returns the latest records first (default: oldest first).
 	Newest bool
+	// After, when set, continues a listing: only records that come after
+	// it in the order asked for (the Next of the previous page).
+	After *Position
+}
+
+// Position is a record's place in the order of Query: its time (End, or
+// Start when End is unknown, in Unix ns), then its log sequence number.
+// Positions are stable: a page cursor stays valid while records are added.
+type Position struct {
+	T   int64 `json:"t"`
+	Seq int64 `json:"seq"`
+}
+
+// before reports whether a sorts before b (time, then sequence number).
+func (a Position) before(b Position) bool {
+	return a.T < b.T || (a.T == b.T && a.Seq < b.Seq)
 }
 
 // match reports whether rec passes every filter of q but the limit.
@@ -250,6 +266,14 @@ type hit struct {
 // stops as soon as no further block can hold a record that sorts before
 // the Limit-th one found.
 func (r *Reader) Query(ctx context.Context, q Query) ([]record.Record, error) {
+	recs, _, err := r.QueryPage(ctx, q)
+	return recs, err
+}
+
+// QueryPage is Query that also returns, when the result is a full page
+// (Limit records), the position to pass as After for the next page; nil
+// when there are no more.
+func (r *Reader) QueryPage(ctx context.Context, q Query) ([]record.Record, *Position, error) {
 	limit := q.Limit
 	if limit <= 0 {
 		limit = 1000
@@ -257,15 +281,15 @@ func (r *Reader) Query(ctx context.Context, q Query) ([]record.Record, error) {
 	limit = min(limit, 100000)
 	plan, err := r.plan(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("query records: %w", err)
+		return nil, nil, fmt.Errorf("query records: %w", err)
 	}
 	if plan.none {
-		return nil, nil
+		return nil, nil, nil
 	}
 	query, args := querySQL(q, &plan)
 	rows, err := r.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("query records: %w", err)
+		return nil, nil, fmt.Errorf("query records: %w", err)
 	}
 	type cand struct{ first, minNs, maxNs int64 }
 	var cands []cand
@@ -275,24 +299,27 @@ func (r *Reader) Query(ctx context.Context, q Query) ([]record.Record, error) {
 		var isPosted bool
 		if err := rows.Scan(&c.first, &c.minNs, &c.maxNs, &isPosted, &names); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("query records: %w", err)
+			return nil, nil, fmt.Errorf("query records: %w", err)
 		}
 		if !isPosted { // not posted yet: check its names here
 			ids, err := decodeIDs(names)
 			if err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("query records: block %d: %w", c.first, err)
+				return nil, nil, fmt.Errorf("query records: block %d: %w", c.first, err)
 			}
 			if !plan.has(ids) {
 				continue
 			}
+		}
+		if a := q.After; a != nil && ((!q.Newest && c.maxNs < a.T) || (q.Newest && c.minNs > a.T)) {
+			continue // wholly before the cursor
 		}
 		cands = append(cands, c)
 	}
 	err = rows.Err()
 	rows.Close()
 	if err != nil {
-		return nil, fmt.Errorf("query records: %w", err)
+		return nil, nil, fmt.Errorf("query records: %w", err)
 	}
 	less := func(a, b *hit) int {
 		if a.t != b.t {
@@ -332,7 +359,7 @@ func (r *Reader) Query(ctx context.Context, q Query) ([]record.Record, error) {
 		}
 		raw, err := r.block(ctx, c.first)
 		if err != nil {
-			return nil, fmt.Errorf("query records: %w", err)
+			return nil, nil, fmt.Errorf("query records: %w", err)
 		}
 		it := newEntryIter(raw, c.first)
 		for it.next() {
@@ -341,18 +368,24 @@ func (r *Reader) Query(ctx context.Context, q Query) ([]record.Record, error) {
 			}
 			rec = record.Record{}
 			if err := record.DecodeStored(it.cur.data, &rec); err != nil {
-				return nil, fmt.Errorf("query records: decode seq %d: %w", it.cur.seq, err)
+				return nil, nil, fmt.Errorf("query records: decode seq %d: %w", it.cur.seq, err)
 			}
 			t := recordTime(&rec)
+			if a := q.After; a != nil {
+				p := Position{t, it.cur.seq}
+				if (!q.Newest && !a.before(p)) || (q.Newest && !p.before(*a)) {
+					continue
+				}
+			}
 			if q.match(&rec, t) {
 				hits = append(hits, &hit{t: t, seq: it.cur.seq, rec: rec})
 			}
 		}
 		if it.err != nil {
-			return nil, fmt.Errorf("query records: block %d: %w", c.first, it.err)
+			return nil, nil, fmt.Errorf("query records: block %d: %w", c.first, it.err)
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	trim()
@@ -360,7 +393,12 @@ func (r *Reader) Query(ctx context.Context, q Query) ([]record.Record, error) {
 	for i, h := range hits {
 		out[i] = h.rec
 	}
-	return out, nil
+	var next *Position
+	if len(hits) == limit {
+		last := hits[len(hits)-1]
+		next = &Position{last.t, last.seq}
+	}
+	return out, next, nil
 }
 
 // queryPlan is what Query needs to list its candidate blocks.
