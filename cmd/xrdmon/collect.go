@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/xrdmon/xrdmon/internal/api"
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/dnscache"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
@@ -151,6 +152,9 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 
 	srv := web.New(cfg.HTTP, reg, log.With("component", "web"))
 	srv.AddCheck("pipeline", pipe.Ready)
+	if err := mountAPI(srv, cfg.HTTP, st, pipe, log); err != nil {
+		return err
+	}
 	if cfg.HTTP.Address != "" {
 		addr, err := srv.Listen()
 		if err != nil {
@@ -285,6 +289,29 @@ func runPipeline(ctx context.Context, stop context.CancelFunc, pipe *pipeline.Pi
 	stop()
 	wg.Wait()
 	return fatal
+}
+
+// mountAPI serves the query API on srv, with the collector's status.
+func mountAPI(srv *web.Server, c web.Config, st *store.Store, pipe *pipeline.Pipeline, log *slog.Logger) error {
+	var token string
+	if c.APITokenFile != "" {
+		var err error
+		if token, err = api.ReadToken(c.APITokenFile); err != nil {
+			return err
+		}
+	} else if c.Address != "" && !web.Loopback(c.Address) {
+		log.Warn("The query API is open to every client that reaches http.address; set http.api_token_file to require a token", "address", c.Address)
+	}
+	started := time.Now()
+	status := func(ctx context.Context) (any, error) {
+		last, err := st.LastSeq(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return newStatus(started, pipe.Stats(), last, st.Sinks()), nil
+	}
+	srv.Handle(api.Prefix, api.New(st, api.Options{Status: status, Token: token}, log.With("component", "api")))
+	return nil
 }
 
 // shutdownGrace is how long the pipeline may go on retrying a failing store

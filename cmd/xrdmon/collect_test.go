@@ -156,6 +156,23 @@ func (d *daemon) waitHTTP(t *testing.T) {
 	t.Fatal("collector did not come up")
 }
 
+// getJSON decodes the JSON answer of GET path on the daemon's HTTP server.
+func (d *daemon) getJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	resp, err := http.Get("http://" + d.http + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
 // metric reads one sample's value from /metrics ("name" or "name{labels}").
 func (d *daemon) metric(t *testing.T, series string) float64 {
 	t.Helper()
@@ -242,6 +259,19 @@ func TestCollectUDPEndToEnd(t *testing.T) {
 	}
 	if got := d.metric(t, `xrdmon_packets_lost_total{domain="main"}`) + d.metric(t, `xrdmon_packets_lost_total{domain="fstream"}`); got != 0 {
 		t.Errorf("lost = %v, want 0", got)
+	}
+	// The query API answers from the store beside the running collector.
+	var page struct {
+		Records []record.Record `json:"records"`
+	}
+	d.getJSON(t, "/api/v1/records?user=alice3&limit=100", &page)
+	if len(page.Records) != 1 || page.Records[0].Path != "/store/data/file3.root" {
+		t.Errorf("/api/v1/records?user=alice3: %+v", page.Records)
+	}
+	var st status
+	d.getJSON(t, "/api/v1/status", &st)
+	if st.Packets.Accounted != uint64(len(pkts)) || st.Records.Complete != 20 || st.Store.LastSeq < 20 {
+		t.Errorf("/api/v1/status: %+v", st)
 	}
 	if err := d.stop(t); err != nil {
 		t.Fatalf("collect returned %v", err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/xrdmon/xrdmon/internal/amqpconn"
+	"github.com/xrdmon/xrdmon/internal/web"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -56,7 +57,7 @@ func (c *Config) Validate() error {
 	p.tls("amqp_input.tls", in.TLS)
 
 	// http
-	if c.HTTP.PProf && !loopback(c.HTTP.Address) {
+	if c.HTTP.PProf && !web.Loopback(c.HTTP.Address) {
 		p.add("http.pprof", "needs a loopback http.address (127.0.0.1:PORT or [::1]:PORT): profiles show the process's memory; reach them through an SSH tunnel")
 	}
 	if c.HTTP.Address != "" {
@@ -246,18 +247,4 @@ func redactURL(s string) string {
 		return s
 	}
 	return dsnPassword.ReplaceAllString(s, "${1}xxxxx")
-}
-
-// loopback reports whether the listen address hostPort binds to a loopback
-// address only ("localhost" included; an empty host binds every interface).
-func loopback(hostPort string) bool {
-	host, _, err := net.SplitHostPort(hostPort)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.Unmap().IsLoopback()
 }

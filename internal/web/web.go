@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"runtime"
 	"slices"
 	"sync"
@@ -53,6 +54,8 @@ type Server struct {
 type Config struct {
 	Address string `yaml:"address" help:"HTTP listen address for metrics and health; loopback by default; empty disables it"`
 	PProf   bool   `yaml:"pprof" help:"serve Go profiles on /debug/pprof/ (only with a loopback http.address: profiles show memory contents)"`
+	// APITokenFile is read by the query API (internal/api).
+	APITokenFile string `yaml:"api_token_file" help:"file holding a bearer token that /api/v1 then requires; set it when http.address is not loopback"`
 }
 
 // DefaultPort is the HTTP port: clear of XRootD's 9930 (detailed) and 9931
@@ -302,4 +305,18 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.log.Info("HTTP server stopped", "addr", addr.String())
 	return nil
+}
+
+// Loopback reports whether the listen address hostPort binds to a loopback
+// address only ("localhost" included; an empty host binds every interface).
+func Loopback(hostPort string) bool {
+	host, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }

@@ -1,0 +1,302 @@
+// Package api is xrdmon's read-only query API: JSON over HTTP under
+// /api/v1, described by openapi.yaml (served at /api/v1/openapi.yaml).
+// It reads the store (records by time, server, site, user and path prefix,
+// page by page) and the collector's status; `xrdmon records` and the
+// dashboard use it.
+//
+// Every string in a response comes from packets anyone on the network can
+// send: the responses are JSON (with <, > and & escaped), never HTML.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+// Prefix is where the API is mounted.
+const Prefix = "/api/v1/"
+
+//go:embed openapi.yaml
+var openAPI []byte
+
+// Records is what the API reads records from (store.Reader).
+type Records interface {
+	QueryPage(ctx context.Context, q store.Query) ([]record.Record, *store.Position, error)
+}
+
+// Options configure an API.
+type Options struct {
+	// Status returns the collector's status (nil: /status answers 404).
+	Status func(ctx context.Context) (any, error)
+	// Token, when set, is required as "Authorization: Bearer <token>".
+	Token string
+	// Now is the clock for relative times ("since=1h"); nil: time.Now.
+	Now func() time.Time
+	// MaxLimit caps the records of one page (default 1000).
+	MaxLimit int
+}
+
+// API serves /api/v1.
+type API struct {
+	recs Records
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+// New returns the API over recs.
+func New(recs Records, opts Options, log *slog.Logger) *API {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MaxLimit <= 0 {
+		opts.MaxLimit = 1000
+	}
+	a := &API{recs: recs, opts: opts, log: log, mux: http.NewServeMux()}
+	a.mux.HandleFunc("GET "+Prefix+"records", a.records)
+	a.mux.HandleFunc("GET "+Prefix+"status", a.status)
+	a.mux.HandleFunc("GET "+Prefix+"openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(openAPI)
+	})
+	a.mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint: see "+Prefix+"openapi.yaml")
+	})
+	return a
+}
+
+// ServeHTTP checks the token, then serves the endpoint.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	if a.opts.Token != "" {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.opts.Token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="xrdmon"`)
+			writeError(w, http.StatusUnauthorized, "a bearer token is required")
+			return
+		}
+	}
+	a.mux.ServeHTTP(w, r)
+}
+
+// ReadToken returns the token in path (surrounding white space removed).
+func ReadToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("api token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("api token %s: empty file", path)
+	}
+	return tok, nil
+}
+
+// RecordPage is the answer of /records.
+type RecordPage struct {
+	Records []json.RawMessage `json:"records"`
+	// Next is the cursor of the next page; absent on the last one.
+	Next string `json:"next,omitempty"`
+}
+
+func (a *API) records(w http.ResponseWriter, r *http.Request) {
+	q, err := a.recordQuery(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	recs, next, err := a.recs.QueryPage(r.Context(), q)
+	if err != nil {
+		a.log.Warn("Record query failed", "err", err)
+		writeError(w, http.StatusInternalServerError, "query failed")
+		return
+	}
+	page := RecordPage{Records: make([]json.RawMessage, len(recs))}
+	for i := range recs {
+		page.Records[i] = record.AppendJSON(nil, &recs[i])
+	}
+	if next != nil {
+		page.Next = encodeCursor(*next)
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// recordQuery reads the parameters of /records (documented in
+// openapi.yaml).
+func (a *API) recordQuery(r *http.Request) (store.Query, error) {
+	v := r.URL.Query()
+	q := store.Query{
+		Server: v.Get("server"), Site: v.Get("site"), User: v.Get("user"),
+		PathPrefix: v.Get("path_prefix"), Reason: record.Reason(v.Get("reason")),
+	}
+	var err error
+	now := a.opts.Now()
+	if q.From, err = ParseTime(v.Get("from"), now); err != nil {
+		return q, fmt.Errorf("from: %w", err)
+	}
+	if q.To, err = ParseTime(v.Get("to"), now); err != nil {
+		return q, fmt.Errorf("to: %w", err)
+	}
+	if q.Partial, err = boolParam(v.Get("partial")); err != nil {
+		return q, fmt.Errorf("partial: %w", err)
+	}
+	order := v.Get("order")
+	switch order {
+	case "", "newest":
+		q.Newest = true
+	case "oldest":
+	default:
+		return q, fmt.Errorf("order: %q is not newest or oldest", order)
+	}
+	q.Limit = 100
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return q, fmt.Errorf("limit: %q is not a positive number", s)
+		}
+		q.Limit = min(n, a.opts.MaxLimit)
+	}
+	if c := v.Get("cursor"); c != "" {
+		p, err := decodeCursor(c)
+		if err != nil {
+			return q, err
+		}
+		q.After = &p
+	}
+	if q.Reason != record.Complete && !validReason(q.Reason) {
+		return q, fmt.Errorf("reason: %q is not a partial reason", q.Reason)
+	}
+	return q, nil
+}
+
+func validReason(r record.Reason) bool {
+	for _, x := range record.Reasons {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *API) status(w http.ResponseWriter, r *http.Request) {
+	if a.opts.Status == nil {
+		writeError(w, http.StatusNotFound, "no collector status here")
+		return
+	}
+	st, err := a.opts.Status(r.Context())
+	if err != nil {
+		a.log.Warn("Status failed", "err", err)
+		writeError(w, http.StatusInternalServerError, "status failed")
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// ParseTime reads a time parameter: RFC 3339, Unix seconds, or a duration
+// before now ("90m", "24h", "7d"). Empty is the zero time (no bound).
+func ParseTime(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return time.Unix(n, 0).UTC(), nil
+	}
+	d, err := parseAgo(s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not RFC 3339, Unix seconds or a duration such as 24h or 7d", s)
+	}
+	return now.Add(-d), nil
+}
+
+// parseAgo reads a duration, allowing days ("7d", "1d12h").
+func parseAgo(s string) (time.Duration, error) {
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(d)
+		if err != nil || n < 0 {
+			return 0, errors.New("bad days")
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	if days, rest, ok := strings.Cut(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 {
+			return 0, errors.New("bad days")
+		}
+		d, err := time.ParseDuration(rest)
+		if err != nil {
+			return 0, err
+		}
+		return time.Duration(n)*24*time.Hour + d, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, errors.New("bad duration")
+	}
+	return d, nil
+}
+
+func boolParam(s string) (bool, error) {
+	if s == "" {
+		return false, nil
+	}
+	return strconv.ParseBool(s)
+}
+
+func encodeCursor(p store.Position) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.T, 10) + "." + strconv.FormatInt(p.Seq, 10)))
+}
+
+func decodeCursor(c string) (store.Position, error) {
+	bad := errors.New("cursor: not a cursor of this API (use the next of the previous page)")
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return store.Position{}, bad
+	}
+	ts, seqs, ok := strings.Cut(string(b), ".")
+	if !ok {
+		return store.Position{}, bad
+	}
+	t, err1 := strconv.ParseInt(ts, 10, 64)
+	seq, err2 := strconv.ParseInt(seqs, 10, 64)
+	if err1 != nil || err2 != nil {
+		return store.Position{}, bad
+	}
+	return store.Position{T: t, Seq: seq}, nil
+}
+
+// Error is the body of every error answer.
+type Error struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, Error{msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w) // escapes <, > and &: safe even if sniffed as HTML
+	_ = enc.Encode(v)
+}
