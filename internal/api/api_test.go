@@ -130,7 +130,9 @@ func TestRecordsPagesAndFilters(t *testing.T) {
 		{"user=u3&limit=7", func(r *record.Record) bool { return r.User == "u3" }, true},
 		{"path_prefix=/store/d1/&limit=9&order=oldest", func(r *record.Record) bool { return strings.HasPrefix(r.Path, "/store/d1/") }, false},
 		{"from=" + t0.Add(100*time.Second).Format(time.RFC3339) + "&to=" + t0.Add(150*time.Second).Format(time.RFC3339),
-			func(r *record.Record) bool { return !r.End.Before(t0.Add(100*time.Second)) && r.End.Before(t0.Add(150*time.Second)) }, true},
+			func(r *record.Record) bool {
+				return !r.End.Before(t0.Add(100*time.Second)) && r.End.Before(t0.Add(150*time.Second))
+			}, true},
 		{"from=30m&limit=50", func(r *record.Record) bool { return !r.End.Before(t0.Add(30 * time.Minute)) }, true},
 		{"user=nobody", func(*record.Record) bool { return false }, true},
 	} {
