@@ -180,6 +180,9 @@ func (s *Shard) open(inc *incarnation, o packet.FileOpen, tBeg, tEnd uint32) {
 	s.linkSession(fi, inc, hint)
 	if f.flags&fClosed != 0 { // its close came first: complete now
 		cd := s.closes[fi]
+		if s.holdForTrace(fi, inc, &cd.c, cd.tEnd) {
+			return
+		}
 		s.finishFile(fi, rComplete, cd.tEnd, &cd.c)
 		return
 	}
@@ -203,7 +206,9 @@ func (s *Shard) xfr(inc *incarnation, x packet.FileXfr, tBeg, tEnd uint32) {
 func (s *Shard) close(inc *incarnation, c *packet.FileClose, tBeg, tEnd uint32) {
 	fi, ok := s.fileIdx[dictKey(inc.id, c.FileID)]
 	if ok && s.files[fi].flags&(fClosed|fOpen) == fOpen {
-		s.finishFile(fi, rComplete, tEnd, c)
+		if !s.holdForTrace(fi, inc, c, tEnd) {
+			s.finishFile(fi, rComplete, tEnd, c)
+		}
 		return
 	}
 	if ok && s.files[fi].flags&fClosed != 0 { // a second close for a waiting one: emit the first
@@ -370,5 +375,6 @@ func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *pac
 			rec.ReadSqSum, rec.ReadvSqSum, rec.ReadvSegSqSum, rec.WriteSqSum = q.Read, q.Readv, q.ReadvSegs, q.Write
 		}
 	}
+	s.attachTrace(rec, f, inc)
 	s.stats.Records[r]++
 }

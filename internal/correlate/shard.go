@@ -102,6 +102,11 @@ type Shard struct {
 	pendFiles list // files waiting to be emitted, oldest first
 	closes    map[int32]*closeData
 
+	traces    []traceState // I/O profiles being built (trace.go)
+	traceFree []int32
+	traceIdx  map[uint64]int32
+	traceLRU  list // least recently updated first
+
 	sess     []session
 	sessFree []int32
 	sessIdx  map[uint64]int32
@@ -144,6 +149,8 @@ func NewShard(cfg Config) *Shard {
 		lru:        newList(),
 		pendFiles:  newList(),
 		closes:     make(map[int32]*closeData),
+		traceIdx:   make(map[uint64]int32),
+		traceLRU:   newList(),
 		sessIdx:    make(map[uint64]int32),
 		sessLRU:    newList(),
 		sessDisc:   newList(),
@@ -461,25 +468,6 @@ func sidFromUserID(uid []byte) (uint64, bool) {
 		v = v*10 + uint64(ch-'0')
 	}
 	return v & sidMask, true
-}
-
-func (s *Shard) handleTrace(data []byte, addr netip.Addr) {
-	t, err := packet.DecodeTrace(data)
-	if err != nil {
-		s.rejectDecoded(data, addr, err, DomainMain)
-		return
-	}
-	var sid uint64
-	hasSID := false
-	if t.Len() > 0 {
-		if e := t.Entry(0); e.Kind() == packet.TraceWindow {
-			sid, _, _ = e.Window()
-			hasSID = true
-		}
-	}
-	inc := s.resolve(addr, t.Stod, sid, hasSID)
-	s.accept(packet.KindTrace)
-	s.observe(inc, DomainMain, uint16(t.Pseq))
 }
 
 var providerNames [256]string

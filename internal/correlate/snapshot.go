@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/xrdmon/xrdmon/internal/record"
 )
 
 // Checkpoint format (Snapshot, RestoreShard). All integers are
@@ -20,7 +22,7 @@ import (
 // unless sized. Byte by byte:
 //
 //	magic    8 bytes "XRDMCSNP"
-//	version  uvarint, snapVersion (2; 1 is read too)
+//	version  uvarint, snapVersion (3; 1 and 2 are read too)
 //	shard    v nowS, nextInc
 //	stats    12 scalar counters (11 in version 1); then Rejected, ByKind, Lost, Records,
 //	         Truncated (not in version 1),
@@ -28,7 +30,7 @@ import (
 //	         array of a later release, never larger)
 //	incs     count; per incarnation, in creation order: id, addr (byte 4
 //	         or 16 + bytes, zone str), stod, sid, flags (hasSID, frm,
-//	         superseded), site inst pgm ver host (str), v seen, 4 trackers,
+//	         superseded, traced from version 3), site inst pgm ver host (str), v seen, 4 trackers,
 //	         count + (prov byte, tracker) of g trackers, 4 lost counters
 //	         tracker: seen (window bitmap), next (expected pseq), init
 //	         byte; from version 2 also known (bitmap), head, and count +
@@ -51,6 +53,10 @@ import (
 //	pending  paths (count + (key, str path, user, v at), by key); users
 //	         (count + (key, token ref, v exp, v act, hasUEAC byte, v at), by
 //	         key); the fifo (count + (key, v at, kind byte))
+//	traces   (from version 3) count; per I/O profile being built, least
+//	         recently updated first: inc id, fileID, seen, v next, v unwind,
+//	         ended byte, then the profile: 8 counters (v) and the 4
+//	         histograms (count + buckets, uvarint each)
 //	crc      4 bytes LE: CRC-32C of everything before it
 //
 // A str is 0 for "", 1 followed by uvarint length and bytes for a string
@@ -64,7 +70,7 @@ import (
 // tables are refilled from the restored strings).
 const (
 	snapMagic   = "XRDMCSNP"
-	snapVersion = 2
+	snapVersion = 3
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -138,7 +144,7 @@ func (s *Shard) Snapshot(w io.Writer) error {
 		e.str(a.Zone())
 		e.uv(uint64(inc.key.stod))
 		e.uv(inc.key.sid)
-		e.buf = append(e.buf, b2u(inc.hasSID)|b2u(inc.frm)<<1|b2u(inc.superseded)<<2)
+		e.buf = append(e.buf, b2u(inc.hasSID)|b2u(inc.frm)<<1|b2u(inc.superseded)<<2|b2u(inc.traced)<<3)
 		e.str(inc.site)
 		e.str(inc.inst)
 		e.str(inc.pgm)
@@ -312,6 +318,7 @@ func (s *Shard) Snapshot(w io.Writer) error {
 		e.v(q[i].at)
 		e.buf = append(e.buf, q[i].kind)
 	}
+	e.traces(s)
 
 	e.crc = crc32.Update(e.crc, crcTable, e.buf)
 	e.buf = binary.LittleEndian.AppendUint32(e.buf, e.crc)
@@ -803,7 +810,7 @@ func (s *Shard) restore(data []byte) error {
 		}
 		inc.key = incKey{addr: addr, stod: d.u32(), sid: d.uv()}
 		fl := d.byte()
-		inc.hasSID, inc.frm, inc.superseded = fl&1 != 0, fl&2 != 0, fl&4 != 0
+		inc.hasSID, inc.frm, inc.superseded, inc.traced = fl&1 != 0, fl&2 != 0, fl&4 != 0, fl&8 != 0
 		inc.site, inc.inst, inc.pgm = d.str(&s.names), d.str(&s.names), d.str(&s.names)
 		inc.ver, inc.host = d.str(&s.names), d.str(&s.names)
 		inc.seen = d.v()
@@ -999,6 +1006,9 @@ func (s *Shard) restore(data []byte) error {
 		}
 		s.pending.q = append(s.pending.q, e)
 	}
+	if d.version >= 3 {
+		d.traces()
+	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d bytes of trailing data", len(d.b))
 	}
@@ -1006,4 +1016,70 @@ func (s *Shard) restore(data []byte) error {
 		s.recountBytes()
 	}
 	return d.err
+}
+
+// traces writes the I/O profiles being built (the traces section).
+func (e *snapScratch) traces(s *Shard) {
+	// Profiles of a server that is gone are left out: they wait only to
+	// expire.
+	n := 0
+	for i := s.traceLRU.head; i >= 0; i = s.traces[i].ln[0].next {
+		if s.byID[s.traces[i].inc] != nil {
+			n++
+		}
+	}
+	e.uv(uint64(n))
+	for i := s.traceLRU.head; i >= 0; i = s.traces[i].ln[0].next {
+		ts := &s.traces[i]
+		if s.byID[ts.inc] == nil {
+			continue
+		}
+		e.uv(uint64(ts.inc))
+		e.uv(uint64(ts.fileID))
+		e.uv(uint64(ts.seen))
+		e.v(ts.next)
+		e.v(int64(ts.unwind))
+		e.buf = append(e.buf, b2u(ts.ended))
+		p := &ts.io
+		for _, v := range [...]int64{p.Reads, p.Readvs, p.Writes, p.ReadBytes, p.ReadvBytes, p.WriteBytes, p.SequentialReads, p.ReadvSegments} {
+			e.v(v)
+		}
+		for _, h := range [...]*record.Log2Hist{&p.ReadSizes, &p.WriteSizes, &p.ReadvSizes, &p.ReadvCounts} {
+			e.uv(uint64(len(h)))
+			for _, c := range h {
+				e.uv(uint64(c))
+			}
+		}
+	}
+}
+
+// traces reads the traces section.
+func (d *decoder) traces() {
+	s := d.s
+	for n, i := d.count(), 0; i < n && d.err == nil; i++ {
+		ts := traceState{inc: d.u32(), fileID: d.u32(), seen: d.u32(), next: d.v(), unwind: d.i32()}
+		ts.ended = d.byte() != 0
+		p := &ts.io
+		for _, v := range [...]*int64{&p.Reads, &p.Readvs, &p.Writes, &p.ReadBytes, &p.ReadvBytes, &p.WriteBytes, &p.SequentialReads, &p.ReadvSegments} {
+			*v = d.v()
+		}
+		for _, h := range [...]*record.Log2Hist{&p.ReadSizes, &p.WriteSizes, &p.ReadvSizes, &p.ReadvCounts} {
+			if m := d.count(); m != len(h) {
+				d.fail("histogram of %d buckets", m)
+				return
+			}
+			for j := range h {
+				h[j] = d.u32()
+			}
+		}
+		k := dictKey(ts.inc, ts.fileID)
+		if _, dup := s.traceIdx[k]; dup || s.byID[ts.inc] == nil || len(s.traceIdx) >= s.cfg.maxTraces() {
+			d.fail("trace of file %d: unknown server, duplicate or over the bound", ts.fileID)
+			return
+		}
+		s.traces = append(s.traces, ts)
+		j := int32(len(s.traces) - 1)
+		s.traceIdx[k] = j
+		lpush(s.traces, &s.traceLRU, 0, j)
+	}
 }

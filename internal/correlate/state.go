@@ -169,6 +169,7 @@ type incarnation struct {
 	ip                   string
 	hasSID               bool
 	frm                  bool // an FRM daemon (from its '=' or p/x records)
+	traced               bool // its t-stream traces I/O (trace.go)
 	superseded           bool // a newer stod from the same sender and sID exists
 	site, inst, pgm, ver string
 	host                 string // host from the '=' userid

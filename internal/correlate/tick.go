@@ -46,6 +46,7 @@ func (s *Shard) Tick(now time.Time) {
 		}
 		s.finishFile(i, rTimeout, f.tLast, nil)
 	}
+	s.expireTraces(openTTL)
 	for s.pending.len() > 0 && s.pending.front().at+pendTTL <= n {
 		s.expirePending()
 	}
@@ -106,6 +107,9 @@ func (s *Shard) Flush(now time.Time) {
 	}
 	for len(s.incList) > 0 {
 		s.dropIncarnation(s.incList[0], rEndOfInput)
+	}
+	for s.traceLRU.head >= 0 {
+		s.dropTrace(s.traceLRU.head)
 	}
 	clear(s.paths)
 	clear(s.users)

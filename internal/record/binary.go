@@ -19,7 +19,7 @@ const (
 	binaryEventV1  = 0x41
 	binaryEventBit = 0x40
 
-	recordFieldsV1 = 57
+	recordFieldsV1 = 60
 	eventFieldsV1  = 13
 )
 
@@ -36,6 +36,7 @@ const (
 	rfStartWide
 	rfEndWide
 	rfReceivedWide
+	rfHasIO
 )
 
 // Event flag bits.
@@ -111,14 +112,16 @@ func boolBit(v bool, bit uint64) uint64 {
 // A record (AppendBinary) is
 //
 //	byte     kind and version: 0x01 (record, version 1)
-//	uvarint  n: the number of fields that follow (57 in version 1)
+//	uvarint  n: the number of fields that follow (60 in version 1; 57
+//	         before redirects and I/O profiles were added)
 //	uvarint  S: the length of the string section
 //	S bytes  the string section: the bytes of every string field, in field
 //	         order, without separators
 //	fields   n fields, in this fixed order:
 //	  1      flags (uvarint): bit 0 IPv6, 1 ReadWrite, 2 Forced, 3 HasOps,
 //	         4 HasSSQ, 5/6/7 Start/End/Received is the zero time,
-//	         8/9/10 Start/End/Received is "wide" (see times below)
+//	         8/9/10 Start/End/Received is "wide" (see times below),
+//	         11 HasIO
 //	  2–28   the length (uvarint) of each string, whose bytes are the next
 //	         ones of the string section: RecordID, Reason, ServerIP,
 //	         ServerHost, Site, Instance, Program, Version, Protocol, User,
@@ -133,6 +136,13 @@ func boolBit(v bool, bit uint64) uint64 {
 //	         ReadvMin, ReadvMax, WriteMin, WriteMax (varint)
 //	  54–57  ReadSqSum, ReadvSqSum, ReadvSegSqSum, WriteSqSum: 8 bytes each,
 //	         IEEE 754 bits, little endian
+//	  58     RedirectHops (varint)
+//	  59     RedirectDelayMS (varint)
+//	  60     IO: uvarint length, then the profile (0 bytes unless HasIO):
+//	         uvarint 9, Complete (0/1), Reads, Readvs, Writes, ReadBytes,
+//	         ReadvBytes, WriteBytes, SequentialReads, ReadvSegments
+//	         (varint); then ReadSizes, WriteSizes, ReadvSizes, ReadvCounts,
+//	         each a byte n and its first n buckets (uvarint)
 //
 // An event (AppendEventBinary) is
 //
@@ -186,6 +196,7 @@ func AppendBinary(dst []byte, r *Record) []byte {
 		boolBit(r.HasOps, rfHasOps) | boolBit(r.HasSSQ, rfHasSSQ) |
 		boolBit(sz, rfStartZero) | boolBit(ez, rfEndZero) | boolBit(rz, rfReceivedZero) |
 		boolBit(sw, rfStartWide) | boolBit(ew, rfEndWide) | boolBit(rw, rfReceivedWide)
+	flags |= boolBit(r.HasIO, rfHasIO)
 
 	dst = append(dst, binaryRecordV1, recordFieldsV1) // the count is one uvarint byte
 	dst = binary.AppendUvarint(dst, uint64(n))
@@ -224,7 +235,25 @@ func AppendBinary(dst []byte, r *Record) []byte {
 	dst = appendFloatBin(dst, r.ReadSqSum)
 	dst = appendFloatBin(dst, r.ReadvSqSum)
 	dst = appendFloatBin(dst, r.ReadvSegSqSum)
-	return appendFloatBin(dst, r.WriteSqSum)
+	dst = appendFloatBin(dst, r.WriteSqSum)
+	dst = binary.AppendVarint(dst, int64(r.RedirectHops))
+	dst = binary.AppendVarint(dst, r.RedirectDelayMS)
+	if !r.HasIO {
+		return append(dst, 0)
+	}
+	lenAt := len(dst)
+	dst = append(dst, 0)
+	dst = appendIOBinary(dst, &r.IO)
+	if n := len(dst) - lenAt - 1; n < 0x80 {
+		dst[lenAt] = byte(n)
+	} else { // rare: a long profile; move it to make room for its length
+		var lb [binary.MaxVarintLen64]byte
+		l := binary.PutUvarint(lb[:], uint64(n))
+		dst = append(dst, lb[:l-1]...)
+		copy(dst[lenAt+l:], dst[lenAt+1:lenAt+1+n])
+		copy(dst[lenAt:], lb[:l])
+	}
+	return dst
 }
 
 // AppendEventBinary appends the binary form of e (see AppendBinary for the
@@ -479,6 +508,19 @@ func (d *binReader) varint() int64 {
 	return zigzag(d.uvarint())
 }
 
+// view reads a length and returns that many bytes of the data (not a
+// copy); nil when the field is not present.
+func (d *binReader) view() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.b)-d.off) {
+		d.fail("bytes past the end")
+		return nil
+	}
+	b := d.b[d.off : d.off+int(n)]
+	d.off += int(n)
+	return b
+}
+
 // bytes reads a length and returns a copy of that many bytes: nil unless
 // present.
 func (d *binReader) bytes(present bool) []byte {
@@ -606,6 +648,14 @@ func DecodeBinary(b []byte, r *Record) error {
 	x.ReadvSqSum = d.float()
 	x.ReadvSegSqSum = d.float()
 	x.WriteSqSum = d.float()
+	x.RedirectHops = int32(d.varint())
+	x.RedirectDelayMS = d.varint()
+	x.HasIO = flags&rfHasIO != 0
+	if io := d.view(); x.HasIO && !decodeIOBinary(io, &x.IO) {
+		d.fail("bad I/O profile")
+	} else if !x.HasIO && len(io) > 0 {
+		d.fail("I/O profile without its flag")
+	}
 	d.finish(recordFieldsV1)
 	if d.err != nil {
 		return fmt.Errorf("decode record: %w", d.err)

@@ -249,6 +249,13 @@ func AppendJSON(dst []byte, r *Record) []byte {
 	dst = optFloat(dst, `,"readv_sq_sum":`, r.ReadvSqSum)
 	dst = optFloat(dst, `,"readv_seg_sq_sum":`, r.ReadvSegSqSum)
 	dst = optFloat(dst, `,"write_sq_sum":`, r.WriteSqSum)
+	dst = optInt(dst, `,"redirect_hops":`, int64(r.RedirectHops))
+	dst = optInt(dst, `,"redirect_delay_ms":`, r.RedirectDelayMS)
+	dst = optBool(dst, `,"has_io":`, r.HasIO)
+	if r.IO != (IOProfile{}) {
+		dst = append(dst, `,"io":`...)
+		dst = r.IO.AppendJSON(dst)
+	}
 	return append(dst, '}')
 }
 

@@ -111,6 +111,19 @@ type Record struct {
 	ReadvSqSum    float64 `json:"readv_sq_sum,omitempty"`
 	ReadvSegSqSum float64 `json:"readv_seg_sq_sum,omitempty"`
 	WriteSqSum    float64 `json:"write_sq_sum,omitempty"`
+
+	// Redirection (r-stream): how many redirects of this client to this
+	// path, by redirectors that report to this collector, led to the open,
+	// and the time from the first of them to the open, never negative.
+	// Both ends are server clocks in whole seconds (docs/records.md §5.11
+	// says how coarse that is). Zero when no redirect was linked.
+	RedirectHops    int32 `json:"redirect_hops,omitempty"`
+	RedirectDelayMS int64 `json:"redirect_delay_ms,omitempty"`
+
+	// I/O profile from the t-stream, present when HasIO (the server traces
+	// I/O with `io` or `iov`).
+	HasIO bool      `json:"has_io,omitempty"`
+	IO    IOProfile `json:"io,omitzero"`
 }
 
 // Partial reports whether the record is partial.

@@ -18,7 +18,8 @@ import (
 // nothing once the buffer has grown; the types are fixed by the column
 // lists recordColumns and eventColumns.
 type copyBuf struct {
-	b []byte
+	b       []byte
+	scratch []byte // a row's JSON before it is appended
 }
 
 var copyHeader = []byte("PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")
@@ -168,6 +169,14 @@ func (c *copyBuf) record(r *record.Record) {
 	c.float8(r.ReadvSqSum)
 	c.float8(r.ReadvSegSqSum)
 	c.float8(r.WriteSqSum)
+	c.int4(r.RedirectHops)
+	c.int8(r.RedirectDelayMS)
+	if r.HasIO {
+		c.scratch = r.IO.AppendJSON(c.scratch[:0])
+		c.jsonb(c.scratch)
+	} else {
+		c.null()
+	}
 }
 
 // event appends e as a row of eventColumns.

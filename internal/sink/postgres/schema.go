@@ -11,7 +11,7 @@ import (
 
 // SchemaVersion is the version of the schema this package writes;
 // docs/postgres.md documents each version.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // migrations[i] brings a schema from version i to i+1. "{{S}}" is replaced
 // by the quoted schema name. Version 1 is the initial schema.
@@ -98,6 +98,11 @@ CREATE TABLE {{S}}.events (
 CREATE INDEX events_time ON {{S}}.events (time);
 `, `
 CREATE TABLE IF NOT EXISTS {{S}}.records_pdefault PARTITION OF {{S}}.records DEFAULT;
+`, `
+ALTER TABLE {{S}}.records
+	ADD COLUMN redirect_hops     integer NOT NULL DEFAULT 0,
+	ADD COLUMN redirect_delay_ms bigint  NOT NULL DEFAULT 0,
+	ADD COLUMN io                jsonb;
 `}
 
 // recordColumns are the records table's columns in table order; rowOf
@@ -113,6 +118,7 @@ var recordColumns = []string{
 	"has_ops", "read_ops", "readv_ops", "write_ops", "readv_segs", "readv_segs_min", "readv_segs_max",
 	"read_min", "read_max", "readv_min", "readv_max", "write_min", "write_max",
 	"has_ssq", "read_sq_sum", "readv_sq_sum", "readv_seg_sq_sum", "write_sq_sum",
+	"redirect_hops", "redirect_delay_ms", "io",
 }
 
 var eventColumns = []string{

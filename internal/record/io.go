@@ -1,0 +1,188 @@
+package record
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"strconv"
+)
+
+// IOProfile is the I/O pattern of one file access as the server's t-stream
+// traced it (`xrootd.monitor ... io` or `iov`): how many reads, vector
+// reads and writes, their sizes as log2 histograms, how sequential the
+// reads were and how many segments the vector reads had. Its size is fixed
+// whatever the number of operations (docs/records.md §5.12).
+type IOProfile struct {
+	// Complete is true when the trace's close of the file was seen: every
+	// operation of the access is counted. False when the record had to be
+	// emitted without it (the trace was late, lost or cut by a restart).
+	Complete bool `json:"complete"`
+	// Operations traced, and their bytes.
+	Reads      int64 `json:"reads"`
+	Readvs     int64 `json:"readvs"`
+	Writes     int64 `json:"writes"`
+	ReadBytes  int64 `json:"read_bytes"`
+	ReadvBytes int64 `json:"readv_bytes"`
+	WriteBytes int64 `json:"write_bytes"`
+	// SequentialReads counts the reads that start where the previous read
+	// of the file ended (the first read: at offset 0).
+	SequentialReads int64 `json:"sequential_reads"`
+	// ReadvSegments is the number of segments of all vector reads.
+	ReadvSegments int64 `json:"readv_segments"`
+	// Log2 histograms: bucket i counts values v with bits.Len(v) == i, that
+	// is v in [2^(i-1), 2^i); bucket 0 counts zeros. Counts saturate.
+	ReadSizes   Log2Hist `json:"read_sizes_log2"`
+	WriteSizes  Log2Hist `json:"write_sizes_log2"`
+	ReadvSizes  Log2Hist `json:"readv_sizes_log2"`
+	ReadvCounts Log2Hist `json:"readv_segments_log2"` // segments per vector read
+}
+
+// Log2Hist is a histogram with power-of-two buckets (see IOProfile).
+type Log2Hist [32]uint32
+
+// Add counts v (negative values count as their magnitude).
+func (h *Log2Hist) Add(v int64) {
+	if v < 0 {
+		v = -v
+	}
+	i := min(bits.Len64(uint64(v)), len(h)-1)
+	if h[i] != ^uint32(0) {
+		h[i]++
+	}
+}
+
+// used returns the number of buckets up to the last non-zero one.
+func (h *Log2Hist) used() int {
+	n := len(h)
+	for n > 0 && h[n-1] == 0 {
+		n--
+	}
+	return n
+}
+
+// MarshalJSON writes the buckets up to the last non-zero one (what
+// appendJSON writes); encoding/json reads such a short array back with
+// the missing buckets zero.
+func (h Log2Hist) MarshalJSON() ([]byte, error) { return h.appendJSON(nil), nil }
+
+// appendJSON appends the buckets up to the last non-zero one as an array.
+func (h *Log2Hist) appendJSON(dst []byte) []byte {
+	dst = append(dst, '[')
+	for i, c := range h[:h.used()] {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendUint(dst, uint64(c), 10)
+	}
+	return append(dst, ']')
+}
+
+// SequentialFraction is SequentialReads / Reads (0 without reads).
+func (p *IOProfile) SequentialFraction() float64 {
+	if p.Reads == 0 {
+		return 0
+	}
+	return float64(p.SequentialReads) / float64(p.Reads)
+}
+
+// AppendJSON appends the profile as a JSON object (the "io" member of a
+// record's native JSON) and returns the extended slice.
+func (p *IOProfile) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"complete":`...)
+	dst = strconv.AppendBool(dst, p.Complete)
+	for _, f := range [...]struct {
+		k string
+		v int64
+	}{
+		{`,"reads":`, p.Reads}, {`,"readvs":`, p.Readvs}, {`,"writes":`, p.Writes},
+		{`,"read_bytes":`, p.ReadBytes}, {`,"readv_bytes":`, p.ReadvBytes}, {`,"write_bytes":`, p.WriteBytes},
+		{`,"sequential_reads":`, p.SequentialReads}, {`,"readv_segments":`, p.ReadvSegments},
+	} {
+		dst = append(dst, f.k...)
+		dst = strconv.AppendInt(dst, f.v, 10)
+	}
+	dst = append(dst, `,"read_sizes_log2":`...)
+	dst = p.ReadSizes.appendJSON(dst)
+	dst = append(dst, `,"write_sizes_log2":`...)
+	dst = p.WriteSizes.appendJSON(dst)
+	dst = append(dst, `,"readv_sizes_log2":`...)
+	dst = p.ReadvSizes.appendJSON(dst)
+	dst = append(dst, `,"readv_segments_log2":`...)
+	dst = p.ReadvCounts.appendJSON(dst)
+	return append(dst, '}')
+}
+
+// ioScalars is the number of integer fields of the binary profile before
+// its histograms.
+const ioScalars = 9
+
+// appendIOBinary appends the profile's binary form: uvarint count of the
+// scalars (9), the scalars (Complete as 0/1, then the eight counters as
+// varints), then each histogram as a uvarint bucket count and the buckets
+// (uvarints), trailing empty buckets left out.
+func appendIOBinary(dst []byte, p *IOProfile) []byte {
+	dst = append(dst, ioScalars)
+	c := uint64(0)
+	if p.Complete {
+		c = 1
+	}
+	dst = binary.AppendUvarint(dst, c)
+	for _, v := range [...]int64{p.Reads, p.Readvs, p.Writes, p.ReadBytes, p.ReadvBytes, p.WriteBytes, p.SequentialReads, p.ReadvSegments} {
+		dst = binary.AppendVarint(dst, v)
+	}
+	for _, h := range [...]*Log2Hist{&p.ReadSizes, &p.WriteSizes, &p.ReadvSizes, &p.ReadvCounts} {
+		n := h.used()
+		dst = append(dst, byte(n))
+		for _, c := range h[:n] {
+			dst = binary.AppendUvarint(dst, uint64(c))
+		}
+	}
+	return dst
+}
+
+// decodeIOBinary decodes appendIOBinary's form; ok is false for data that
+// is not one.
+func decodeIOBinary(b []byte, p *IOProfile) (ok bool) {
+	next := func() (uint64, bool) {
+		v, k := binary.Uvarint(b)
+		if k <= 0 {
+			return 0, false
+		}
+		b = b[k:]
+		return v, true
+	}
+	n, ok := next()
+	if !ok || n < ioScalars || n > 64 {
+		return false
+	}
+	var v [ioScalars]uint64
+	for i := range n {
+		x, ok := next()
+		if !ok {
+			return false
+		}
+		if i < ioScalars {
+			v[i] = x
+		}
+	}
+	if v[0] > 1 {
+		return false
+	}
+	*p = IOProfile{Complete: v[0] == 1}
+	for i, dst := range [...]*int64{&p.Reads, &p.Readvs, &p.Writes, &p.ReadBytes, &p.ReadvBytes, &p.WriteBytes, &p.SequentialReads, &p.ReadvSegments} {
+		*dst = zigzag(v[i+1])
+	}
+	for _, h := range [...]*Log2Hist{&p.ReadSizes, &p.WriteSizes, &p.ReadvSizes, &p.ReadvCounts} {
+		m, ok := next()
+		if !ok || m > uint64(len(h)) {
+			return false
+		}
+		for i := range m {
+			c, ok := next()
+			if !ok || c > uint64(^uint32(0)) {
+				return false
+			}
+			h[i] = uint32(c)
+		}
+	}
+	return len(b) == 0
+}
