@@ -24,14 +24,14 @@ import (
 
 // traceState is the profile being built for one (incarnation, file id).
 type traceState struct {
-	io       record.IOProfile
-	next     int64  // offset where the previous read ended
-	unwind   int32  // read entries still to come that are segments of a READU
-	inc      uint32 // incarnation id
-	fileID   uint32
-	seen     uint32 // collector clock: last news
-	ended    bool   // the CLOSE entry was seen
-	ln       [1]link
+	io     record.IOProfile
+	next   int64  // offset where the previous read ended
+	unwind int32  // read entries still to come that are segments of a READU
+	inc    uint32 // incarnation id
+	fileID uint32
+	seen   uint32 // collector clock: last news
+	ended  bool   // the CLOSE entry was seen
+	ln     [1]link
 }
 
 func (t *traceState) lk(int) *link { return &t.ln[0] }
