@@ -61,6 +61,10 @@ type Config struct {
 	// each have a share of it (budget.go, docs/limits.md). Over its share a
 	// table evicts as it does over its entry bound.
 	MaxStateBytes int64
+
+	// ReportOpens makes the shard report every open file with a known
+	// client (TakeOpens), for the redirect Linker.
+	ReportOpens bool
 }
 
 // DefaultConfig returns the defaults: open files time out after 24 h

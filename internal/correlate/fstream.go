@@ -178,6 +178,9 @@ func (s *Shard) open(inc *incarnation, o packet.FileOpen, tBeg, tEnd uint32) {
 		s.delPendingPath(k)
 	}
 	s.linkSession(fi, inc, hint)
+	if s.cfg.ReportOpens {
+		s.reportOpen(f, inc)
+	}
 	if f.flags&fClosed != 0 { // its close came first: complete now
 		cd := s.closes[fi]
 		if s.holdForTrace(fi, inc, &cd.c, cd.tEnd) {
@@ -377,4 +380,17 @@ func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *pac
 	}
 	s.attachTrace(rec, f, inc)
 	s.stats.Records[r]++
+}
+
+// reportOpen reports an open with a known client and path to the redirect
+// Linker.
+func (s *Shard) reportOpen(f *fileEntry, inc *incarnation) {
+	if f.sess < 0 || f.path == "" || s.sess[f.sess].host == "" {
+		return
+	}
+	ss := &s.sess[f.sess]
+	s.opens = append(s.opens, Open{
+		ServerIP: inc.ip, ServerStod: int64(inc.key.stod), ServerID: inc.key.sid, FileID: f.fileID,
+		ClientHost: ss.host, User: ss.user, Path: f.path, Start: int64(f.tOpen), Received: s.nowS,
+	})
 }

@@ -126,6 +126,7 @@ type Shard struct {
 
 	out     []record.Record
 	events  []record.Event
+	opens   []Open // when cfg.ReportOpens
 	idArena []byte
 	stats   Stats
 	snap    *snapScratch // Snapshot's buffers, kept between checkpoints
@@ -160,6 +161,15 @@ func NewShard(cfg Config) *Shard {
 		pathsI:     newInterner(cfg.InternMax, cfg.budget(shareIntern)),
 		logins:     make(map[string]*loginInfo),
 	}
+}
+
+// TakeOpens appends the opens reported since the last call (with
+// Config.ReportOpens) to dst and returns it.
+func (s *Shard) TakeOpens(dst []Open) []Open {
+	dst = append(dst, s.opens...)
+	clear(s.opens)
+	s.opens = s.opens[:0]
+	return dst
 }
 
 // TakeRecords appends the records emitted since the last call to dst and

@@ -19,6 +19,7 @@ type Config struct {
 	MaxServersPerAddress int            `yaml:"max_servers_per_address" help:"server incarnations (start time, server id) kept per sender address; forged ones from one address evict only that address's"`
 	Shards               int            `yaml:"shards" help:"correlator goroutines, servers are spread over them; 0 means GOMAXPROCS"`
 	CheckpointInterval   units.Duration `yaml:"checkpoint_interval" help:"how often the correlation state is checkpointed into the store (and RabbitMQ input acknowledged); 0 means 2s with amqp_input, 30s for UDP only"`
+	RedirectWindow       units.Duration `yaml:"redirect_window" help:"how far apart a redirect (r-stream of a redirector reporting here) and the open it led to (at a data server reporting here) may be to be linked: the record gets the hops and the delay"`
 }
 
 // DefaultConfig returns the defaults: correlate.DefaultConfig's TTL,
@@ -32,6 +33,7 @@ func DefaultConfig() Config {
 		MaxEntriesPerServer:  cc.MaxOpenFilesPerServer,
 		MaxStateBytes:        units.ByteSize(cc.MaxStateBytes),
 		MaxServersPerAddress: cc.MaxServersPerAddr,
+		RedirectWindow:       units.Duration(correlate.DefaultLinkWindow),
 	}
 }
 
@@ -53,6 +55,9 @@ func (c Config) Options(acknowledged bool) Options {
 		o.CheckpointInterval = 30 * time.Second
 	}
 	o.Correlate = c.Correlate(o.Shards)
+	if c.RedirectWindow > 0 {
+		o.RedirectWindow = c.RedirectWindow.D()
+	}
 	return o
 }
 

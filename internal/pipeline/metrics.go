@@ -82,6 +82,10 @@ var (
 		"Estimated heap bytes of the correlation state, by table (each bounded by its share of correlate.max_state_bytes).", []string{"table"}, nil)
 	descTruncated = prometheus.NewDesc("xrdmon_fields_truncated_total",
 		"Texts from packets longer than XRootD can send, cut to their cap, by field.", []string{"field"}, nil)
+	descRedirects = prometheus.NewDesc("xrdmon_redirects_total",
+		"Redirects of an open with a known client seen by the redirect linker, by outcome: linked (put on the record of the open they led to) or forgotten (no open matched within the window, or the record never came).", []string{"outcome"}, nil)
+	descRedirected = prometheus.NewDesc("xrdmon_records_redirected_total",
+		"Transfer records that got the redirection that led to their open (hops and delay).", nil, nil)
 	descState = prometheus.NewDesc("xrdmon_state_entries",
 		"Correlation state held, by kind of entry.", []string{"kind"}, nil)
 )
@@ -91,7 +95,7 @@ type statsCollector struct{ p *Pipeline }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descRejected, descKind, descLost, descDup, descReordered,
-		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descState, descStateBytes, descTruncated} {
+		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descState, descStateBytes, descTruncated, descRedirects, descRedirected} {
 		ch <- d
 	}
 }
@@ -142,4 +146,8 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	for f := correlate.Field(0); f < correlate.NumFields; f++ {
 		counter(descTruncated, s.Truncated[f], f.String())
 	}
+	ls := c.p.linkStats.Load()
+	counter(descRedirects, ls.Hops, "linked")
+	counter(descRedirects, ls.Forgotten, "forgotten")
+	counter(descRedirected, ls.Linked)
 }

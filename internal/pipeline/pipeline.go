@@ -99,7 +99,13 @@ type Options struct {
 	// fast it is read and whatever the commit timing. Commits still happen
 	// every FlushInterval of wall time.
 	InputClock bool
+	// RedirectWindow is how far apart a redirect and the open it led to
+	// may be (correlate.Linker).
+	RedirectWindow time.Duration
 }
+
+// linkMaxBytes bounds the redirect Linker's memory.
+const linkMaxBytes = 64 << 20
 
 // inputTick is the step of input time at which an InputClock pipeline
 // expires state (the correlator's TTLs are whole seconds).
@@ -116,6 +122,7 @@ func DefaultOptions() Options {
 		Queue:              64,
 		Correlate:          correlate.DefaultConfig(),
 		StateKey:           "correlate",
+		RedirectWindow:     correlate.DefaultLinkWindow,
 	}
 }
 
@@ -138,6 +145,9 @@ type Pipeline struct {
 	free chan barrierBuffers // slices of committed barriers, for reuse
 
 	pruned bool // checkpoints of other shard layouts dropped (writer only)
+
+	linker    *correlate.Linker // writer only
+	linkStats atomic.Pointer[correlate.LinkStats]
 }
 
 // New returns a pipeline writing to st and naming hosts with namer (nil: no
@@ -161,6 +171,10 @@ func New(ctx context.Context, opts Options, st Store, namer Namer, log *slog.Log
 	if opts.CommitPackets <= 0 {
 		opts.CommitPackets = DefaultOptions().CommitPackets
 	}
+	if opts.RedirectWindow <= 0 {
+		opts.RedirectWindow = DefaultOptions().RedirectWindow
+	}
+	opts.Correlate.ReportOpens = true
 	p := &Pipeline{opts: opts, store: st, namer: namer, log: log, free: make(chan barrierBuffers, 2)}
 	p.shards = make([]*shard, opts.Shards)
 	p.stats = make([]correlate.Stats, opts.Shards)
@@ -176,12 +190,38 @@ func New(ctx context.Context, opts Options, st Store, namer Namer, log *slog.Log
 	if restored > 0 {
 		log.Info("Restored correlation state", "open_files", restored, "shards", opts.Shards)
 	}
+	p.linker = correlate.NewLinker(opts.RedirectWindow, opts.Correlate.OpenTTL, linkMaxBytes)
+	if err := p.restoreLinker(ctx); err != nil {
+		return nil, err
+	}
+	p.linkStats.Store(&correlate.LinkStats{})
 	p.m = newMetrics(p, reg)
 	return p, nil
 }
 
 func (p *Pipeline) stateKey(i int) string {
 	return fmt.Sprintf("%s/%d-of-%d", p.opts.StateKey, i, p.opts.Shards)
+}
+
+// linkerKey is the store key of the redirect Linker's checkpoint.
+func (p *Pipeline) linkerKey() string { return p.opts.StateKey + "/redirects" }
+
+func (p *Pipeline) restoreLinker(ctx context.Context) error {
+	if p.opts.StateKey == "" || p.store == nil {
+		return nil
+	}
+	blob, err := p.store.GetState(ctx, p.linkerKey())
+	if errors.Is(err, store.ErrNotFound) || (err == nil && len(blob) == 0) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read redirect checkpoint: %w", err)
+	}
+	if err := p.linker.UnmarshalBinary(blob); err != nil {
+		// Only redirection fields are at stake: start without it, loudly.
+		p.log.Warn("Redirect checkpoint unreadable; redirects seen before the restart will not be linked", "err", err, "bytes", len(blob))
+	}
+	return nil
 }
 
 func (p *Pipeline) restoreShard(ctx context.Context, i int) (*correlate.Shard, int, error) {
@@ -257,6 +297,7 @@ type barrier struct {
 	mu         sync.Mutex
 	recs       []record.Record
 	evs        []record.Event
+	opens      []correlate.Open
 	hasBufs    bool // recs and evs were taken from the free list (by the first shard to answer)
 	states     map[int][]byte
 	err        error
@@ -322,6 +363,7 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 	}
 	br.recs = s.c.TakeRecords(br.recs)
 	br.evs = s.c.TakeRawEvents(br.evs) // typed by the writer, off the packet path
+	br.opens = s.c.TakeOpens(br.opens)
 	if state != nil {
 		br.states[s.id] = state
 	}
@@ -351,6 +393,7 @@ func (p *Pipeline) release(br *barrier) {
 	default:
 	}
 	br.recs, br.evs, br.hasBufs = nil, nil, false
+	br.opens = nil
 }
 
 // barrierBuffers are the slices of a committed barrier, kept for reuse.
@@ -515,6 +558,9 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 			p.invalidEvents.Add(1)
 		}
 	}
+	p.linker.Link(br.recs, br.evs, br.opens)
+	st := p.linker.Stats()
+	p.linkStats.Store(&st)
 	p.name(br.recs, br.evs)
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 0; ; attempt++ {
@@ -566,6 +612,12 @@ func (p *Pipeline) write(ctx context.Context, br *barrier) error {
 			return fmt.Errorf("checkpoint shard %d: %w", id, err)
 		}
 	}
+	if len(br.states) > 0 && p.opts.StateKey != "" {
+		blob, _ := p.linker.MarshalBinary()
+		if err := p.store.PutState(ctx, p.linkerKey(), blob); err != nil {
+			return fmt.Errorf("checkpoint redirect linker: %w", err)
+		}
+	}
 	if len(br.states) == len(p.shards) && !p.pruned {
 		p.pruneStates(ctx)
 	}
@@ -589,10 +641,11 @@ func (p *Pipeline) pruneStates(ctx context.Context) {
 		p.pruned = true
 		return
 	}
-	keep := make([]string, len(p.shards))
+	keep := make([]string, len(p.shards), len(p.shards)+1)
 	for i := range keep {
 		keep[i] = p.stateKey(i)
 	}
+	keep = append(keep, p.linkerKey())
 	n, err := sp.PruneStates(ctx, p.opts.StateKey+"/", keep)
 	if err != nil {
 		p.log.Warn("Dropping checkpoints of another shard layout failed", "err", err)
