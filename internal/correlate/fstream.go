@@ -179,7 +179,7 @@ func (s *Shard) open(inc *incarnation, o packet.FileOpen, tBeg, tEnd uint32) {
 	}
 	s.linkSession(fi, inc, hint)
 	if s.cfg.ReportOpens {
-		s.reportOpen(f, inc)
+		s.reportOpen(f, inc, tEnd)
 	}
 	if f.flags&fClosed != 0 { // its close came first: complete now
 		cd := s.closes[fi]
@@ -384,13 +384,13 @@ func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *pac
 
 // reportOpen reports an open with a known client and path to the redirect
 // Linker.
-func (s *Shard) reportOpen(f *fileEntry, inc *incarnation) {
+func (s *Shard) reportOpen(f *fileEntry, inc *incarnation, tEnd uint32) {
 	if f.sess < 0 || f.path == "" || s.sess[f.sess].host == "" {
 		return
 	}
 	ss := &s.sess[f.sess]
 	s.opens = append(s.opens, Open{
 		ServerIP: inc.ip, ServerStod: int64(inc.key.stod), ServerID: inc.key.sid, FileID: f.fileID,
-		ClientHost: ss.host, User: ss.user, Path: f.path, Start: int64(f.tOpen), Received: s.nowS,
+		ClientHost: ss.host, User: ss.user, Path: f.path, Start: int64(f.tOpen), StartMax: int64(max(tEnd, f.tOpen)), Received: s.nowS,
 	})
 }

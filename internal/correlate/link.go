@@ -31,10 +31,12 @@ import (
 // A redirect event of an open operation (openr, openw, openc) whose client
 // is known (the redirector's u record for its user dictid) and an open
 // match when they have the same client host, client user name and path
-// (CGI removed) and the open's server time lies in [redirect - 2 s,
-// redirect + Window]. A redirect matches the earliest open after it; an
-// open takes every redirect that matches it: their number is the hop
-// count, the earliest one the start of the delay. Whichever of the two
+// (CGI removed) and the open can have happened in [redirect - 2 s,
+// redirect + Window] (an open's time is only known to lie in its f-stream
+// packet's span [tBeg, tEnd]). A redirect matches the earliest open after
+// it; an open takes every redirect that matches it: their number is the
+// hop count, the earliest one the start of the delay, which is then at
+// least tBeg - first and at most tEnd - first (never negative). Whichever of the two
 // arrives first waits for the other for Window of collector time (the
 // r-stream and the f-stream are flushed on their own schedules). Within a
 // commit, redirects are joined in order of time, opens in order of time.
@@ -104,7 +106,8 @@ type Open struct {
 	ClientHost string
 	User       string
 	Path       string
-	Start      int64 // server clock, Unix s
+	Start      int64 // server clock, Unix s: the open happened at or after it (its f-stream packet's tBeg)
+	StartMax   int64 // ... and at or before it (the packet's tEnd)
 	Received   int64 // collector clock, Unix s
 }
 
@@ -124,17 +127,17 @@ type linkRedir struct {
 }
 
 type linkOpen struct {
-	id       uint64
-	rec      recKey
-	start    int64
-	received int64
+	id         uint64
+	rec        recKey
+	start, end int64
+	received   int64
 }
 
 type linkResult struct {
-	hops     int32
-	first    int64
-	start    int64
-	received int64
+	hops       int32
+	first      int64
+	start, end int64
+	received   int64
 }
 
 // linkSlack is how far a redirect's time may be after the open's: both are
@@ -232,6 +235,7 @@ func (l *Linker) Link(recs []record.Record, evs []record.Event, opens []Open) {
 			if res, ok := l.linked[k]; ok {
 				r.RedirectHops = res.hops
 				r.RedirectDelayMS = max(res.start-res.first, 0) * 1000
+				r.RedirectDelayMaxMS = max(res.end-res.first, 0) * 1000
 				delete(l.linked, k)
 				l.bytes -= linkedCost
 				l.stats.Linked++
@@ -248,7 +252,7 @@ func (l *Linker) id() uint64 { l.nextID++; return l.nextID }
 func (l *Linker) link(o *linkOpen, at int64) {
 	res := l.linked[o.rec]
 	if res == nil {
-		res = &linkResult{first: at, start: o.start, received: o.received}
+		res = &linkResult{first: at, start: o.start, end: o.end, received: o.received}
 		l.linked[o.rec] = res
 		l.lorder = append(l.lorder, o.rec)
 		l.bytes += linkedCost
@@ -263,7 +267,7 @@ func (l *Linker) joinOpen(k linkKey, r *linkRedir) bool {
 	os := l.opens[k]
 	best := -1
 	for i := range os {
-		if o := &os[i]; o.start >= r.at-linkSlack && o.start <= r.at+l.window && (best < 0 || o.start < os[best].start) {
+		if o := &os[i]; o.overlaps(r.at, l.window) && (best < 0 || o.start < os[best].start) {
 			best = i
 		}
 	}
@@ -274,15 +278,21 @@ func (l *Linker) joinOpen(k linkKey, r *linkRedir) bool {
 	return true
 }
 
+// overlaps reports whether the open can have happened in the window of
+// a redirect at time at: at most linkSlack before it, at most window after.
+func (o *linkOpen) overlaps(at, window int64) bool {
+	return o.end >= at-linkSlack && o.start <= at+window
+}
+
 // addOpen takes the waiting redirects of an open and keeps the open for
 // redirects that come later.
 func (l *Linker) addOpen(o *Open) {
 	k := keyOf(o.ClientHost, o.User, o.Path)
-	lo := linkOpen{id: l.id(), rec: recKey{o.ServerIP, o.ServerStod, o.ServerID, o.FileID}, start: o.Start, received: o.Received}
+	lo := linkOpen{id: l.id(), rec: recKey{o.ServerIP, o.ServerStod, o.ServerID, o.FileID}, start: o.Start, end: max(o.StartMax, o.Start), received: o.Received}
 	if rs := l.redirs[k]; len(rs) > 0 {
 		kept := rs[:0]
 		for _, r := range rs {
-			if o.Start >= r.at-linkSlack && o.Start <= r.at+l.window {
+			if lo.overlaps(r.at, l.window) {
 				l.link(&lo, r.at)
 				l.bytes -= redirCost(k)
 				continue
@@ -367,9 +377,9 @@ const linkMagic = "XRDMLNK1"
 // redirects and opens in arrival order (count; per entry a kind byte, 0
 // redirect or 1 open, the key as host, user, path (uvarint length and
 // bytes), then for a redirect v time and v arrival, for an open the record
-// identity (ip, v stod, uvarint sid and file id), v start, v arrival), then
-// the links waiting for their record (count; identity; v hops, first,
-// start, arrival).
+// identity (ip, v stod, uvarint sid and file id), v start, v end, v
+// arrival), then the links waiting for their record (count; identity; v
+// hops, first, start, end, arrival).
 func (l *Linker) MarshalBinary() ([]byte, error) {
 	b := []byte(linkMagic)
 	str := func(s string) {
@@ -415,6 +425,7 @@ func (l *Linker) MarshalBinary() ([]byte, error) {
 		if e.o != nil {
 			rec(e.o.rec)
 			b = binary.AppendVarint(b, e.o.start)
+			b = binary.AppendVarint(b, e.o.end)
 			b = binary.AppendVarint(b, e.o.received)
 		} else {
 			b = binary.AppendVarint(b, e.r.at)
@@ -431,7 +442,7 @@ func (l *Linker) MarshalBinary() ([]byte, error) {
 	for _, k := range l.lorder {
 		if res, ok := l.linked[k]; ok {
 			rec(k)
-			for _, v := range [...]int64{int64(res.hops), res.first, res.start, res.received} {
+			for _, v := range [...]int64{int64(res.hops), res.first, res.start, res.end, res.received} {
 				b = binary.AppendVarint(b, v)
 			}
 		}
@@ -499,7 +510,7 @@ func (l *Linker) UnmarshalBinary(b []byte) error {
 			l.order = append(l.order, fifoRef{key: k, id: r.id, received: r.received})
 			l.bytes += redirCost(k)
 		case 1:
-			o := linkOpen{id: l.id(), rec: rec(), start: v(), received: v()}
+			o := linkOpen{id: l.id(), rec: rec(), start: v(), end: v(), received: v()}
 			l.opens[k] = append(l.opens[k], o)
 			l.order = append(l.order, fifoRef{key: k, id: o.id, received: o.received, open: true})
 			l.bytes += openCost(k)
@@ -509,7 +520,7 @@ func (l *Linker) UnmarshalBinary(b []byte) error {
 	}
 	for n, i := count(), 0; i < n && !bad; i++ {
 		k := rec()
-		res := &linkResult{hops: int32(v()), first: v(), start: v(), received: v()}
+		res := &linkResult{hops: int32(v()), first: v(), start: v(), end: v(), received: v()}
 		if _, dup := l.linked[k]; !dup {
 			l.lorder = append(l.lorder, k)
 			l.bytes += linkedCost

@@ -36,9 +36,6 @@ type traceState struct {
 
 func (t *traceState) lk(int) *link { return &t.ln[0] }
 
-// traceOverhead is what one traced file costs, in bytes.
-const traceOverhead = 640
-
 // maxTraces bounds the profiles being built: a tenth of the open-file
 // bound (100,000 by default, about 64 MB); beyond it the least recently
 // updated is dropped (its record gets an incomplete profile).

@@ -19,7 +19,7 @@ const (
 	binaryEventV1  = 0x41
 	binaryEventBit = 0x40
 
-	recordFieldsV1 = 60
+	recordFieldsV1 = 61
 	eventFieldsV1  = 13
 )
 
@@ -112,7 +112,7 @@ func boolBit(v bool, bit uint64) uint64 {
 // A record (AppendBinary) is
 //
 //	byte     kind and version: 0x01 (record, version 1)
-//	uvarint  n: the number of fields that follow (60 in version 1; 57
+//	uvarint  n: the number of fields that follow (61 in version 1; 57
 //	         before redirects and I/O profiles were added)
 //	uvarint  S: the length of the string section
 //	S bytes  the string section: the bytes of every string field, in field
@@ -137,8 +137,8 @@ func boolBit(v bool, bit uint64) uint64 {
 //	  54–57  ReadSqSum, ReadvSqSum, ReadvSegSqSum, WriteSqSum: 8 bytes each,
 //	         IEEE 754 bits, little endian
 //	  58     RedirectHops (varint)
-//	  59     RedirectDelayMS (varint)
-//	  60     IO: uvarint length, then the profile (0 bytes unless HasIO):
+//	  59–60  RedirectDelayMS, RedirectDelayMaxMS (varint)
+//	  61     IO: uvarint length, then the profile (0 bytes unless HasIO):
 //	         uvarint 9, Complete (0/1), Reads, Readvs, Writes, ReadBytes,
 //	         ReadvBytes, WriteBytes, SequentialReads, ReadvSegments
 //	         (varint); then ReadSizes, WriteSizes, ReadvSizes, ReadvCounts,
@@ -238,6 +238,7 @@ func AppendBinary(dst []byte, r *Record) []byte {
 	dst = appendFloatBin(dst, r.WriteSqSum)
 	dst = binary.AppendVarint(dst, int64(r.RedirectHops))
 	dst = binary.AppendVarint(dst, r.RedirectDelayMS)
+	dst = binary.AppendVarint(dst, r.RedirectDelayMaxMS)
 	if !r.HasIO {
 		return append(dst, 0)
 	}
@@ -650,6 +651,7 @@ func DecodeBinary(b []byte, r *Record) error {
 	x.WriteSqSum = d.float()
 	x.RedirectHops = int32(d.varint())
 	x.RedirectDelayMS = d.varint()
+	x.RedirectDelayMaxMS = d.varint()
 	x.HasIO = flags&rfHasIO != 0
 	if io := d.view(); x.HasIO && !decodeIOBinary(io, &x.IO) {
 		d.fail("bad I/O profile")

@@ -251,6 +251,7 @@ func AppendJSON(dst []byte, r *Record) []byte {
 	dst = optFloat(dst, `,"write_sq_sum":`, r.WriteSqSum)
 	dst = optInt(dst, `,"redirect_hops":`, int64(r.RedirectHops))
 	dst = optInt(dst, `,"redirect_delay_ms":`, r.RedirectDelayMS)
+	dst = optInt(dst, `,"redirect_delay_max_ms":`, r.RedirectDelayMaxMS)
 	dst = optBool(dst, `,"has_io":`, r.HasIO)
 	if r.IO != (IOProfile{}) {
 		dst = append(dst, `,"io":`...)

@@ -114,11 +114,14 @@ type Record struct {
 
 	// Redirection (r-stream): how many redirects of this client to this
 	// path, by redirectors that report to this collector, led to the open,
-	// and the time from the first of them to the open, never negative.
-	// Both ends are server clocks in whole seconds (docs/records.md §5.11
-	// says how coarse that is). Zero when no redirect was linked.
-	RedirectHops    int32 `json:"redirect_hops,omitempty"`
-	RedirectDelayMS int64 `json:"redirect_delay_ms,omitempty"`
+	// and the time from the first of them to the open: at least
+	// RedirectDelayMS, at most RedirectDelayMaxMS. The open's time is only
+	// known to lie in its f-stream packet's span, and both ends are server
+	// clocks in whole seconds (docs/records.md §5.11). Zero when no
+	// redirect was linked.
+	RedirectHops       int32 `json:"redirect_hops,omitempty"`
+	RedirectDelayMS    int64 `json:"redirect_delay_ms,omitempty"`
+	RedirectDelayMaxMS int64 `json:"redirect_delay_max_ms,omitempty"`
 
 	// I/O profile from the t-stream, present when HasIO (the server traces
 	// I/O with `io` or `iov`).

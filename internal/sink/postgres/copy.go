@@ -171,6 +171,7 @@ func (c *copyBuf) record(r *record.Record) {
 	c.float8(r.WriteSqSum)
 	c.int4(r.RedirectHops)
 	c.int8(r.RedirectDelayMS)
+	c.int8(r.RedirectDelayMaxMS)
 	if r.HasIO {
 		c.scratch = r.IO.AppendJSON(c.scratch[:0])
 		c.jsonb(c.scratch)

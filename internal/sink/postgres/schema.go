@@ -102,6 +102,7 @@ CREATE TABLE IF NOT EXISTS {{S}}.records_pdefault PARTITION OF {{S}}.records DEF
 ALTER TABLE {{S}}.records
 	ADD COLUMN redirect_hops     integer NOT NULL DEFAULT 0,
 	ADD COLUMN redirect_delay_ms bigint  NOT NULL DEFAULT 0,
+	ADD COLUMN redirect_delay_max_ms bigint NOT NULL DEFAULT 0,
 	ADD COLUMN io                jsonb;
 `}
 
@@ -118,7 +119,7 @@ var recordColumns = []string{
 	"has_ops", "read_ops", "readv_ops", "write_ops", "readv_segs", "readv_segs_min", "readv_segs_max",
 	"read_min", "read_max", "readv_min", "readv_max", "write_min", "write_max",
 	"has_ssq", "read_sq_sum", "readv_sq_sum", "readv_seg_sq_sum", "write_sq_sum",
-	"redirect_hops", "redirect_delay_ms", "io",
+	"redirect_hops", "redirect_delay_ms", "redirect_delay_max_ms", "io",
 }
 
 var eventColumns = []string{
