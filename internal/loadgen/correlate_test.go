@@ -23,7 +23,11 @@ func replayCapture(t *testing.T, path string) ([]record.Record, []record.Event) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	shard := correlate.NewShard(correlate.DefaultConfig())
+	cfg := correlate.DefaultConfig()
+	cfg.ReportOpens = true
+	shard := correlate.NewShard(cfg)
+	linker := correlate.NewLinker(correlate.DefaultLinkWindow, cfg.OpenTTL, 64<<20)
+	var opens []correlate.Open
 	batches := make(chan *source.Batch, 8)
 	done := make(chan error, 1)
 	go func() {
@@ -43,15 +47,20 @@ func replayCapture(t *testing.T, path string) ([]record.Record, []record.Event) 
 		if b.Free != nil {
 			b.Free()
 		}
+		n, m := len(recs), len(evs)
 		recs = shard.TakeRecords(recs)
 		evs = shard.TakeEvents(evs)
+		opens = shard.TakeOpens(opens[:0])
+		linker.Link(recs[n:], evs[m:], opens)
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("read capture: %v", err)
 	}
 	shard.Flush(last)
+	n, m := len(recs), len(evs)
 	recs = shard.TakeRecords(recs)
 	evs = shard.TakeEvents(evs)
+	linker.Link(recs[n:], evs[m:], shard.TakeOpens(opens[:0]))
 	return recs, evs
 }
 
@@ -66,6 +75,7 @@ func recordKey(r *record.Record) string {
 func comparable(r record.Record) record.Record {
 	r.RecordID, r.Received, r.ClientName = "", time.Time{}, ""
 	r.Start, r.End = time.Time{}, time.Time{}
+	r.RedirectDelayMS, r.RedirectDelayMaxMS = 0, 0 // bounds, checked apart
 	return r
 }
 
@@ -74,11 +84,14 @@ func comparable(r record.Record) record.Record {
 // exactly the records in loadgen's truth.
 func TestTruthEqualsReplay(t *testing.T) {
 	cases := map[string]func(*Config){
-		"default":  func(*Config) {},
-		"restarts": func(c *Config) { c.Restarts = 3; c.Servers = 3 },
-		"no-drain": func(c *Config) { c.Drain = false },
-		"count":    func(c *Config) { c.Duration = 0; c.Count = 1500 },
-		"caches":   func(c *Config) { c.CacheFrac = 1; c.TPCFrac = 0.3; c.Servers = 2 },
+		"default":     func(*Config) {},
+		"restarts":    func(c *Config) { c.Restarts = 3; c.Servers = 3 },
+		"no-drain":    func(c *Config) { c.Drain = false },
+		"count":       func(c *Config) { c.Duration = 0; c.Count = 1500 },
+		"caches":      func(c *Config) { c.CacheFrac = 1; c.TPCFrac = 0.3; c.Servers = 2 },
+		"trace-io":    func(c *Config) { c.Trace = "io"; c.FileSizeMax = 64 << 20; c.Servers = 2 },
+		"trace-iov":   func(c *Config) { c.Trace = "iov"; c.FileSizeMax = 64 << 20; c.Servers = 2; c.ReadvFrac = 0.8 },
+		"redirectors": func(c *Config) { c.Redirectors = 3; c.RedirectDelay = 700 * time.Millisecond },
 		"small-fbsz": func(c *Config) {
 			c.FBSZ = 600
 			c.LongFrac = 0.3
@@ -114,6 +127,11 @@ func TestTruthEqualsReplay(t *testing.T) {
 					delete(want, recordKey(g))
 					if cg, cw := comparable(*g), comparable(*w); cg != cw {
 						t.Errorf("record %s differs:\n got %+v\nwant %+v", recordKey(g), cg, cw)
+						bad++
+					}
+					if g.RedirectHops > 0 && (w.RedirectDelayMS < g.RedirectDelayMS-1000 || w.RedirectDelayMS > g.RedirectDelayMaxMS+1000) {
+						t.Errorf("record %s: redirect delay %d ms, outside the bounds [%d, %d] ms the collector gave",
+							recordKey(g), w.RedirectDelayMS, g.RedirectDelayMS, g.RedirectDelayMaxMS)
 						bad++
 					}
 					if d := g.Start.Sub(w.Start).Abs(); d > tol {

@@ -206,6 +206,7 @@ type session struct {
 	exp, act              int32
 	ipv6, token, ueac     bool
 	hasInfo               bool
+	rdict                 [maxRedirectors]uint32 // the session's dictid at each redirector
 }
 
 type client struct {
@@ -257,6 +258,10 @@ type access struct {
 	fr, fv   int64 // final bytes (at close)
 	fw       int64
 	closedAt int64
+	hops     int32            // redirects before the open
+	rfirst   int64            // ms of the first redirect
+	seqRead  bool             // reads go through the file in order
+	io       record.IOProfile // the traced I/O, built at the close
 }
 
 // f-stream record kinds pending in a buffer, applied to the truth when the
@@ -295,6 +300,7 @@ type server struct {
 	pid      int
 	stod     int64
 	cache    bool
+	redir    bool // a redirector: no clients, sends r-stream
 	pseqMain uint8
 	pseqF    uint8
 	nextDict uint32
@@ -325,7 +331,7 @@ var (
 type serverTally struct {
 	packets [nDomains]int64
 	dropped [nDomains]int64
-	events  [2]int64
+	events  [3]int64 // C, P, r (redirects)
 	stods   []int64
 	bytes   Bytes
 }
@@ -396,7 +402,7 @@ func (g *Generator) Run(ctx context.Context, out Output) (*Truth, error) {
 		batchMax: 1024,
 		reasons:  make(map[record.Reason]int64),
 		users:    make([]Bytes, cfg.Users),
-		tally:    make([]serverTally, cfg.Servers),
+		tally:    make([]serverTally, cfg.Servers+cfg.Redirectors),
 		truth:    &Truth{Config: *cfg, Start: g.epoch, Lossless: cfg.Lossless()},
 	}
 	if cfg.Rate > 0 {
@@ -408,7 +414,7 @@ func (g *Generator) Run(ctx context.Context, out Output) (*Truth, error) {
 	}
 	r.now = r.startMs
 
-	senders := make([]netip.AddrPort, cfg.Servers)
+	senders := make([]netip.AddrPort, cfg.Servers+cfg.Redirectors)
 	for i := range senders {
 		senders[i] = DefaultSender(i)
 	}
@@ -430,7 +436,7 @@ func (g *Generator) Run(ctx context.Context, out Output) (*Truth, error) {
 
 func (r *run) initServers(bound []netip.AddrPort) {
 	cfg := r.cfg
-	r.servers = make([]server, cfg.Servers)
+	r.servers = make([]server, cfg.Servers+cfg.Redirectors)
 	r.clients = make([]client, cfg.Servers*cfg.Clients)
 	for i := range r.servers {
 		s := &r.servers[i]
@@ -439,6 +445,9 @@ func (r *run) initServers(bound []netip.AddrPort) {
 		s.addr = bound[i]
 		s.ip = bound[i].Addr().String()
 		s.host = mk(fmt.Sprintf("xrd%04d.site%d.loadgen.example", i, i%17))
+		if s.redir = i >= cfg.Servers; s.redir {
+			s.host = mk(fmt.Sprintf("redirector%d.loadgen.example", i-cfg.Servers))
+		}
 		s.site = mk(fmt.Sprintf("LOADGEN_SITE_%d", i%17))
 		s.sid = s.rng.Uint64()&(1<<48-1) | 1<<40
 		s.sidDec = strconv.AppendUint(nil, s.sid, 10)
@@ -451,6 +460,9 @@ func (r *run) initServers(bound []netip.AddrPort) {
 		t.stods = append(t.stods, s.stod)
 		r.sendIdent(s)
 		r.schedule(r.startMs+int64(s.rng.IntN(int(cfg.FStat.Milliseconds()))), evTick, int32(i), 0)
+		if s.redir {
+			continue
+		}
 		for k := range cfg.Clients {
 			ci := i*cfg.Clients + k
 			c := &r.clients[ci]
@@ -554,10 +566,13 @@ func (r *run) settle() {
 		t.Reasons[reasonName(k)] = v
 	}
 	t.Events = map[string]int64{"C": 0, "P": 0}
+	if r.cfg.Redirectors > 0 {
+		t.Events["r"] = 0
+	}
 	for i := range r.servers {
 		s, tl := &r.servers[i], &r.tally[i]
 		st := ServerTruth{
-			Index: i, IP: s.ip, Sender: s.addr.String(), Host: s.host.s, SID: s.sid,
+			Index: i, IP: s.ip, Sender: s.addr.String(), Host: s.host.s, SID: s.sid, Redirector: s.redir,
 			Stods: tl.stods, Cache: s.cache, Bytes: tl.bytes,
 			Packets: make(map[string]int64), Dropped: make(map[string]int64),
 			Events: map[string]int64{"C": tl.events[0], "P": tl.events[1]},
@@ -568,6 +583,10 @@ func (r *run) settle() {
 		}
 		t.Events["C"] += tl.events[0]
 		t.Events["P"] += tl.events[1]
+		if s.redir {
+			st.Events = map[string]int64{"r": tl.events[2]}
+			t.Events["r"] += tl.events[2]
+		}
 		t.Servers = append(t.Servers, st)
 	}
 	for i, b := range r.users {
@@ -868,6 +887,12 @@ func (r *run) flushG(s *server, p int) bool {
 func (r *run) tick(s *server) {
 	cfg := r.cfg
 	s.ticks++
+	if s.redir {
+		if r.now-s.identAt < cfg.IdentInterval.Milliseconds() || r.sendIdent(s) {
+			r.schedule(r.now+cfg.FStat.Milliseconds(), evTick, int32(s.idx), 0)
+		}
+		return
+	}
 	if s.ticks%cfg.XfrEvery == 0 {
 		base := s.idx * cfg.Clients
 		for k := range cfg.Clients {
@@ -1003,6 +1028,9 @@ func (r *run) login(c *client) {
 		}
 		s.nextDict++
 	}
+	if !r.redirLogins(c, u) {
+		return
+	}
 	r.sessions++
 	c.state = stSession
 	r.schedule(r.now+100+rng.Int64N(900), evClient, c.idx, c.gen)
@@ -1076,6 +1104,10 @@ func (r *run) open(c *client) {
 	}
 	a.end = r.now + dur
 
+	if !r.redirects(c, a, lfn) {
+		return
+	}
+	a.seqRead = rng.Float64() < 0.7
 	b := r.appendUserID(r.info[:0], s, &c.sess)
 	b = append(b, '\n')
 	r.info = append(b, lfn...)
@@ -1129,6 +1161,9 @@ func (r *run) closeFile(c *client, forced bool) {
 		return
 	}
 	ops, ssq := a.stats(rd, rv, wr)
+	if r.cfg.Trace != "" && !r.trace(s, a, rd, rv, wr) {
+		return
+	}
 	s.fb.Close(packet.FileClose{FileID: a.fileID, Forced: forced, Read: rd, Readv: rv, Write: wr, HasOps: true, Ops: ops, HasSSQ: true, SSQ: ssq})
 	a.fr, a.fv, a.fw, a.closedAt, a.forced, a.closed = rd, rv, wr, r.now, forced, true
 	s.ops = append(s.ops, fop{kind: opClose, acc: ai})
@@ -1230,6 +1265,16 @@ func (r *run) finalize(ai int32, reason record.Reason) {
 		rec.ReadMin, rec.ReadMax, rec.ReadvMin, rec.ReadvMax = ops.RdMin, ops.RdMax, ops.RvMin, ops.RvMax
 		rec.WriteMin, rec.WriteMax = ops.WrMin, ops.WrMax
 		rec.ReadSqSum, rec.ReadvSqSum, rec.ReadvSegSqSum, rec.WriteSqSum = ssq.Read, ssq.Readv, ssq.ReadvSegs, ssq.Write
+		if r.cfg.Trace != "" {
+			rec.HasIO, rec.IO = true, a.io
+		}
+		if a.hops > 0 {
+			// The open happened at a.start; what a collector can know of
+			// it is bounded by the f-stream packet's span, so the truth
+			// is the exact delay in both fields (see Truth).
+			rec.RedirectHops = a.hops
+			rec.RedirectDelayMS, rec.RedirectDelayMaxMS = a.start-a.rfirst, a.start-a.rfirst
+		}
 	} else {
 		rec.ReadBytes, rec.ReadvBytes, rec.WriteBytes = a.xr, a.xv, a.xw
 		end = max(a.xAt, a.start)

@@ -73,6 +73,17 @@ type Config struct {
 	// copies and emit a P g-stream event.
 	CacheFrac float64 `json:"cache_frac"`
 	TPCFrac   float64 `json:"tpc_frac"`
+	// Trace makes the servers trace I/O on the t-stream: "io" (a summary
+	// entry per vector read) or "iov" (vector reads unwound into their
+	// segments); "" sends no t-stream. A file's trace is sent when it is
+	// closed, before the f-stream close.
+	Trace string `json:"trace"`
+	// Redirectors adds redirectors (up to 4) in front of the servers: every
+	// client logs in at each, and each open follows a chain of 1 to
+	// Redirectors redirects (r-stream), the k-th hop at redirector k, each
+	// hop taking RedirectDelay on average (uniform in [0.5, 1.5] of it).
+	Redirectors   int           `json:"redirectors"`
+	RedirectDelay time.Duration `json:"redirect_delay"`
 	// Users and Paths size the pools of distinct user names and read paths.
 	Users int `json:"users"`
 	Paths int `json:"paths"`
@@ -138,6 +149,7 @@ func DefaultConfig() Config {
 		IdentInterval:   5 * time.Minute,
 		GBuff:           32768,
 		GFlush:          time.Minute,
+		RedirectDelay:   250 * time.Millisecond,
 		KeepRecords:     true,
 	}
 }
@@ -179,6 +191,15 @@ func (c *Config) Validate() error {
 	}
 	if c.LongFrac > 0 && c.LongTransfer < time.Millisecond {
 		bad("long_transfer %s: want at least 1ms", c.LongTransfer)
+	}
+	if c.Trace != "" && c.Trace != "io" && c.Trace != "iov" {
+		bad("trace %q: want \"\", \"io\" or \"iov\"", c.Trace)
+	}
+	if c.Redirectors < 0 || c.Redirectors > maxRedirectors {
+		bad("redirectors %d: want 0..%d", c.Redirectors, maxRedirectors)
+	}
+	if c.Redirectors > 0 && c.RedirectDelay < 0 {
+		bad("redirect_delay %s: negative", c.RedirectDelay)
 	}
 	if c.FilesPerSession < 1 {
 		bad("files_per_session %d: want at least 1", c.FilesPerSession)

@@ -55,7 +55,8 @@ type Truth struct {
 	Sessions int64 `json:"sessions"`
 	// Reasons counts the expected records by reason ("complete" for "").
 	Reasons map[string]int64 `json:"reasons"`
-	// Events counts g-stream events (lines) by provider.
+	// Events counts g-stream events (lines) by provider, and redirect
+	// events ("r", with Config.Redirectors).
 	Events map[string]int64 `json:"events"`
 
 	Servers []ServerTruth `json:"servers"`
@@ -89,6 +90,9 @@ type ServerTruth struct {
 	SID    uint64  `json:"sid"`
 	Stods  []int64 `json:"stods"` // one per process lifetime (restarts add one)
 	Cache  bool    `json:"cache"` // an XCache: emits C events
+	// Redirector is a redirector (Config.Redirectors): it sends logins and
+	// r-stream redirects, no transfers.
+	Redirector bool `json:"redirector,omitempty"`
 	// Packets counts generated packets by domain; Dropped those removed
 	// by injected loss.
 	Packets map[string]int64 `json:"packets"`
