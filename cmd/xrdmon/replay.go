@@ -35,6 +35,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	wlcgVOs := fs.String("wlcg-vos", "", "with --schema wlcg: comma-separated `VOs` whose records are WLCG (default: cms,dteam)")
 	wlcgPaths := fs.String("wlcg-paths", "", "with --schema wlcg: comma-separated path `prefixes` whose records are WLCG (default: /store,/user/dteam)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to `FILE` (for performance work)")
+	memProfile := fs.String("memprofile", "", "write an allocation profile to `FILE` at the end (for performance work)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -48,6 +49,14 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("start profile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		defer func() {
+			if f, err := os.Create(*memProfile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "xrdmon replay: no INPUT given (use - for standard input)")
