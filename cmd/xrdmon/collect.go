@@ -109,6 +109,15 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	popts := cfg.Correlate.Options(cfg.AMQPInput.Enabled && !importing)
 	popts.DNSMaxWait = cfg.DNS.MaxWait.D()
 	popts.InputClock = importing
+	if cfg.AMQPInput.Enabled && !importing {
+		// The broker stops at prefetch unacknowledged messages, and they
+		// are acknowledged at checkpoints: checkpoint when half of it waits.
+		prefetch := cfg.AMQPInput.Prefetch
+		if prefetch <= 0 {
+			prefetch = amqpsrc.DefaultConfig().Prefetch
+		}
+		popts.AckPackets = max(prefetch/2, 1)
+	}
 	popts.FlushOnExit = importing && cfg.FileInput.Flush
 	pipe, err := pipeline.New(ctx, popts, st, namer, log.With("component", "pipeline"), reg)
 	if err != nil {

@@ -35,6 +35,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	wlcgVOs := fs.String("wlcg-vos", "", "with --schema wlcg: comma-separated `VOs` whose records are WLCG (default: cms,dteam)")
 	wlcgPaths := fs.String("wlcg-paths", "", "with --schema wlcg: comma-separated path `prefixes` whose records are WLCG (default: /store,/user/dteam)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to `FILE` (for performance work)")
+	memProfile := fs.String("memprofile", "", "write an allocation profile to `FILE` at the end (for performance work)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -48,6 +49,14 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("start profile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		defer func() {
+			if f, err := os.Create(*memProfile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "xrdmon replay: no INPUT given (use - for standard input)")
@@ -160,15 +169,27 @@ type replayWriter struct {
 	buf   []byte
 }
 
+// replayChunk is how many encoded bytes Append gathers before it writes
+// them: a commit can hold tens of thousands of records (a drain), and one
+// buffer for all of them would be regrown to tens of megabytes.
+const replayChunk = 256 << 10
+
 // Append writes recs and evs.
 func (r *replayWriter) Append(_ context.Context, recs []record.Record, evs []record.Event) error {
 	buf := r.buf[:0]
+	defer func() { r.buf = buf }()
 	for i := range recs {
 		if r.match != nil && !r.match(&recs[i]) {
 			continue
 		}
 		buf = r.enc(buf, &recs[i])
 		buf = append(buf, '\n')
+		if len(buf) >= replayChunk {
+			if _, err := r.w.Write(buf); err != nil {
+				return fmt.Errorf("write records: %w: %w", store.ErrPermanent, err)
+			}
+			buf = buf[:0]
+		}
 	}
 	if _, err := r.w.Write(buf); err != nil {
 		return fmt.Errorf("write records: %w: %w", store.ErrPermanent, err)
@@ -178,12 +199,17 @@ func (r *replayWriter) Append(_ context.Context, recs []record.Record, evs []rec
 		for i := range evs {
 			buf = record.AppendEventJSON(buf, &evs[i])
 			buf = append(buf, '\n')
+			if len(buf) >= replayChunk {
+				if _, err := r.ew.Write(buf); err != nil {
+					return fmt.Errorf("write events: %w: %w", store.ErrPermanent, err)
+				}
+				buf = buf[:0]
+			}
 		}
 		if _, err := r.ew.Write(buf); err != nil {
 			return fmt.Errorf("write events: %w: %w", store.ErrPermanent, err)
 		}
 	}
-	r.buf = buf
 	return nil
 }
 

@@ -173,8 +173,16 @@ func (s *Shard) TakeOpens(dst []Open) []Open {
 }
 
 // TakeRecords appends the records emitted since the last call to dst and
-// returns it. The shard keeps no reference to them.
+// returns it. The shard keeps no reference to them. An empty dst is
+// swapped rather than appended to: the records are returned without a copy,
+// and the shard makes its next records in dst's array, so a caller that
+// hands its slices back (the pipeline's barriers) never copies or regrows.
 func (s *Shard) TakeRecords(dst []record.Record) []record.Record {
+	if len(dst) == 0 {
+		out := s.out
+		s.out = dst[:0]
+		return out
+	}
 	dst = append(dst, s.out...)
 	clear(s.out)
 	s.out = s.out[:0]
@@ -198,6 +206,11 @@ func (s *Shard) TakeEvents(dst []record.Event) []record.Event {
 // parsing stays off the packet path. Stats.InvalidEvents then counts only
 // events typed by TakeEvents.
 func (s *Shard) TakeRawEvents(dst []record.Event) []record.Event {
+	if len(dst) == 0 { // swapped, as in TakeRecords
+		evs := s.events
+		s.events = dst[:0]
+		return evs
+	}
 	dst = append(dst, s.events...)
 	clear(s.events)
 	s.events = s.events[:0]

@@ -82,6 +82,12 @@ type Options struct {
 	// happens after that many even before FlushInterval, so a burst (or a
 	// replay, which reads as fast as it can) keeps a small working set.
 	CommitPackets int
+	// AckPackets makes a checkpoint due, at once, when this many packets
+	// of acknowledgeable batches (RabbitMQ) wait for one (0: only every
+	// CheckpointInterval). Set it below the source's prefetch: the broker
+	// sends no more than prefetch unacknowledged messages, so without it
+	// the input runs at most at prefetch per CheckpointInterval.
+	AckPackets int
 	// Queue is the number of batches buffered per shard.
 	Queue int
 	// Correlate configures the correlator shards.
@@ -426,6 +432,7 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *source.Batch) error {
 	perCheckpoint := int((p.opts.CheckpointInterval + p.opts.FlushInterval - 1) / p.opts.FlushInterval)
 	ticks := 0
 	pending := 0 // packets dispatched since the last commit
+	unacked := 0 // packets of acknowledgeable batches since the last checkpoint
 	// inputNow is the latest Received time dispatched, nextTick the input
 	// time of the next expiry (InputClock only).
 	var inputNow, nextTick time.Time
@@ -442,6 +449,7 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *source.Batch) error {
 		}
 		if br.checkpoint || p.opts.StateKey == "" {
 			br.acks, acks = acks, nil
+			unacked = 0
 		}
 		select {
 		case commits <- br:
@@ -463,6 +471,7 @@ loop:
 			}
 			if b.Ack != nil {
 				acks = append(acks, b.Ack)
+				unacked += len(b.Packets)
 			}
 			if p.opts.InputClock {
 				inputNow = latest(b, inputNow)
@@ -475,8 +484,9 @@ loop:
 					}
 				}
 			}
-			if pending += len(b.Packets); pending >= p.opts.CommitPackets {
-				send(p.commitBarrier(time.Now(), false, inputNow))
+			ackDue := p.opts.AckPackets > 0 && unacked >= p.opts.AckPackets
+			if pending += len(b.Packets); pending >= p.opts.CommitPackets || ackDue {
+				send(p.commitBarrier(time.Now(), ackDue && p.opts.StateKey != "", inputNow))
 			}
 		case now := <-ticker.C:
 			ticks++

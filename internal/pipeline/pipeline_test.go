@@ -166,6 +166,58 @@ func TestAckAfterCheckpoint(t *testing.T) {
 	}
 }
 
+// TestAckPacketsCheckpointsEarly: with AckPackets, acknowledgeable input
+// does not wait for the checkpoint interval: once that many packets wait,
+// the next batch brings a checkpoint, after which they are acknowledged.
+// (The broker sends at most prefetch unacknowledged messages: without this
+// the input would run at prefetch per checkpoint interval.)
+func TestAckPacketsCheckpointsEarly(t *testing.T) {
+	st := &fakeStore{}
+	o := testOptions()
+	o.FlushInterval, o.CheckpointInterval = time.Hour, time.Hour // no timed commit
+	o.AckPackets = 4
+	p, err := New(context.Background(), o, st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan *source.Batch)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(context.Background(), in) }()
+
+	var mu sync.Mutex
+	var freed int32
+	acked := make(chan int, 8)
+	for i := range 2 { // 2 batches of 2 packets: 4 packets wait
+		var seq, fseq uint8
+		in <- batchOf(fmt.Sprintf("192.0.2.%d:1094", i+1), transfer(1700000000, &seq, &fseq, 10, 11, true), func() error {
+			st.note(fmt.Sprintf("ack %d", i))
+			acked <- i
+			return nil
+		}, &freed, &mu)
+	}
+	for range 2 {
+		select {
+		case <-acked:
+		case <-time.After(10 * time.Second):
+			st.mu.Lock()
+			t.Fatalf("not acknowledged while the input is open: %v", st.log)
+		}
+	}
+	log := func() string { st.mu.Lock(); defer st.mu.Unlock(); return strings.Join(st.log, ",") }()
+	ack := strings.Index(log, "ack 0")
+	if before := log[:ack]; !strings.Contains(before, "append") || !strings.Contains(before, "state correlate/0-of-2") ||
+		!strings.Contains(before, "state correlate/1-of-2") {
+		t.Errorf("acknowledged before records and checkpoint were durable: %s", log)
+	}
+	close(in)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(st.recs) != 2 {
+		t.Errorf("%d records, want 2", len(st.recs))
+	}
+}
+
 // TestRestoreFromCheckpoint: a file opened before the pipeline stops is
 // completed by a close after a new pipeline restores the checkpoint.
 func TestRestoreFromCheckpoint(t *testing.T) {

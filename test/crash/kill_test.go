@@ -109,9 +109,10 @@ func TestKill9(t *testing.T) {
 	input := func(q string) []string {
 		return []string{"--listen.udp=", "--amqp_input.enabled=true", "--amqp_input.url=" + url,
 			"--amqp_input.queue=" + q, "--amqp_input.exchange=-",
-			// Acknowledgements follow the 2 s checkpoint, so the prefetch
-			// bounds the rate (~2500 messages/s): kills land mid-stream.
-			"--amqp_input.prefetch=5000"}
+			// A checkpoint (and the acknowledgement) comes every 50
+			// messages (half the prefetch): the rate stays low enough that
+			// kills land mid-stream, and many land in a checkpoint.
+			"--amqp_input.prefetch=100"}
 	}
 
 	// The clean run: no kills, graceful stop at the end.

@@ -73,7 +73,7 @@ func DefaultConfig() Config {
 	return Config{
 		Queue:        "xrdmon",
 		BindingKey:   "#",
-		Prefetch:     1000,
+		Prefetch:     20000,
 		BatchSize:    256,
 		BatchWait:    5 * time.Millisecond,
 		ReconnectMin: 500 * time.Millisecond,
