@@ -14,13 +14,32 @@ import (
 // servers and clients (logins with tokens, info and UEAC records, opens
 // with LFN, xfr and closes, cache g-stream events), fed in order to one
 // shard with a Tick every simulated second and the records and raw events
-// drained, as the pipeline does. One op is one datagram.
+// drained, as the pipeline does. One op is one datagram. trace-io adds
+// every access's I/O on the t-stream (the profile per file), redirectors
+// a chain of redirects before each open (with the opens reported, as the
+// pipeline's redirect linker needs).
 func BenchmarkCorrelateLoadgen(b *testing.B) {
-	cfg := loadgen.DefaultConfig()
-	cfg.Servers, cfg.Clients = 20, 2000
-	cfg.Duration = 3 * time.Minute
-	cfg.ThinkTime = time.Second
-	cfg.KeepRecords = false
+	for _, c := range []struct {
+		name string
+		mod  func(*loadgen.Config)
+	}{
+		{"plain", func(*loadgen.Config) {}},
+		{"trace-io", func(c *loadgen.Config) { c.Trace = "io"; c.FileSizeMax = 256 << 20 }},
+		{"redirectors", func(c *loadgen.Config) { c.Redirectors = 2 }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := loadgen.DefaultConfig()
+			cfg.Servers, cfg.Clients = 20, 2000
+			cfg.Duration = 3 * time.Minute
+			cfg.ThinkTime = time.Second
+			cfg.KeepRecords = false
+			c.mod(&cfg)
+			benchLoadgen(b, cfg)
+		})
+	}
+}
+
+func benchLoadgen(b *testing.B, cfg loadgen.Config) {
 	g, err := loadgen.New(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -31,18 +50,21 @@ func BenchmarkCorrelateLoadgen(b *testing.B) {
 	}
 	pkts := mem.Packets
 	var (
-		s    *correlate.Shard
-		recs []record.Record
-		evs  []record.Event
-		tick time.Time
+		s     *correlate.Shard
+		recs  []record.Record
+		evs   []record.Event
+		opens []correlate.Open
+		tick  time.Time
 	)
+	ccfg := correlate.DefaultConfig()
+	ccfg.ReportOpens = cfg.Redirectors > 0
 	i := len(pkts)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
 		if i == len(pkts) {
 			b.StopTimer()
-			s, i, tick = correlate.NewShard(correlate.DefaultConfig()), 0, time.Time{}
+			s, i, tick = correlate.NewShard(ccfg), 0, time.Time{}
 			b.StartTimer()
 		}
 		p := &pkts[i]
@@ -53,6 +75,7 @@ func BenchmarkCorrelateLoadgen(b *testing.B) {
 			s.Tick(tick)
 			recs = s.TakeRecords(recs[:0])
 			evs = s.TakeRawEvents(evs[:0])
+			opens = s.TakeOpens(opens[:0])
 		}
 	}
 	b.StopTimer()
