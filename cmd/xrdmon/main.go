@@ -32,6 +32,8 @@ func commands() []command {
 		{"replay", "decode captures (shoveler JSON lines, pcap) and write records", runReplay},
 		{"loadgen", "simulate XRootD servers and clients sending monitoring packets", runLoadgen},
 		{"bench", "measure a collector end to end (rate, loss, CPU, memory, latency)", runBench},
+		{"records", "list the transfer records kept (store or a collector's API)", runRecords},
+		{"report", "sum records by site, VO, user, server... for a time window", runReport},
 		{"deadletters", "list the entries an output's destination refused, set aside", runDeadLetters},
 		{"version", "print the version", runVersion},
 		{"help", "show help for xrdmon or a subcommand", runHelp},

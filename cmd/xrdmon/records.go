@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/api"
+	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/report"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+// queryFlags are the flags xrdmon records and xrdmon report share: where
+// the records are (a store, or a collector's API) and which ones.
+type queryFlags struct {
+	cfgPath, storePath string
+	url, tokenFile     string
+	since, until       string
+	server, site, user string
+	path, reason       string
+	partial            bool
+	format             string
+}
+
+func (q *queryFlags) register(fs *flag.FlagSet, since string) {
+	fs.StringVar(&q.cfgPath, "config", "", "read store.path from this collector configuration `FILE`")
+	fs.StringVar(&q.storePath, "store.path", "", "`DIR`ectory of the store (as collect's store.path; default "+config.Default().Store.Path+")")
+	fs.StringVar(&q.url, "url", "", "ask a running collector's API at this `URL` (e.g. http://127.0.0.1:9939) instead of reading a store")
+	fs.StringVar(&q.tokenFile, "token-file", "", "with --url: the API's bearer token is in this `FILE`")
+	fs.StringVar(&q.since, "since", since, "records that ended after this `time`: a duration back from now (90m, 24h, 7d), RFC 3339 or Unix seconds")
+	fs.StringVar(&q.until, "until", "", "records that ended before this `time` (same forms; default now)")
+	fs.StringVar(&q.server, "server", "", "only this server (`host` name, or address)")
+	fs.StringVar(&q.site, "site", "", "only this `site`")
+	fs.StringVar(&q.user, "user", "", "only this client `user` name")
+	fs.StringVar(&q.path, "path", "", "only paths under this `prefix`")
+	fs.StringVar(&q.reason, "reason", "", "only partial records of this `reason` (timeout, disconnect, ...)")
+	fs.BoolVar(&q.partial, "partial", false, "only partial records")
+	fs.StringVar(&q.format, "format", "table", "output `format`: table (humanised), csv or json (exact)")
+}
+
+// open returns the record source and the query the flags describe.
+func (q *queryFlags) open() (report.Source, store.Query, report.Format, func(), error) {
+	f, err := report.ParseFormat(q.format)
+	if err != nil {
+		return nil, store.Query{}, "", nil, err
+	}
+	now := time.Now()
+	sq := store.Query{Server: q.server, Site: q.site, User: q.user, PathPrefix: q.path, Reason: record.Reason(q.reason), Partial: q.partial}
+	if sq.From, err = api.ParseTime(q.since, now); err != nil {
+		return nil, sq, f, nil, fmt.Errorf("--since: %w", err)
+	}
+	if sq.To, err = api.ParseTime(q.until, now); err != nil {
+		return nil, sq, f, nil, fmt.Errorf("--until: %w", err)
+	}
+	if q.url != "" {
+		src := report.APISource{URL: q.url}
+		if q.tokenFile != "" {
+			if src.Token, err = api.ReadToken(q.tokenFile); err != nil {
+				return nil, sq, f, nil, err
+			}
+		}
+		return src, sq, f, func() {}, nil
+	}
+	dir := q.storePath
+	if dir == "" {
+		cfg, err := config.Load(q.cfgPath, os.Environ(), nil)
+		if err != nil {
+			return nil, sq, f, nil, err
+		}
+		dir = cfg.Store.Path
+	}
+	r, err := store.OpenReader(filepath.Join(dir, store.DBFile))
+	if err != nil {
+		return nil, sq, f, nil, fmt.Errorf("open store: %w", err)
+	}
+	return report.StoreSource{R: r}, sq, f, func() { r.Close() }, nil
+}
+
+const recordsSynopsis = "[--since 1h] [--user NAME] [--path PREFIX] [--format table|csv|json] [flags]\n\n" +
+	"Lists the transfer records a collector kept, oldest first, from its store\n" +
+	"(--store.path or --config; safe while the collector runs) or from a running\n" +
+	"collector's API (--url). Tables humanise numbers; CSV and JSON are exact\n" +
+	"(JSON: one native record per line, docs/records.md)."
+
+var errEnough = errors.New("enough records")
+
+// runRecords implements `xrdmon records`.
+func runRecords(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("records", recordsSynopsis, stderr)
+	var q queryFlags
+	q.register(fs, "1h")
+	limit := fs.Int("limit", 1000, "at most this many `records` (0: all)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	src, sq, f, done, err := q.open()
+	if err != nil {
+		return err
+	}
+	defer done()
+	w := report.NewRecordWriter(stdout, f)
+	n := 0
+	err = src.Records(ctx, sq, func(r *record.Record) error {
+		if err := w.Write(r); err != nil {
+			return err
+		}
+		if n++; *limit > 0 && n >= *limit {
+			return errEnough
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if errors.Is(err, errEnough) {
+		fmt.Fprintf(stderr, "xrdmon records: first %d records shown (--limit)\n", n)
+	}
+	return nil
+}
+
+const reportSynopsis = "[--since 24h] [--by vo | --by site,vo | --top users] [--format table|csv|json] [flags]\n\n" +
+	"Sums the records of a window by dimension: transfers, partial ones, bytes read\n" +
+	"and written, distinct users, average rate. --by groups by one or more of\n" +
+	"server, site, vo, user, domain, protocol, app, dir; --top DIM lists the N\n" +
+	"(--n) groups that moved the most bytes. Reads a store or a collector's API,\n" +
+	"as xrdmon records does."
+
+// runReport implements `xrdmon report`.
+func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("report", reportSynopsis, stderr)
+	var q queryFlags
+	q.register(fs, "24h")
+	by := fs.String("by", "", "group by these `dimensions` (comma-separated)")
+	top := fs.String("top", "", "the top groups of this `dimension` by bytes moved")
+	n := fs.Int("n", 10, "with --top: how many `groups`")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	spec, limit := *by, 0
+	switch {
+	case *by != "" && *top != "":
+		fmt.Fprintln(stderr, "xrdmon report: --by and --top exclude each other")
+		return errUsage
+	case *top != "":
+		spec, limit = *top, max(*n, 1)
+	case spec == "":
+		spec = "site"
+	}
+	dims, err := report.ParseDims(spec)
+	if err != nil {
+		fmt.Fprintf(stderr, "xrdmon report: %v\n", err)
+		return errUsage
+	}
+	src, sq, f, done, err := q.open()
+	if err != nil {
+		return err
+	}
+	defer done()
+	s, err := report.Summarize(ctx, src, sq, dims, limit)
+	if err != nil {
+		return err
+	}
+	return report.WriteSummary(stdout, s, f)
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/loadgen"
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+// reportStore imports a loadgen capture into a store with collect and
+// returns the store's directory and the truth.
+func reportStore(t *testing.T) (string, *loadgen.Truth) {
+	t.Helper()
+	dir := t.TempDir()
+	pcap, truthFile := filepath.Join(dir, "cap.pcap"), filepath.Join(dir, "truth.json")
+	var stderr bytes.Buffer
+	if code := run(context.Background(), []string{"loadgen", "--pcap", pcap, "--truth", truthFile, "--servers", "5",
+		"--duration", "20m", "--seed", "5"}, io.Discard, &stderr); code != 0 {
+		t.Fatalf("loadgen exit %d: %s", code, stderr.String())
+	}
+	cfg := config.Default()
+	cfg.FileInput.Paths, cfg.FileInput.Flush = []string{pcap}, true
+	cfg.Listen.UDP = ""
+	cfg.Store.Path = filepath.Join(dir, "store")
+	cfg.Store.Retention = 0 // loadgen's clock is months back
+	cfg.HTTP.Address = ""
+	cfg.DNS.Enabled = false
+	if err := collect(context.Background(), cfg, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatalf("collect: %v", err)
+	}
+	b, err := os.ReadFile(truthFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var truth loadgen.Truth
+	if err := json.Unmarshal(b, &truth); err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Store.Path, &truth
+}
+
+func runOut(t *testing.T, args ...string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("xrdmon %s: exit %d: %s", strings.Join(args, " "), code, stderr.String())
+	}
+	return stdout.String()
+}
+
+type summaryJSON struct {
+	Rows []struct {
+		Keys       []string `json:"keys"`
+		Transfers  int64    `json:"transfers"`
+		ReadBytes  int64    `json:"read_bytes"`
+		WriteBytes int64    `json:"write_bytes"`
+		Users      int      `json:"users"`
+	} `json:"rows"`
+	Total struct {
+		Transfers int64 `json:"transfers"`
+	} `json:"total"`
+}
+
+// xrdmon report's sums, from the store and from a running collector's API,
+// are loadgen's truth.
+func TestReportMatchesTruth(t *testing.T) {
+	dir, truth := reportStore(t)
+	type sums struct{ n, read, write int64 }
+	want := map[string]*sums{}
+	for i := range truth.Records {
+		r := &truth.Records[i]
+		k := r.Site + "/" + r.VO
+		if want[k] == nil {
+			want[k] = &sums{}
+		}
+		want[k].n++
+		want[k].read += r.ReadBytes + r.ReadvBytes
+		want[k].write += r.WriteBytes
+	}
+	check := func(t *testing.T, out string) {
+		var s summaryJSON
+		if err := json.Unmarshal([]byte(out), &s); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if s.Total.Transfers != int64(len(truth.Records)) || len(s.Rows) != len(want) {
+			t.Fatalf("%d transfers in %d groups, truth %d in %d\n%.500s", s.Total.Transfers, len(s.Rows), len(truth.Records), len(want), out)
+		}
+		for _, row := range s.Rows {
+			w := want[row.Keys[0]+"/"+row.Keys[1]]
+			if w == nil || w.n != row.Transfers || w.read != row.ReadBytes || w.write != row.WriteBytes {
+				t.Errorf("%v: %+v, truth %+v", row.Keys, row, w)
+			}
+		}
+	}
+	fromStore := runOut(t, "report", "--store.path", dir, "--since", "100000d", "--until", "2200-01-01T00:00:00Z", "--by", "site,vo", "--format", "json")
+	check(t, fromStore)
+
+	// The same question to a collector running on that store, over HTTP.
+	d := startDaemon(t, func(c *config.Config) { c.Store.Path, c.Store.Retention = dir, 0 })
+	fromAPI := runOut(t, "report", "--url", "http://"+d.http, "--since", "100000d", "--until", "2200-01-01T00:00:00Z", "--by", "site,vo", "--format", "json")
+	check(t, fromAPI)
+
+	// Top users, CSV: exact numbers, at most --n rows, most bytes first.
+	csv := strings.Split(strings.TrimSpace(runOut(t, "report", "--store.path", dir, "--since", "100000d", "--until", "2200-01-01T00:00:00Z", "--top", "users", "--n", "3", "--format", "csv")), "\n")
+	if len(csv) != 4 || csv[0] != "user,transfers,partial,read_bytes,write_bytes,users,seconds" {
+		t.Errorf("top users CSV:\n%s", strings.Join(csv, "\n"))
+	}
+	// The table humanises.
+	if tab := runOut(t, "report", "--store.path", dir, "--since", "100000d", "--until", "2200-01-01T00:00:00Z", "--by", "vo"); !strings.Contains(tab, " GB") || !strings.Contains(tab, "TOTAL") {
+		t.Errorf("table:\n%s", tab)
+	}
+}
+
+// xrdmon records --user lists that user's records, all of them.
+func TestRecordsByUser(t *testing.T) {
+	dir, truth := reportStore(t)
+	user := truth.Records[0].User
+	n := 0
+	for i := range truth.Records {
+		if truth.Records[i].User == user {
+			n++
+		}
+	}
+	out := runOut(t, "records", "--store.path", dir, "--since", "100000d", "--until", "2200-01-01T00:00:00Z", "--user", user, "--format", "json", "--limit", "0")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != n {
+		t.Fatalf("%d records of %s, truth %d", len(lines), user, n)
+	}
+	for _, l := range lines {
+		var r record.Record
+		if err := json.Unmarshal([]byte(l), &r); err != nil || r.User != user {
+			t.Fatalf("record %s: %v", l, err)
+		}
+	}
+}
+
+// Strings from packets reach a terminal as text: no escape sequence, no
+// control character, no invalid UTF-8 passes.
+func TestRecordsTableEscapes(t *testing.T) {
+	dir := t.TempDir()
+	o := store.DefaultOptions()
+	o.Path = filepath.Join(dir, store.DBFile)
+	st, err := store.Open(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	r := record.Record{RecordID: "0123456789abcdef0123456789abcdef", Start: now.Add(-time.Minute), End: now, Received: now,
+		ServerIP: "192.0.2.1", User: "evil\x1b[2J\x1b[31m", Path: "/x/<script>alert(1)</script>\r\x07\xff", VO: "cms"}
+	if err := st.Append(context.Background(), []record.Record{r}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := runOut(t, "records", "--store.path", dir)
+	if strings.ContainsAny(out, "\x1b\r\x07") || !strings.Contains(out, `evil\x1b[2J`) || !strings.Contains(out, `\xff`) {
+		t.Errorf("table not escaped: %q", out)
+	}
+}

@@ -1,0 +1,69 @@
+package report
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+func TestBytes(t *testing.T) {
+	for n, want := range map[int64]string{
+		0: "0 B", 999: "999 B", 1000: "1.00 kB", 1_234_567: "1.23 MB", 45_600_000_000: "45.6 GB",
+		987_000_000_000_000: "987 TB", 2_500_000_000_000_000: "2.50 PB",
+	} {
+		if got := Bytes(n); got != want {
+			t.Errorf("Bytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+	if got := Rate(3_000_000_000, 2); got != "1.50 GB/s" {
+		t.Errorf("Rate = %q", got)
+	}
+}
+
+func TestText(t *testing.T) {
+	for in, want := range map[string]string{
+		"/store/a.root":           "/store/a.root",
+		"évé":                     "évé",
+		"a\x1b[31mred":            `a\x1b[31mred`,
+		"bad\xffutf8":             `bad\xffutf8`,
+		"tab\there\r\n":           `tab\there\r\n`,
+		"<script>x</script>":      "<script>x</script>", // a terminal shows it as text
+		"\u202ereversed\u202c ok": `\u202ereversed\u202c ok`,
+	} {
+		if got := Text(in); got != want {
+			t.Errorf("Text(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseDims(t *testing.T) {
+	got, err := ParseDims("site,VOs, users,identities")
+	if err != nil || !slices.Equal(got, []Dim{DimSite, DimVO, DimUser, DimIdentity}) {
+		t.Errorf("got %v, %v", got, err)
+	}
+	if _, err := ParseDims("nope"); err == nil {
+		t.Error("unknown dimension accepted")
+	}
+	if _, err := ParseDims(""); err == nil {
+		t.Error("empty list accepted")
+	}
+}
+
+func TestValue(t *testing.T) {
+	r := &record.Record{ClientName: "wn17.farm.example.edu", ClientHost: "[2001:db8::1]", Path: "/store/data/Run2026A/x/y.root", DN: "/CN=a", User: "cms001"}
+	for d, want := range map[Dim]string{
+		DimDomain: "farm.example.edu", DimDir: "/store/data/Run2026A", DimIdentity: "/CN=a", DimUser: "cms001",
+	} {
+		if got := Value(r, d); got != want {
+			t.Errorf("%s: %q, want %q", d, got, want)
+		}
+	}
+	r.ClientName, r.Path = "", "/short/f.root"
+	if got := Value(r, DimDomain); got != "2001:db8::1" {
+		t.Errorf("domain of an address: %q", got)
+	}
+	if got := Value(r, DimDir); got != "/short" {
+		t.Errorf("dir of a short path: %q", got)
+	}
+}
