@@ -156,7 +156,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case spec == "":
 		spec = "site"
 	}
-	dims, err := report.ParseDims(spec)
+	dims, err := record.ParseDims(spec)
 	if err != nil {
 		fmt.Fprintf(stderr, "xrdmon report: %v\n", err)
 		return errUsage

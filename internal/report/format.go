@@ -102,7 +102,7 @@ func recordValues(r *record.Record, human bool) []string {
 		reason = "complete"
 	}
 	v := []string{
-		r.End.UTC().Format(time.RFC3339), Value(r, DimServer), r.Site, r.User, r.VO, cmp.Or(r.ClientName, r.ClientHost), r.Path,
+		r.End.UTC().Format(time.RFC3339), r.Dim(record.DimServer), r.Site, r.User, r.VO, cmp.Or(r.ClientName, r.ClientHost), r.Path,
 		strconv.FormatInt(read, 10), strconv.FormatInt(write, 10), strconv.FormatFloat(secs, 'f', -1, 64), reason,
 	}
 	if human {
@@ -174,11 +174,11 @@ func WriteSummary(w io.Writer, s *Summary, f Format) error {
 	switch f {
 	case JSON:
 		type out struct {
-			From  time.Time `json:"from,omitzero"`
-			To    time.Time `json:"to,omitzero"`
-			By    []Dim     `json:"by"`
-			Rows  []Row     `json:"rows"`
-			Total Row       `json:"total"`
+			From  time.Time    `json:"from,omitzero"`
+			To    time.Time    `json:"to,omitzero"`
+			By    []record.Dim `json:"by"`
+			Rows  []Row        `json:"rows"`
+			Total Row          `json:"total"`
 		}
 		rows := s.Rows
 		if rows == nil {

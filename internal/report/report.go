@@ -11,8 +11,6 @@ package report
 import (
 	"cmp"
 	"context"
-	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -24,124 +22,6 @@ import (
 // Source yields the records of a query, oldest first, to fn, page by page.
 type Source interface {
 	Records(ctx context.Context, q store.Query, fn func(*record.Record) error) error
-}
-
-// Dim is a dimension records are grouped by.
-type Dim string
-
-// The dimensions of a report.
-const (
-	DimServer   Dim = "server"
-	DimSite     Dim = "site"
-	DimVO       Dim = "vo"
-	DimUser     Dim = "user"     // the client's user name (the login's)
-	DimIdentity Dim = "identity" // who, for accounting: the token subject, else the certificate DN, else the user name
-	DimDomain   Dim = "domain"   // the client's domain (from its reverse-DNS name, else its host)
-	DimProtocol Dim = "protocol"
-	DimApp      Dim = "app"
-	DimDir      Dim = "dir" // the path's first three levels
-)
-
-// Dims lists every dimension, in the order help texts show them.
-var Dims = []Dim{DimServer, DimSite, DimVO, DimUser, DimIdentity, DimDomain, DimProtocol, DimApp, DimDir}
-
-// ParseDims reads a comma-separated list of dimensions ("site,vo"); the
-// plural forms ("users") are accepted too.
-func ParseDims(s string) ([]Dim, error) {
-	var out []Dim
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		d := Dim(strings.ToLower(f))
-		switch d {
-		case "identities":
-			d = DimIdentity
-		case "vos":
-			d = DimVO
-		default:
-			if !slices.Contains(Dims, d) {
-				d = Dim(strings.TrimSuffix(string(d), "s"))
-			}
-		}
-		if !slices.Contains(Dims, d) {
-			return nil, fmt.Errorf("unknown dimension %q (want %s)", f, dimList())
-		}
-		out = append(out, d)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no dimension (want %s)", dimList())
-	}
-	return out, nil
-}
-
-func dimList() string {
-	s := make([]string, len(Dims))
-	for i, d := range Dims {
-		s[i] = string(d)
-	}
-	return strings.Join(s, ", ")
-}
-
-// Value returns the record's value of dimension d ("" when unknown).
-func Value(r *record.Record, d Dim) string {
-	switch d {
-	case DimServer:
-		return cmp.Or(r.ServerHost, r.ServerIP)
-	case DimSite:
-		return r.Site
-	case DimVO:
-		return r.VO
-	case DimUser:
-		return r.User
-	case DimIdentity:
-		return cmp.Or(r.TokenSubject, r.DN, r.User)
-	case DimDomain:
-		return domain(cmp.Or(r.ClientName, r.ClientHost))
-	case DimProtocol:
-		return r.Protocol
-	case DimApp:
-		return r.AppName
-	case DimDir:
-		return dir(r.Path, 3)
-	}
-	return ""
-}
-
-// domain returns the domain of a host name (all but its first label), or
-// the host itself when it is an address.
-func domain(host string) string {
-	h := strings.Trim(host, "[]")
-	if _, err := netip.ParseAddr(h); err == nil {
-		return h
-	}
-	if i := strings.IndexByte(h, '.'); i >= 0 && i+1 < len(h) {
-		return h[i+1:]
-	}
-	return h
-}
-
-// dir returns the first n levels of path p ("/store/data/Run2026A").
-func dir(p string, n int) string {
-	if !strings.HasPrefix(p, "/") {
-		return p
-	}
-	i, k := 1, 0
-	for ; i < len(p); i++ {
-		if p[i] == '/' {
-			if k++; k == n {
-				break
-			}
-		}
-	}
-	if i >= len(p) { // fewer levels: drop the file name
-		if j := strings.LastIndexByte(p, '/'); j > 0 {
-			return p[:j]
-		}
-		return "/"
-	}
-	return p[:i]
 }
 
 // Row is one group of a report: its dimension values and sums.
@@ -162,14 +42,14 @@ func (r *Row) Bytes() int64 { return r.ReadBytes + r.WriteBytes }
 // Summary is the answer of Summarize.
 type Summary struct {
 	From, To time.Time
-	By       []Dim
+	By       []record.Dim
 	Rows     []Row // by bytes moved, most first
 	Total    Row
 }
 
 // Summarize groups the records of q by the dimensions by and sums them;
 // top > 0 keeps only the top rows by bytes moved.
-func Summarize(ctx context.Context, src Source, q store.Query, by []Dim, top int) (*Summary, error) {
+func Summarize(ctx context.Context, src Source, q store.Query, by []record.Dim, top int) (*Summary, error) {
 	groups := make(map[string]*Row)
 	total := Row{users: make(map[string]struct{})}
 	var key strings.Builder
@@ -179,13 +59,13 @@ func Summarize(ctx context.Context, src Source, q store.Query, by []Dim, top int
 			if i > 0 {
 				key.WriteByte(0)
 			}
-			key.WriteString(Value(r, d))
+			key.WriteString(r.Dim(d))
 		}
 		g := groups[key.String()]
 		if g == nil {
 			g = &Row{Keys: make([]string, len(by)), users: make(map[string]struct{})}
 			for i, d := range by {
-				g.Keys[i] = Value(r, d)
+				g.Keys[i] = r.Dim(d)
 			}
 			groups[key.String()] = g
 		}
@@ -228,5 +108,5 @@ func (row *Row) add(r *record.Record) {
 	if !r.Start.IsZero() && r.End.After(r.Start) {
 		row.Seconds += r.End.Sub(r.Start).Seconds()
 	}
-	row.users[Value(r, DimIdentity)] = struct{}{}
+	row.users[r.Dim(record.DimIdentity)] = struct{}{}
 }

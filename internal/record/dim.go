@@ -1,0 +1,127 @@
+package record
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Dim is a dimension records are grouped by.
+type Dim string
+
+// The dimensions of a report.
+const (
+	DimServer   Dim = "server"
+	DimSite     Dim = "site"
+	DimVO       Dim = "vo"
+	DimUser     Dim = "user"     // the client's user name (the login's)
+	DimIdentity Dim = "identity" // who, for accounting: the token subject, else the certificate DN, else the user name
+	DimDomain   Dim = "domain"   // the client's domain (from its reverse-DNS name, else its host)
+	DimProtocol Dim = "protocol"
+	DimApp      Dim = "app"
+	DimDir      Dim = "dir" // the path's first three levels
+)
+
+// Dims lists every dimension, in the order help texts show them.
+var Dims = []Dim{DimServer, DimSite, DimVO, DimUser, DimIdentity, DimDomain, DimProtocol, DimApp, DimDir}
+
+// ParseDims reads a comma-separated list of dimensions ("site,vo"); the
+// plural forms ("users") are accepted too.
+func ParseDims(s string) ([]Dim, error) {
+	var out []Dim
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		d := Dim(strings.ToLower(f))
+		switch d {
+		case "identities":
+			d = DimIdentity
+		case "vos":
+			d = DimVO
+		default:
+			if !slices.Contains(Dims, d) {
+				d = Dim(strings.TrimSuffix(string(d), "s"))
+			}
+		}
+		if !slices.Contains(Dims, d) {
+			return nil, fmt.Errorf("unknown dimension %q (want %s)", f, dimList())
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no dimension (want %s)", dimList())
+	}
+	return out, nil
+}
+
+func dimList() string {
+	s := make([]string, len(Dims))
+	for i, d := range Dims {
+		s[i] = string(d)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Dim returns the record's value of dimension d ("" when unknown).
+func (r *Record) Dim(d Dim) string {
+	switch d {
+	case DimServer:
+		return cmp.Or(r.ServerHost, r.ServerIP)
+	case DimSite:
+		return r.Site
+	case DimVO:
+		return r.VO
+	case DimUser:
+		return r.User
+	case DimIdentity:
+		return cmp.Or(r.TokenSubject, r.DN, r.User)
+	case DimDomain:
+		return domain(cmp.Or(r.ClientName, r.ClientHost))
+	case DimProtocol:
+		return r.Protocol
+	case DimApp:
+		return r.AppName
+	case DimDir:
+		return dir(r.Path, 3)
+	}
+	return ""
+}
+
+// domain returns the domain of a host name (all but its first label), or
+// the host itself when it is an address.
+func domain(host string) string {
+	h := strings.Trim(host, "[]")
+	if _, err := netip.ParseAddr(h); err == nil {
+		return h
+	}
+	if i := strings.IndexByte(h, '.'); i >= 0 && i+1 < len(h) {
+		return h[i+1:]
+	}
+	return h
+}
+
+// dir returns the first n levels of path p ("/store/data/Run2026A").
+func dir(p string, n int) string {
+	if !strings.HasPrefix(p, "/") {
+		return p
+	}
+	i, k := 1, 0
+	for ; i < len(p); i++ {
+		if p[i] == '/' {
+			if k++; k == n {
+				break
+			}
+		}
+	}
+	if i >= len(p) { // fewer levels: drop the file name
+		if j := strings.LastIndexByte(p, '/'); j > 0 {
+			return p[:j]
+		}
+		return "/"
+	}
+	return p[:i]
+}
