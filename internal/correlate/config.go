@@ -65,6 +65,10 @@ type Config struct {
 	// ReportOpens makes the shard report every open file with a known
 	// client (TakeOpens), for the redirect Linker.
 	ReportOpens bool
+
+	// ReportProgress makes the shard report the bytes of open files at
+	// their isXfr updates (TakeProgress), for rollups.
+	ReportProgress bool
 }
 
 // DefaultConfig returns the defaults: open files time out after 24 h

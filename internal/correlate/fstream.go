@@ -203,6 +203,7 @@ func (s *Shard) xfr(inc *incarnation, x packet.FileXfr, tBeg, tEnd uint32) {
 	}
 	f.read, f.readv, f.wrt = x.Read, x.Readv, x.Write
 	f.flags |= fXfr
+	s.progress(f, inc, tEnd)
 	s.touchFile(fi, tEnd)
 }
 
@@ -314,14 +315,52 @@ func unixTime(t uint32) time.Time { return time.Unix(int64(t), 0).UTC() }
 func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *packet.FileClose) {
 	s.out = append(s.out, record.Record{})
 	rec := &s.out[len(s.out)-1]
-	start := unixTime(f.tOpen)
+	s.fill(rec, f, inc, end)
+	rec.RecordID = s.recordID(inc, f.fileID, rec.Start, rec.End)
+	rec.Reason = RecordReasons[r]
+	if c != nil {
+		rec.Forced = c.Forced
+		rec.ReadBytes, rec.ReadvBytes, rec.WriteBytes = c.Read, c.Readv, c.Write
+		if c.HasOps {
+			o := &c.Ops
+			rec.HasOps = true
+			rec.ReadOps, rec.ReadvOps, rec.WriteOps = o.Read, o.Readv, o.Write
+			rec.ReadvSegs, rec.ReadvSegsMin, rec.ReadvSegsMax = o.Rsegs, o.RsMin, o.RsMax
+			rec.ReadMin, rec.ReadMax = o.RdMin, o.RdMax
+			rec.ReadvMin, rec.ReadvMax = o.RvMin, o.RvMax
+			rec.WriteMin, rec.WriteMax = o.WrMin, o.WrMax
+		}
+		if c.HasSSQ {
+			q := &c.SSQ
+			rec.HasSSQ = true
+			rec.ReadSqSum, rec.ReadvSqSum, rec.ReadvSegSqSum, rec.WriteSqSum = q.Read, q.Readv, q.ReadvSegs, q.Write
+		}
+	}
+	s.attachTrace(rec, f, inc)
+	s.stats.Records[r]++
+}
+
+// progress reports, with Config.ReportProgress, the bytes an open file has
+// moved so far (TakeProgress) when an isXfr at tEnd falls in a later minute
+// than its open: rollups count the bytes of long transfers as they flow.
+// A file whose open was not seen has no dimensions yet and reports nothing
+// (its close carries all).
+func (s *Shard) progress(f *fileEntry, inc *incarnation, tEnd uint32) {
+	if !s.cfg.ReportProgress || f.flags&fOpen == 0 || tEnd/60 <= f.tOpen/60 {
+		return
+	}
+	s.prog = append(s.prog, record.Record{})
+	s.fill(&s.prog[len(s.prog)-1], f, inc, tEnd)
+}
+
+// fill sets what a record of file f says before its close: the server,
+// the session, the file and its bytes so far; its end is end (at least
+// the open).
+func (s *Shard) fill(rec *record.Record, f *fileEntry, inc *incarnation, end uint32) {
 	if end < f.tOpen {
 		end = f.tOpen
 	}
-	stop := unixTime(end)
-	rec.RecordID = s.recordID(inc, f.fileID, start, stop)
-	rec.Reason = RecordReasons[r]
-	rec.Start, rec.End, rec.Received = start, stop, s.now
+	rec.Start, rec.End, rec.Received = unixTime(f.tOpen), unixTime(end), s.now
 	rec.ServerIP, rec.ServerHost = inc.ip, inc.host
 	rec.ServerID, rec.ServerStod = inc.key.sid, int64(inc.key.stod)
 	rec.Site, rec.Instance, rec.Program, rec.Version = inc.site, inc.inst, inc.pgm, inc.ver
@@ -360,26 +399,6 @@ func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *pac
 	rec.FileSize = f.size
 	rec.ReadWrite = f.flags&fRW != 0
 	rec.ReadBytes, rec.ReadvBytes, rec.WriteBytes = f.read, f.readv, f.wrt
-	if c != nil {
-		rec.Forced = c.Forced
-		rec.ReadBytes, rec.ReadvBytes, rec.WriteBytes = c.Read, c.Readv, c.Write
-		if c.HasOps {
-			o := &c.Ops
-			rec.HasOps = true
-			rec.ReadOps, rec.ReadvOps, rec.WriteOps = o.Read, o.Readv, o.Write
-			rec.ReadvSegs, rec.ReadvSegsMin, rec.ReadvSegsMax = o.Rsegs, o.RsMin, o.RsMax
-			rec.ReadMin, rec.ReadMax = o.RdMin, o.RdMax
-			rec.ReadvMin, rec.ReadvMax = o.RvMin, o.RvMax
-			rec.WriteMin, rec.WriteMax = o.WrMin, o.WrMax
-		}
-		if c.HasSSQ {
-			q := &c.SSQ
-			rec.HasSSQ = true
-			rec.ReadSqSum, rec.ReadvSqSum, rec.ReadvSegSqSum, rec.WriteSqSum = q.Read, q.Readv, q.ReadvSegs, q.Write
-		}
-	}
-	s.attachTrace(rec, f, inc)
-	s.stats.Records[r]++
 }
 
 // reportOpen reports an open with a known client and path to the redirect

@@ -126,7 +126,8 @@ type Shard struct {
 
 	out     []record.Record
 	events  []record.Event
-	opens   []Open // when cfg.ReportOpens
+	opens   []Open          // when cfg.ReportOpens
+	prog    []record.Record // when cfg.ReportProgress
 	idArena []byte
 	stats   Stats
 	snap    *snapScratch // Snapshot's buffers, kept between checkpoints
@@ -169,6 +170,17 @@ func (s *Shard) TakeOpens(dst []Open) []Open {
 	dst = append(dst, s.opens...)
 	clear(s.opens)
 	s.opens = s.opens[:0]
+	return dst
+}
+
+// TakeProgress appends the progress snapshots of open files taken since
+// the last call (with Config.ReportProgress) to dst and returns it: records
+// with no RecordID whose End is the isXfr's time and whose bytes are
+// cumulative (record.ProgressEvent makes them events).
+func (s *Shard) TakeProgress(dst []record.Record) []record.Record {
+	dst = append(dst, s.prog...)
+	clear(s.prog)
+	s.prog = s.prog[:0]
 	return dst
 }
 

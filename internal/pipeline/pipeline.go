@@ -181,6 +181,7 @@ func New(ctx context.Context, opts Options, st Store, namer Namer, log *slog.Log
 		opts.RedirectWindow = DefaultOptions().RedirectWindow
 	}
 	opts.Correlate.ReportOpens = true
+	opts.Correlate.ReportProgress = true
 	p := &Pipeline{opts: opts, store: st, namer: namer, log: log, free: make(chan barrierBuffers, 2)}
 	p.shards = make([]*shard, opts.Shards)
 	p.stats = make([]correlate.Stats, opts.Shards)
@@ -304,7 +305,8 @@ type barrier struct {
 	recs       []record.Record
 	evs        []record.Event
 	opens      []correlate.Open
-	hasBufs    bool // recs and evs were taken from the free list (by the first shard to answer)
+	prog       []record.Record // progress snapshots, made events by the writer
+	hasBufs    bool            // recs and evs were taken from the free list (by the first shard to answer)
 	states     map[int][]byte
 	err        error
 	acks       []func() error // acks of batches dispatched before this barrier
@@ -370,6 +372,7 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 	br.recs = s.c.TakeRecords(br.recs)
 	br.evs = s.c.TakeRawEvents(br.evs) // typed by the writer, off the packet path
 	br.opens = s.c.TakeOpens(br.opens)
+	br.prog = s.c.TakeProgress(br.prog)
 	if state != nil {
 		br.states[s.id] = state
 	}
@@ -400,6 +403,7 @@ func (p *Pipeline) release(br *barrier) {
 	}
 	br.recs, br.evs, br.hasBufs = nil, nil, false
 	br.opens = nil
+	br.prog = nil
 }
 
 // barrierBuffers are the slices of a committed barrier, kept for reuse.
@@ -572,6 +576,10 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 	st := p.linker.Stats()
 	p.linkStats.Store(&st)
 	p.name(br.recs, br.evs)
+	p.name(br.prog, nil)
+	for i := range br.prog {
+		br.evs = append(br.evs, record.ProgressEvent(&br.prog[i]))
+	}
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 0; ; attempt++ {
 		err := p.write(ctx, br)

@@ -10,7 +10,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. FORMAT.md documents each
 // version; migrations[i] brings a database from version i to i+1.
-const schemaVersion = 5
+const schemaVersion = 6
 
 // migrations[i] brings a database from version i to i+1 inside tx.
 var migrations = []func(ctx context.Context, tx *sql.Tx) error{
@@ -19,6 +19,7 @@ var migrations = []func(ctx context.Context, tx *sql.Tx) error{
 	execMigration(schemaV3),
 	migrateV4,
 	execMigration(schemaV5),
+	execMigration(schemaV6),
 }
 
 func execMigration(q string) func(context.Context, *sql.Tx) error {
@@ -256,6 +257,22 @@ CREATE TABLE dead_letters (
 	time_ns  INTEGER NOT NULL
 );
 CREATE INDEX dead_letters_sink ON dead_letters (sink, id);
+`
+
+// schemaV6 adds the rollups (5 -> 6): additive parts of time buckets, and
+// the rollup builder's state.
+const schemaV6 = `
+CREATE TABLE rollups (
+	step  INTEGER NOT NULL,
+	start INTEGER NOT NULL,
+	part  INTEGER NOT NULL,
+	data  BLOB NOT NULL,
+	PRIMARY KEY (step, start, part)
+) WITHOUT ROWID;
+CREATE TABLE rollup_state (
+	key  TEXT PRIMARY KEY,
+	blob BLOB NOT NULL
+) WITHOUT ROWID;
 `
 
 // migrateV4 creates the version 4 tables and moves the records and events

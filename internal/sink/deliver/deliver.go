@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -314,10 +315,13 @@ func (l *Loop) Run(ctx context.Context) error {
 						next <- readResult{after, e, err}
 					}(dctx, last)
 				}
+				batch = external(batch)
 				f := flight{last: last, n: len(batch), start: time.Now()}
-				if pl != nil {
+				switch {
+				case len(batch) == 0: // only internal entries: nothing to send
+				case pl != nil:
 					f.wait, err = pl.Send(dctx, batch)
-				} else {
+				default:
 					err = l.d.Deliver(dctx, batch)
 				}
 				if err != nil {
@@ -382,10 +386,12 @@ func (l *Loop) isolate(ctx context.Context, cursor int64) (int64, error) {
 	if len(batch) == 0 {
 		return cursor, nil
 	}
-	if err := l.split(ctx, batch); err != nil {
-		return cursor, err
-	}
 	last := batch[len(batch)-1].Seq
+	if batch = external(batch); len(batch) > 0 {
+		if err := l.split(ctx, batch); err != nil {
+			return cursor, err
+		}
+	}
 	if err := l.st.SetCursor(context.WithoutCancel(ctx), l.o.Name, last); err != nil {
 		l.m.errors.Inc()
 		l.log.Warn("Sink cursor not saved", "sink", l.o.Name, "seq", last, "err", err)
@@ -461,4 +467,13 @@ func (l *Loop) sleep(ctx context.Context) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// external drops, in place, the entries kept for xrdmon's own use
+// (record.EventType.Internal: progress events for rollups), which no sink
+// delivers.
+func external(batch []store.Entry) []store.Entry {
+	return slices.DeleteFunc(batch, func(e store.Entry) bool {
+		return e.Event != nil && e.Event.Type.Internal()
+	})
 }

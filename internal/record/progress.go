@@ -1,0 +1,119 @@
+package record
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// EventProgress is the type of a progress event: the bytes a file access
+// still open has moved so far, from the server's isXfr updates. Progress
+// events are internal: the store keeps them so that rollups count the bytes
+// of long transfers as they flow (docs/records.md, "Progress"); sinks do not
+// deliver them.
+const EventProgress EventType = "progress"
+
+const progressIDDomain = "xrdmon/progress/v1\x00"
+
+// Internal reports whether events of type t are kept for xrdmon's own use
+// (rollups) and not delivered to outputs.
+func (t EventType) Internal() bool { return t == EventProgress }
+
+// progressData is the payload of a progress event: the access's identity
+// (with the event's server fields) and the dimensions rollups group by, in
+// the record's JSON names, and the cumulative bytes so far.
+type progressData struct {
+	FileID       uint32    `json:"file_id"`
+	Start        time.Time `json:"start"`
+	Protocol     string    `json:"protocol,omitempty"`
+	User         string    `json:"user,omitempty"`
+	ClientHost   string    `json:"client_host,omitempty"`
+	ClientName   string    `json:"client_name,omitempty"`
+	DN           string    `json:"dn,omitempty"`
+	VO           string    `json:"vo,omitempty"`
+	AppName      string    `json:"app_name,omitempty"`
+	TokenSubject string    `json:"token_subject,omitempty"`
+	Path         string    `json:"path,omitempty"`
+	ReadBytes    int64     `json:"read_bytes"`
+	ReadvBytes   int64     `json:"readv_bytes"`
+	WriteBytes   int64     `json:"write_bytes"`
+}
+
+// ProgressEvent returns the progress event of r, a snapshot of an open
+// access taken at r.End (the isXfr packet's time) with its cumulative
+// bytes. Its id is deterministic: the same update gives the same id.
+func ProgressEvent(r *Record) Event {
+	d := progressData{
+		FileID: r.FileID, Start: r.Start.UTC(), Protocol: r.Protocol, User: r.User,
+		ClientHost: r.ClientHost, ClientName: r.ClientName, DN: r.DN, VO: r.VO, AppName: r.AppName,
+		TokenSubject: r.TokenSubject, Path: r.Path,
+		ReadBytes: r.ReadBytes, ReadvBytes: r.ReadvBytes, WriteBytes: r.WriteBytes,
+	}
+	data, _ := json.Marshal(&d) // cannot fail: strings, numbers and a time
+	return Event{
+		EventID:    progressID(r),
+		Type:       EventProgress,
+		Time:       r.End,
+		Received:   r.Received,
+		ServerIP:   r.ServerIP,
+		ServerHost: r.ServerHost,
+		ServerID:   r.ServerID,
+		ServerStod: r.ServerStod,
+		Site:       r.Site,
+		Data:       data,
+		Valid:      true,
+	}
+}
+
+func progressID(r *Record) string {
+	var buf [160]byte
+	b := append(buf[:0], progressIDDomain...)
+	b = appendIdentity(b, r.ServerIP, r.ServerStod, r.ServerID)
+	b = binary.BigEndian.AppendUint32(b, r.FileID)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Start.UnixNano()))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.End.UnixNano()))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.ReadBytes))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.ReadvBytes))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.WriteBytes))
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// ParseProgress returns the snapshot a progress event carries, as a record
+// whose End is the update's time (and whose RecordID is empty: the access
+// is still open).
+func ParseProgress(e *Event) (Record, error) {
+	if e.Type != EventProgress {
+		return Record{}, fmt.Errorf("event %s is a %s event, not progress", e.EventID, e.Type)
+	}
+	var d progressData
+	if err := json.Unmarshal(e.Data, &d); err != nil {
+		return Record{}, fmt.Errorf("progress event %s: %w", e.EventID, err)
+	}
+	return Record{
+		Start: d.Start, End: e.Time, Received: e.Received,
+		ServerIP: e.ServerIP, ServerHost: e.ServerHost, ServerID: e.ServerID, ServerStod: e.ServerStod, Site: e.Site,
+		Protocol: d.Protocol, User: d.User, ClientHost: d.ClientHost, ClientName: d.ClientName, DN: d.DN,
+		VO: d.VO, AppName: d.AppName, TokenSubject: d.TokenSubject,
+		FileID: d.FileID, Path: d.Path,
+		ReadBytes: d.ReadBytes, ReadvBytes: d.ReadvBytes, WriteBytes: d.WriteBytes,
+	}, nil
+}
+
+// AccessKey identifies one file access across its progress events and its
+// record: the server incarnation, the file id and the open time.
+type AccessKey struct {
+	ServerIP   string
+	ServerStod int64
+	ServerID   uint64
+	FileID     uint32
+	Start      int64 // Unix nanoseconds
+}
+
+// Access returns r's AccessKey.
+func (r *Record) Access() AccessKey {
+	return AccessKey{r.ServerIP, r.ServerStod, r.ServerID & 0xFFFFFFFFFFFF, r.FileID, r.Start.UnixNano()}
+}
