@@ -197,6 +197,9 @@ func (r *replayWriter) Append(_ context.Context, recs []record.Record, evs []rec
 	if r.ew != nil {
 		buf = buf[:0]
 		for i := range evs {
+			if evs[i].Type.Internal() {
+				continue
+			}
 			buf = record.AppendEventJSON(buf, &evs[i])
 			buf = append(buf, '\n')
 			if len(buf) >= replayChunk {

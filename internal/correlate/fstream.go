@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/packet"
@@ -313,6 +314,9 @@ func unixTime(t uint32) time.Time { return time.Unix(int64(t), 0).UTC() }
 
 // emit appends the record of file f.
 func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *packet.FileClose) {
+	if len(s.prog) > 0 && f.flags&fXfr != 0 {
+		s.dropProgress(f, inc)
+	}
 	s.out = append(s.out, record.Record{})
 	rec := &s.out[len(s.out)-1]
 	s.fill(rec, f, inc, end)
@@ -351,6 +355,17 @@ func (s *Shard) progress(f *fileEntry, inc *incarnation, tEnd uint32) {
 	}
 	s.prog = append(s.prog, record.Record{})
 	s.fill(&s.prog[len(s.prog)-1], f, inc, tEnd)
+}
+
+// dropProgress drops the progress snapshots of f not yet taken: its record
+// carries all its bytes, and a progress event after its record in the log
+// would be counted twice by the rollups.
+func (s *Shard) dropProgress(f *fileEntry, inc *incarnation) {
+	start := unixTime(f.tOpen)
+	s.prog = slices.DeleteFunc(s.prog, func(p record.Record) bool {
+		return p.FileID == f.fileID && p.ServerIP == inc.ip && p.ServerStod == int64(inc.key.stod) &&
+			p.ServerID == inc.key.sid && p.Start.Equal(start)
+	})
 }
 
 // fill sets what a record of file f says before its close: the server,

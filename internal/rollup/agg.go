@@ -1,0 +1,372 @@
+package rollup
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/axiomhq/hyperloglog"
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+// Agg is the value of one series in one bucket: sums, a distinct-count
+// sketch and two distributions, all mergeable, so that a bucket is the
+// merge of its parts and an hour could be built from its minutes.
+type Agg struct {
+	ReadBytes  int64 `json:"read_bytes"`
+	ReadvBytes int64 `json:"readv_bytes"`
+	WriteBytes int64 `json:"write_bytes"`
+	// Transfers counts the records that ended in the bucket, Partial the
+	// partial ones among them, PartialBy those by reason (in the order of
+	// record.Reasons).
+	Transfers int64             `json:"transfers"`
+	Partial   int64             `json:"partial"`
+	PartialBy [numReasons]int64 `json:"-"`
+	Users     Users             `json:"-"`
+	Duration  Hist              `json:"-"` // transfer time, milliseconds
+	Size      Hist              `json:"-"` // bytes moved per transfer
+	_         [0]func()         // not comparable
+}
+
+// Bytes returns the bytes moved, read (including vector reads) and written.
+func (a *Agg) Bytes() int64 { return a.ReadBytes + a.ReadvBytes + a.WriteBytes }
+
+// Merge adds b to a.
+func (a *Agg) Merge(b *Agg) {
+	a.ReadBytes += b.ReadBytes
+	a.ReadvBytes += b.ReadvBytes
+	a.WriteBytes += b.WriteBytes
+	a.Transfers += b.Transfers
+	a.Partial += b.Partial
+	for i := range a.PartialBy {
+		a.PartialBy[i] += b.PartialBy[i]
+	}
+	a.Users.Merge(&b.Users)
+	a.Duration.Merge(&b.Duration)
+	a.Size.Merge(&b.Size)
+}
+
+// size estimates the bytes a holds in memory.
+func (a *Agg) size() int {
+	return 160 + 8*len(a.Users.small) + 12*(len(a.Duration.b)+len(a.Size.b)) + a.Users.hllBytes()
+}
+
+// Users counts distinct identities: exactly up to smallUsers of them, then
+// with a HyperLogLog sketch (precision 14, about 0.8 % standard error).
+type Users struct {
+	small []uint64 // sorted hashes, while at most smallUsers
+	hll   *hyperloglog.Sketch
+}
+
+const smallUsers = 32
+
+// Add counts the identity with hash h.
+func (u *Users) Add(h uint64) {
+	if u.hll != nil {
+		u.hll.InsertHash(h)
+		return
+	}
+	i, found := slices.BinarySearch(u.small, h)
+	if found {
+		return
+	}
+	if len(u.small) < smallUsers {
+		u.small = slices.Insert(u.small, i, h)
+		return
+	}
+	u.promote()
+	u.hll.InsertHash(h)
+}
+
+func (u *Users) promote() {
+	u.hll = hyperloglog.New14()
+	for _, x := range u.small {
+		u.hll.InsertHash(x)
+	}
+	u.small = nil
+}
+
+// Merge adds the identities of v.
+func (u *Users) Merge(v *Users) {
+	if v.hll != nil {
+		if u.hll == nil {
+			u.promote()
+		}
+		_ = u.hll.Merge(v.hll) // same precision: cannot fail
+		return
+	}
+	for _, h := range v.small {
+		u.Add(h)
+	}
+}
+
+// Count returns the number of distinct identities (estimated past
+// smallUsers).
+func (u *Users) Count() int64 {
+	if u.hll != nil {
+		return int64(u.hll.Estimate())
+	}
+	return int64(len(u.small))
+}
+
+func (u *Users) hllBytes() int {
+	if u.hll == nil {
+		return 0
+	}
+	return 2048 // sparse sketches stay well under this; dense ones are 16 KiB, rare
+}
+
+// Hist is a distribution over positive values in logarithmic buckets, four
+// per power of two (each bucket spans 19 %), kept sparse: mergeable by
+// adding counts, with quantiles within half a bucket (about 9 %).
+type Hist struct {
+	b []hbucket // by index
+}
+
+type hbucket struct {
+	i int16
+	n int64
+}
+
+// histIndex returns v's bucket: 0 holds v <= 1, bucket i > 0 holds
+// (2^((i-1)/4), 2^(i/4)].
+func histIndex(v float64) int16 {
+	if v <= 1 {
+		return 0
+	}
+	return int16(math.Ceil(4 * math.Log2(v)))
+}
+
+// Observe adds one value.
+func (h *Hist) Observe(v float64) { h.add(histIndex(v), 1) }
+
+func (h *Hist) add(i int16, n int64) {
+	k, found := slices.BinarySearchFunc(h.b, i, func(b hbucket, i int16) int { return int(b.i) - int(i) })
+	if found {
+		h.b[k].n += n
+		return
+	}
+	h.b = slices.Insert(h.b, k, hbucket{i, n})
+}
+
+// Merge adds the counts of g.
+func (h *Hist) Merge(g *Hist) {
+	for _, b := range g.b {
+		h.add(b.i, b.n)
+	}
+}
+
+// Count returns the number of values observed.
+func (h *Hist) Count() int64 {
+	var n int64
+	for _, b := range h.b {
+		n += b.n
+	}
+	return n
+}
+
+// Quantile returns the q-quantile (0 <= q <= 1), the geometric middle of
+// its bucket; 0 when empty.
+func (h *Hist) Quantile(q float64) float64 {
+	total := h.Count()
+	if total == 0 {
+		return 0
+	}
+	rank := int64(math.Ceil(q * float64(total)))
+	rank = max(rank, 1)
+	var seen int64
+	for _, b := range h.b {
+		if seen += b.n; seen >= rank {
+			if b.i == 0 {
+				return 1
+			}
+			return math.Exp2((float64(b.i) - 0.5) / 4)
+		}
+	}
+	return math.Exp2((float64(h.b[len(h.b)-1].i) - 0.5) / 4)
+}
+
+// Encoding of an Agg (inside a part, after its series key):
+//
+//	uvarint  read, readv, write, transfers, partial
+//	uvarint  n, then n pairs (reason index, count) of the non-zero PartialBy
+//	byte     users kind: 0 exact (uvarint n, n × 8-byte hash), 1 HLL (uvarint len, sketch)
+//	hist     duration, size: uvarint n, n × (varint index delta, uvarint count)
+
+func appendAgg(b []byte, a *Agg) []byte {
+	for _, v := range []int64{a.ReadBytes, a.ReadvBytes, a.WriteBytes, a.Transfers, a.Partial} {
+		b = binary.AppendUvarint(b, uint64(v))
+	}
+	n := 0
+	for _, v := range a.PartialBy {
+		if v != 0 {
+			n++
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	for i, v := range a.PartialBy {
+		if v != 0 {
+			b = binary.AppendUvarint(b, uint64(i))
+			b = binary.AppendUvarint(b, uint64(v))
+		}
+	}
+	if a.Users.hll != nil {
+		b = append(b, 1)
+		sk, _ := a.Users.hll.MarshalBinary()
+		b = binary.AppendUvarint(b, uint64(len(sk)))
+		b = append(b, sk...)
+	} else {
+		b = append(b, 0)
+		b = binary.AppendUvarint(b, uint64(len(a.Users.small)))
+		for _, h := range a.Users.small {
+			b = binary.LittleEndian.AppendUint64(b, h)
+		}
+	}
+	b = appendHist(b, &a.Duration)
+	return appendHist(b, &a.Size)
+}
+
+func appendHist(b []byte, h *Hist) []byte {
+	b = binary.AppendUvarint(b, uint64(len(h.b)))
+	prev := int16(0)
+	for _, x := range h.b {
+		b = binary.AppendVarint(b, int64(x.i-prev))
+		b = binary.AppendUvarint(b, uint64(x.n))
+		prev = x.i
+	}
+	return b
+}
+
+// errCorrupt is returned for a part that does not decode.
+var errCorrupt = errors.New("corrupt rollup part")
+
+// decoder reads a part with a sticky error: after the first failure every
+// read returns zero and err says why.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = fmt.Errorf("%w: bad uvarint", errCorrupt)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = fmt.Errorf("%w: bad varint", errCorrupt)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads a uvarint that counts items of at least min bytes each and
+// checks it against what is left.
+func (d *decoder) count(min int) int {
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.b)/min) {
+		d.err = fmt.Errorf("%w: %d items in %d bytes", errCorrupt, n, len(d.b))
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) bytes(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n > len(d.b) {
+		d.err = fmt.Errorf("%w: %d bytes wanted, %d left", errCorrupt, n, len(d.b))
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) byte() byte {
+	v := d.bytes(1)
+	if v == nil {
+		return 0
+	}
+	return v[0]
+}
+
+func (d *decoder) agg(a *Agg) {
+	for _, p := range []*int64{&a.ReadBytes, &a.ReadvBytes, &a.WriteBytes, &a.Transfers, &a.Partial} {
+		*p = int64(d.uvarint())
+	}
+	for range d.count(2) {
+		i, v := d.uvarint(), d.uvarint()
+		if i < uint64(len(a.PartialBy)) {
+			a.PartialBy[i] = int64(v)
+		}
+	}
+	switch d.byte() {
+	case 0:
+		n := d.count(8)
+		for range n {
+			a.Users.small = append(a.Users.small, binary.LittleEndian.Uint64(d.bytes(8)))
+		}
+		if d.err == nil && !slices.IsSorted(a.Users.small) {
+			slices.Sort(a.Users.small)
+		}
+	case 1:
+		sk := d.bytes(d.count(1))
+		if d.err == nil {
+			a.Users.hll = hyperloglog.New14()
+			if err := a.Users.hll.UnmarshalBinary(sk); err != nil {
+				d.err = fmt.Errorf("%w: users sketch: %v", errCorrupt, err)
+			}
+		}
+	default:
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: unknown users kind", errCorrupt)
+		}
+	}
+	d.hist(&a.Duration)
+	d.hist(&a.Size)
+}
+
+func (d *decoder) hist(h *Hist) {
+	n := d.count(2)
+	prev := int64(0)
+	for range n {
+		prev += d.varint()
+		c := d.uvarint()
+		if d.err != nil {
+			return
+		}
+		if prev < math.MinInt16 || prev > math.MaxInt16 {
+			d.err = fmt.Errorf("%w: histogram index %d", errCorrupt, prev)
+			return
+		}
+		h.add(int16(prev), int64(c))
+	}
+}
+
+// hashIdentity hashes an identity for Users.
+func hashIdentity(s string) uint64 { return xxhash.Sum64String(s) }
+
+// numReasons is len(record.Reasons): the partial reasons PartialBy counts.
+const numReasons = 6
+
+// reasonIndex returns r's index in record.Reasons (-1 for Complete).
+func reasonIndex(r record.Reason) int { return slices.Index(record.Reasons, r) }

@@ -1,0 +1,303 @@
+package rollup
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+// ErrNotRolledUp is returned for a query by dimensions the configuration
+// does not keep (rollup.dimensions).
+var ErrNotRolledUp = errors.New("not rolled up")
+
+// Query asks for series.
+type Query struct {
+	// By is the dimensions to group by (nil: the total); they must be one
+	// of the configured combinations.
+	By []record.Dim
+	// From and To bound the buckets (From inclusive, To exclusive, both
+	// rounded out to Step).
+	From, To time.Time
+	// Step is the resolution: one minute, hour or day.
+	Step time.Duration
+	// Where keeps only series whose value of a dimension (of By) is given.
+	Where map[record.Dim]string
+}
+
+// Point is one bucket of a series.
+type Point struct {
+	Time time.Time `json:"time"`
+	Agg
+}
+
+// Series is one series of a query: its values of the query's dimensions
+// and its points, oldest first; Total merges the points.
+type Series struct {
+	Keys   []string `json:"keys"`
+	Points []Point  `json:"points"`
+	Total  Agg      `json:"total"`
+}
+
+// Specs returns the dimension combinations kept, the total ("") first.
+func (b *Builder) Specs() []Spec { return slices.Clone(b.specs) }
+
+func (b *Builder) spec(by []record.Dim) (Spec, error) {
+	s := SpecOf(by)
+	if !slices.Contains(b.specs, s) {
+		return "", fmt.Errorf("%w: %q (kept: %v)", ErrNotRolledUp, s, b.specs[1:])
+	}
+	return s, nil
+}
+
+// Series answers q: one series per combination of values seen, each with
+// the points of the buckets that have data.
+func (b *Builder) Series(ctx context.Context, q Query) ([]Series, error) {
+	spec, err := b.spec(q.By)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(Resolutions, q.Step) {
+		return nil, fmt.Errorf("rollup step %s: want 1m, 1h or 24h", q.Step)
+	}
+	s := int64(q.Step / time.Second)
+	from, to := q.From.Unix(), q.To.Unix()
+	from -= mod(from, s)
+	if m := mod(to, s); m != 0 {
+		to += s - m
+	}
+	byBucket := make(map[int64]map[string]*Agg)
+	err = b.read(ctx, []span{{s, from, to}}, spec, func(start int64, m map[string]*Agg) {
+		byBucket[start] = m
+	})
+	if err != nil {
+		return nil, err
+	}
+	series := make(map[string]*Series)
+	starts := make([]int64, 0, len(byBucket))
+	for start := range byBucket {
+		starts = append(starts, start)
+	}
+	slices.Sort(starts)
+	for _, start := range starts {
+		for key, a := range byBucket[start] {
+			sr := series[key]
+			if sr == nil {
+				_, vals, err := splitKey(key)
+				if err != nil {
+					return nil, err
+				}
+				if !where(q.By, vals, q.Where) {
+					continue
+				}
+				sr = &Series{Keys: vals}
+				series[key] = sr
+			}
+			sr.Points = append(sr.Points, Point{Time: time.Unix(start, 0).UTC(), Agg: *a})
+			sr.Total.Merge(a)
+		}
+	}
+	out := make([]Series, 0, len(series))
+	for _, sr := range series {
+		out = append(out, *sr)
+	}
+	slices.SortFunc(out, func(x, y Series) int {
+		return cmp.Or(cmp.Compare(y.Total.Bytes(), x.Total.Bytes()), slices.Compare(x.Keys, y.Keys))
+	})
+	return out, nil
+}
+
+func where(by []record.Dim, vals []string, w map[record.Dim]string) bool {
+	for d, v := range w {
+		i := slices.Index(by, d)
+		if i < 0 || i >= len(vals) || vals[i] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Row is one line of a top-N answer: a series' values and its sums over
+// the window.
+type Row struct {
+	Keys []string `json:"keys"`
+	Agg
+}
+
+// Measure names what Top orders by.
+type Measure string
+
+// The measures Top can order by.
+const (
+	ByBytes     Measure = "bytes"
+	ByRead      Measure = "read"
+	ByWrite     Measure = "write"
+	ByTransfers Measure = "transfers"
+	ByPartial   Measure = "partial"
+	ByUsers     Measure = "users"
+)
+
+// Value returns a's value of measure m.
+func (m Measure) Value(a *Agg) int64 {
+	switch m {
+	case ByRead:
+		return a.ReadBytes + a.ReadvBytes
+	case ByWrite:
+		return a.WriteBytes
+	case ByTransfers:
+		return a.Transfers + a.Partial
+	case ByPartial:
+		return a.Partial
+	case ByUsers:
+		return a.Users.Count()
+	}
+	return a.Bytes()
+}
+
+// Top returns the n series of dimensions by with the largest measure over
+// [from, to), and the total of the window. The window is covered with the
+// coarsest buckets that fit in it (days, then hours, then minutes at its
+// edges); an edge older than the finer resolution's retention is rounded
+// out to the coarser bucket.
+func (b *Builder) Top(ctx context.Context, by []record.Dim, from, to time.Time, m Measure, n int) ([]Row, Agg, error) {
+	spec, err := b.spec(by)
+	if err != nil {
+		return nil, Agg{}, err
+	}
+	sums := make(map[string]*Agg)
+	err = b.read(ctx, b.cover(from.Unix(), to.Unix()), spec, func(_ int64, bm map[string]*Agg) {
+		for k, a := range bm {
+			if cur := sums[k]; cur != nil {
+				cur.Merge(a)
+			} else {
+				sums[k] = a
+			}
+		}
+	})
+	if err != nil {
+		return nil, Agg{}, err
+	}
+	rows := make([]Row, 0, len(sums))
+	var total Agg
+	for k, a := range sums {
+		_, vals, err := splitKey(k)
+		if err != nil {
+			return nil, Agg{}, err
+		}
+		rows = append(rows, Row{Keys: vals, Agg: *a})
+		total.Merge(a)
+	}
+	slices.SortFunc(rows, func(x, y Row) int {
+		return cmp.Or(cmp.Compare(m.Value(&y.Agg), m.Value(&x.Agg)), slices.Compare(x.Keys, y.Keys))
+	})
+	if n > 0 && len(rows) > n {
+		rows = rows[:n]
+	}
+	return rows, total, nil
+}
+
+// span is a run of buckets of one width: [from, to) in Unix seconds.
+type span struct{ step, from, to int64 }
+
+// cover returns spans of buckets that cover [from, to): whole days, then
+// hours, then minutes at the edges.
+func (b *Builder) cover(from, to int64) []span {
+	b.mu.Lock()
+	wm := b.watermark
+	b.mu.Unlock()
+	const m, h, d = 60, 3600, 86400
+	// Round out to what the finest available resolution can answer.
+	unit := int64(m)
+	if r := b.cfg.RetentionMinute; r > 0 && from < wm-int64(r/time.Second) {
+		unit = h
+		if r := b.cfg.RetentionHour; r > 0 && from < wm-int64(r/time.Second) {
+			unit = d
+		}
+	}
+	from -= mod(from, unit)
+	if x := mod(to, unit); x != 0 {
+		to += unit - x
+	}
+	if from >= to {
+		return nil
+	}
+	var out []span
+	var rec func(from, to int64, steps []int64)
+	rec = func(from, to int64, steps []int64) {
+		if from >= to {
+			return
+		}
+		s := steps[0]
+		if len(steps) == 1 {
+			out = append(out, span{s, from, to})
+			return
+		}
+		a, z := from, to
+		if x := mod(a, s); x != 0 {
+			a += s - x
+		}
+		z -= mod(z, s)
+		if a >= z {
+			rec(from, to, steps[1:])
+			return
+		}
+		out = append(out, span{s, a, z})
+		rec(from, a, steps[1:])
+		rec(z, to, steps[1:])
+	}
+	rec(from, to, []int64{d, h, m})
+	return out
+}
+
+// read merges, for each bucket of the spans, the stored parts and the
+// head's sums of spec's series, and calls fn once per bucket.
+func (b *Builder) read(ctx context.Context, spans []span, spec Spec, fn func(start int64, m map[string]*Agg)) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	prefix := string(spec) + "\x00"
+	for _, sp := range spans {
+		buckets := make(map[int64]map[string]*Agg)
+		err := b.st.RollupParts(ctx, sp.step, sp.from, sp.to, func(p store.RollupPart) error {
+			m := buckets[p.Start]
+			if m == nil {
+				m = make(map[string]*Agg)
+				buckets[p.Start] = m
+			}
+			return mergePart(m, p.Data, prefix)
+		})
+		if err != nil {
+			return err
+		}
+		for bk, hm := range b.head {
+			if bk.step != sp.step || bk.start < sp.from || bk.start >= sp.to {
+				continue
+			}
+			m := buckets[bk.start]
+			if m == nil {
+				m = make(map[string]*Agg)
+				buckets[bk.start] = m
+			}
+			for k, a := range hm {
+				if len(k) < len(prefix) || k[:len(prefix)] != prefix {
+					continue
+				}
+				if cur := m[k]; cur != nil {
+					cur.Merge(a)
+				} else {
+					c := &Agg{}
+					c.Merge(a)
+					m[k] = c
+				}
+			}
+		}
+		for start, m := range buckets {
+			fn(start, m)
+		}
+	}
+	return nil
+}

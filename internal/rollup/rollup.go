@@ -1,0 +1,166 @@
+// Package rollup keeps time series of what the collector saw, summed by
+// dimension at 1-minute, 1-hour and 1-day resolution, without the RRD
+// trap: nothing is a file per series updated in place. The builder reads
+// the store's log from its own cursor (like a sink), sums records and
+// progress events into an in-memory head, and every FlushInterval writes
+// the head as one additive part per bucket, with its cursor and state, in
+// one transaction: after a crash it resumes from its cursor and counts
+// every entry exactly once, so a restart gives the sums of an uninterrupted
+// run. Parts of a bucket are merged (compacted) once the bucket is over,
+// and buckets past their resolution's retention are deleted.
+//
+// Bytes of long transfers count as they flow: a progress event (an isXfr
+// update, record.EventProgress) adds the bytes moved since the access's
+// previous one, in the minute it was sent; the record at the close adds
+// only the rest. Transfers, partial transfers, distinct users and the
+// duration and size distributions count at the close, in the bucket of the
+// record's end. See docs/rollups.md.
+package rollup
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+// Resolutions are the bucket widths kept, finest first.
+var Resolutions = []time.Duration{time.Minute, time.Hour, 24 * time.Hour}
+
+// Config is the rollups section of the configuration.
+type Config struct {
+	// Enabled builds rollups while collecting.
+	Enabled bool `yaml:"enabled"`
+	// Dimensions lists what series are kept: single dimensions ("site")
+	// and combinations ("site,vo"). The total over everything is always
+	// kept.
+	Dimensions []string `yaml:"dimensions"`
+	// Retention per resolution (0: kept for ever).
+	RetentionMinute time.Duration `yaml:"retention_minute"`
+	RetentionHour   time.Duration `yaml:"retention_hour"`
+	RetentionDay    time.Duration `yaml:"retention_day"`
+	// FlushInterval is how often the head is written to the store.
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	// MaxHeadBytes flushes the head early when it holds more.
+	MaxHeadBytes int64 `yaml:"max_head_bytes"`
+	// MaxOpenBytes bounds the bytes counted so far of open accesses (an
+	// access beyond it counts its bytes at its close).
+	MaxOpenBytes int64 `yaml:"max_open_bytes"`
+}
+
+// DefaultConfig returns the defaults: on, the dimensions operators and
+// accounting ask for, minutes for 2 days, hours for 90 days, days for ever.
+func DefaultConfig() Config {
+	return Config{
+		Enabled:         true,
+		Dimensions:      []string{"server", "site", "vo", "user", "domain", "protocol", "app", "dir", "site,vo"},
+		RetentionMinute: 48 * time.Hour,
+		RetentionHour:   90 * 24 * time.Hour,
+		RetentionDay:    0,
+		FlushInterval:   10 * time.Second,
+		MaxHeadBytes:    64 << 20,
+		MaxOpenBytes:    64 << 20,
+	}
+}
+
+// Validate checks c.
+func (c Config) Validate() error {
+	if _, err := c.specs(); err != nil {
+		return err
+	}
+	if c.RetentionMinute < 0 || c.RetentionHour < 0 || c.RetentionDay < 0 {
+		return fmt.Errorf("rollup retention: must not be negative")
+	}
+	if c.FlushInterval <= 0 {
+		return fmt.Errorf("rollup flush_interval %s: must be positive", c.FlushInterval)
+	}
+	if c.MaxHeadBytes <= 0 || c.MaxOpenBytes <= 0 {
+		return fmt.Errorf("rollup max_head_bytes and max_open_bytes: must be positive")
+	}
+	return nil
+}
+
+func (c Config) retention(step time.Duration) time.Duration {
+	switch step {
+	case time.Minute:
+		return c.RetentionMinute
+	case time.Hour:
+		return c.RetentionHour
+	}
+	return c.RetentionDay
+}
+
+// A Spec is a set of dimensions a series groups by, in a canonical order
+// ("site,vo"); the empty Spec is the total.
+type Spec string
+
+// SpecOf returns the Spec of dims.
+func SpecOf(dims []record.Dim) Spec {
+	s := make([]string, len(dims))
+	for i, d := range dims {
+		s[i] = string(d)
+	}
+	return Spec(strings.Join(s, ","))
+}
+
+// Dims returns the dimensions of s.
+func (s Spec) Dims() []record.Dim {
+	if s == "" {
+		return nil
+	}
+	var out []record.Dim
+	for f := range strings.SplitSeq(string(s), ",") {
+		out = append(out, record.Dim(f))
+	}
+	return out
+}
+
+func (c Config) specs() ([]Spec, error) {
+	out := []Spec{""}
+	for _, d := range c.Dimensions {
+		dims, err := record.ParseDims(d)
+		if err != nil {
+			return nil, fmt.Errorf("rollup dimensions: %w", err)
+		}
+		s := SpecOf(dims)
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// seriesKey returns the key of r's series of spec dims: the spec, a zero
+// byte, then each value length-prefixed (values come from packets and may
+// hold any byte).
+func seriesKey(b []byte, spec Spec, dims []record.Dim, r *record.Record) []byte {
+	b = append(b, spec...)
+	b = append(b, 0)
+	for _, d := range dims {
+		v := r.Dim(d)
+		b = appendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
+	}
+	return b
+}
+
+// splitKey returns the spec and values of a series key.
+func splitKey(key string) (Spec, []string, error) {
+	i := strings.IndexByte(key, 0)
+	if i < 0 {
+		return "", nil, fmt.Errorf("%w: series key without spec", errCorrupt)
+	}
+	spec := Spec(key[:i])
+	d := decoder{b: []byte(key[i+1:])}
+	var vals []string
+	for len(d.b) > 0 && d.err == nil {
+		n := d.uvarint()
+		if d.err == nil && n > uint64(len(d.b)) {
+			return "", nil, fmt.Errorf("%w: series value of %d bytes in %d", errCorrupt, n, len(d.b))
+		}
+		vals = append(vals, string(d.bytes(int(n))))
+	}
+	return spec, vals, d.err
+}

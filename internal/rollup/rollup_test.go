@@ -1,0 +1,389 @@
+package rollup
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/loadgen"
+	"github.com/xrdmon/xrdmon/internal/pipeline"
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/source"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+// collected runs a loadgen stream with long transfers (isXfr updates)
+// through the collector's pipeline into a real store and returns it with
+// the truth.
+func collected(t testing.TB, cfg loadgen.Config) (*store.Store, *loadgen.Truth) {
+	t.Helper()
+	g, err := loadgen.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mem loadgen.Memory
+	truth, err := g.Run(context.Background(), &mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := store.DefaultOptions()
+	o.Path = filepath.Join(t.TempDir(), "xrdmon.db")
+	o.Retention = 0
+	st, err := store.Open(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	po := pipeline.DefaultOptions()
+	po.Shards = 2
+	po.StateKey = ""
+	po.FlushOnExit = true
+	po.InputClock = true
+	p, err := pipeline.New(context.Background(), po, st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan *source.Batch, 4)
+	go func() {
+		for i := 0; i < len(mem.Packets); i += 256 {
+			in <- &source.Batch{Packets: mem.Packets[i:min(i+256, len(mem.Packets))]}
+		}
+		close(in)
+	}()
+	if err := p.Run(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	return st, truth
+}
+
+func longConfig() loadgen.Config {
+	c := loadgen.DefaultConfig()
+	c.Servers, c.Duration, c.Seed = 3, 40*time.Minute, 7
+	c.LongFrac, c.LongTransfer = 0.2, 25*time.Minute
+	return c
+}
+
+func newBuilder(t testing.TB, st Store, cfg Config) *Builder {
+	t.Helper()
+	b, err := New(cfg, st, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restore(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var forever = [2]time.Time{time.Unix(0, 0), time.Unix(1<<40, 0)}
+
+// The rollups' sums by site and VO equal loadgen's truth: every byte,
+// transfer and partial transfer, at every resolution; bytes of long
+// transfers show in the minutes they flowed, before their close.
+func TestRollupsMatchTruth(t *testing.T) {
+	st, truth := collected(t, longConfig())
+	cfg := DefaultConfig()
+	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
+	b := newBuilder(t, st, cfg)
+	if err := b.CatchUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	type sums struct{ read, readv, write, complete, partial int64 }
+	want := map[string]*sums{}
+	var total sums
+	for i := range truth.Records {
+		r := &truth.Records[i]
+		for _, k := range []string{r.Site + "/" + r.VO} {
+			if want[k] == nil {
+				want[k] = &sums{}
+			}
+			w := want[k]
+			w.read, w.readv, w.write = w.read+r.ReadBytes, w.readv+r.ReadvBytes, w.write+r.WriteBytes
+			if r.Partial() {
+				w.partial++
+			} else {
+				w.complete++
+			}
+		}
+		total.read += r.ReadBytes + r.ReadvBytes
+		total.write += r.WriteBytes
+	}
+	ctx := context.Background()
+	rows, tot, err := b.Top(ctx, []record.Dim{record.DimSite, record.DimVO}, forever[0], forever[1], ByBytes, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("%d site/vo rows, truth has %d", len(rows), len(want))
+	}
+	for _, r := range rows {
+		w := want[r.Keys[0]+"/"+r.Keys[1]]
+		got := sums{r.ReadBytes, r.ReadvBytes, r.WriteBytes, r.Transfers, r.Partial}
+		if w == nil || got != *w {
+			t.Errorf("%v: %+v, truth %+v", r.Keys, got, w)
+		}
+	}
+	if tot.ReadBytes+tot.ReadvBytes != total.read || tot.WriteBytes != total.write {
+		t.Errorf("total read %d write %d, truth %d %d", tot.ReadBytes+tot.ReadvBytes, tot.WriteBytes, total.read, total.write)
+	}
+	// Every resolution sums to the same total.
+	for _, step := range Resolutions {
+		ss, err := b.Series(ctx, Query{From: forever[0], To: forever[1], Step: step})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ss) != 1 || ss[0].Total.Bytes() != tot.Bytes() || ss[0].Total.Transfers != tot.Transfers {
+			t.Errorf("%s: %d series, total %d bytes %d transfers, want %d %d", step, len(ss), ss[0].Total.Bytes(), ss[0].Total.Transfers, tot.Bytes(), tot.Transfers)
+		}
+	}
+	// A long transfer's bytes appear in the minutes before its close.
+	ss, err := b.Series(ctx, Query{By: []record.Dim{record.DimUser}, From: forever[0], To: forever[1], Step: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	early := 0
+	for i := range truth.Records {
+		r := &truth.Records[i]
+		if r.End.Sub(r.Start) < 5*time.Minute || r.Partial() {
+			continue
+		}
+		for _, s := range ss {
+			if s.Keys[0] != r.User {
+				continue
+			}
+			for _, p := range s.Points {
+				if p.Time.After(r.Start.Add(2*time.Minute)) && p.Time.Before(r.End.Add(-2*time.Minute)) && p.Bytes() > 0 {
+					early++
+					break
+				}
+			}
+		}
+	}
+	if early == 0 {
+		t.Error("no long transfer has bytes counted before its close")
+	}
+	if b.m.progress == nil {
+		t.Fatal("no metrics")
+	}
+}
+
+// A builder that crashes (its head and everything since its last flush
+// lost) and resumes from the store gives the same buckets as one that ran
+// through.
+func TestRollupsRestartExact(t *testing.T) {
+	st, _ := collected(t, longConfig())
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
+
+	// The uninterrupted run, on a copy of the log read in one go.
+	ref := newBuilder(t, &memRollups{Store: st}, cfg)
+	if err := ref.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	last, err := st.LastSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Crash twice: once mid-way after a flush, once with unflushed work.
+	b := newBuilder(t, st, cfg)
+	applyUpTo(t, b, st, last/3)
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	applyUpTo(t, b, st, 2*last/3) // applied, never flushed: lost in the crash
+	b = newBuilder(t, st, cfg)
+	applyUpTo(t, b, st, last/2)
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b = newBuilder(t, st, cfg)
+	if err := b.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range ref.Specs() {
+		for _, step := range Resolutions {
+			want, err := ref.Series(ctx, Query{By: spec.Dims(), From: forever[0], To: forever[1], Step: step})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := b.Series(ctx, Query{By: spec.Dims(), From: forever[0], To: forever[1], Step: step})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := diffSeries(got, want); d != "" {
+				t.Fatalf("%q at %s after restarts: %s", spec, step, d)
+			}
+		}
+	}
+}
+
+func applyUpTo(t *testing.T, b *Builder, st *store.Store, seq int64) {
+	t.Helper()
+	for b.cursor < seq {
+		es, err := st.Read(context.Background(), b.cursor, int(min(500, seq-b.cursor)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) == 0 {
+			return
+		}
+		b.Apply(es)
+	}
+}
+
+func diffSeries(got, want []Series) string {
+	if len(got) != len(want) {
+		return fmt.Sprintf("%d series, want %d", len(got), len(want))
+	}
+	for i := range got {
+		g, w := &got[i], &want[i]
+		if !slices.Equal(g.Keys, w.Keys) || len(g.Points) != len(w.Points) {
+			return fmt.Sprintf("series %d: %v with %d points, want %v with %d", i, g.Keys, len(g.Points), w.Keys, len(w.Points))
+		}
+		for j := range g.Points {
+			if s := diffAgg(&g.Points[j].Agg, &w.Points[j].Agg); s != "" || !g.Points[j].Time.Equal(w.Points[j].Time) {
+				return fmt.Sprintf("%v at %s: %s", g.Keys, g.Points[j].Time, s)
+			}
+		}
+	}
+	return ""
+}
+
+func diffAgg(g, w *Agg) string {
+	if g.ReadBytes != w.ReadBytes || g.ReadvBytes != w.ReadvBytes || g.WriteBytes != w.WriteBytes ||
+		g.Transfers != w.Transfers || g.Partial != w.Partial || g.PartialBy != w.PartialBy ||
+		g.Users.Count() != w.Users.Count() || !slices.Equal(g.Duration.b, w.Duration.b) || !slices.Equal(g.Size.b, w.Size.b) {
+		return fmt.Sprintf("%+v, want %+v", *g, *w)
+	}
+	return ""
+}
+
+// memRollups is a Store whose rollup side is in memory: the reference run
+// shares the log but not the parts of the builder under test.
+type memRollups struct {
+	*store.Store
+	parts []store.RollupPart
+	state []byte
+	cur   int64
+}
+
+func (m *memRollups) CommitRollup(_ context.Context, c store.RollupCommit) error {
+	for _, p := range c.Compacted {
+		m.parts = slices.DeleteFunc(m.parts, func(q store.RollupPart) bool {
+			return q.Step == p.Step && q.Start == p.Start && q.Part <= p.Part
+		})
+	}
+	m.parts = append(m.parts, c.Compacted...)
+	m.parts = append(m.parts, c.Add...)
+	for step, before := range c.Expire {
+		m.parts = slices.DeleteFunc(m.parts, func(q store.RollupPart) bool { return q.Step == step && q.Start < before })
+	}
+	m.state, m.cur = c.State, c.Cursor
+	return nil
+}
+
+func (m *memRollups) RollupState(context.Context) ([]byte, int64, error) { return m.state, m.cur, nil }
+
+func (m *memRollups) RollupParts(_ context.Context, step, from, to int64, fn func(store.RollupPart) error) error {
+	ps := slices.Clone(m.parts)
+	slices.SortFunc(ps, func(a, b store.RollupPart) int {
+		if a.Start != b.Start {
+			return int(a.Start - b.Start)
+		}
+		return int(a.Part - b.Part)
+	})
+	for _, p := range ps {
+		if p.Step == step && p.Start >= from && p.Start < to {
+			if err := fn(p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *memRollups) RollupBuckets(_ context.Context, step, from, to int64) (map[int64]int, error) {
+	out := map[int64]int{}
+	for _, p := range m.parts {
+		if p.Step == step && p.Start >= from && p.Start < to {
+			out[p.Start]++
+		}
+	}
+	return out, nil
+}
+
+func TestHistQuantile(t *testing.T) {
+	var h Hist
+	for v := 1; v <= 1000; v++ {
+		h.Observe(float64(v))
+	}
+	for _, q := range []float64{0.5, 0.9, 0.99} {
+		got, want := h.Quantile(q), q*1000
+		if math.Abs(got-want)/want > 0.1 {
+			t.Errorf("q%.2f = %.1f, want %.1f within 10%%", q, got, want)
+		}
+	}
+	var g Hist
+	g.Merge(&h)
+	g.Merge(&h)
+	if g.Count() != 2000 || g.Quantile(0.5) != h.Quantile(0.5) {
+		t.Errorf("merged: %d values, median %.1f", g.Count(), g.Quantile(0.5))
+	}
+}
+
+func TestUsers(t *testing.T) {
+	var u, v Users
+	for i := range 20 {
+		u.Add(hashIdentity(fmt.Sprint("user", i)))
+		u.Add(hashIdentity(fmt.Sprint("user", i))) // twice: counted once
+	}
+	if u.Count() != 20 {
+		t.Fatalf("exact: %d", u.Count())
+	}
+	for i := range 5000 {
+		v.Add(hashIdentity(fmt.Sprint("user", i)))
+	}
+	v.Merge(&u)
+	if n := v.Count(); math.Abs(float64(n)-5000)/5000 > 0.03 {
+		t.Errorf("estimated %d distinct, want 5000 within 3%%", n)
+	}
+	// Round trip through the part encoding.
+	a := &Agg{Users: v, Transfers: 3}
+	a.Duration.Observe(1234)
+	raw := encodePart(nil, map[string]*Agg{"\x00": a})
+	var got *Agg
+	if err := walkPart(raw, "", func(_ string, x *Agg) { got = x }); err != nil {
+		t.Fatal(err)
+	}
+	if d := diffAgg(got, a); d != "" {
+		t.Error(d)
+	}
+}
+
+func TestReasons(t *testing.T) {
+	if numReasons != len(record.Reasons) {
+		t.Fatalf("numReasons %d, record.Reasons has %d", numReasons, len(record.Reasons))
+	}
+}
+
+// Garbage parts are errors, never panics.
+func FuzzPart(f *testing.F) {
+	a := &Agg{ReadBytes: 5, Transfers: 1}
+	a.Users.Add(1)
+	a.Size.Observe(1e6)
+	f.Add(encodePart(nil, map[string]*Agg{"site\x00\x03abc": a}))
+	f.Add([]byte{1, 200, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_ = walkPart(b, "", func(string, *Agg) {})
+		_, _, _ = splitKey(string(b))
+		var bl Builder
+		bl.open, bl.serverTime = map[record.AccessKey]*openAccess{}, map[serverKey]int64{}
+		_ = bl.unmarshalState(b)
+	})
+}
