@@ -19,6 +19,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/dnscache"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
+	"github.com/xrdmon/xrdmon/internal/rollup"
 	"github.com/xrdmon/xrdmon/internal/source"
 	amqpsrc "github.com/xrdmon/xrdmon/internal/source/amqp"
 	"github.com/xrdmon/xrdmon/internal/source/file"
@@ -159,9 +160,15 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		return errNoInput
 	}
 
+	var rollups *rollup.Builder
+	if cfg.Rollup.Enabled {
+		if rollups, err = rollup.New(cfg.Rollup, st, log.With("component", "rollup"), reg); err != nil {
+			return fmt.Errorf("rollups: %w", err)
+		}
+	}
 	srv := web.New(cfg.HTTP, reg, log.With("component", "web"))
 	srv.AddCheck("pipeline", pipe.Ready)
-	if err := mountAPI(srv, cfg.HTTP, st, pipe, log); err != nil {
+	if err := mountAPI(srv, cfg.HTTP, st, pipe, rollups, log); err != nil {
 		return err
 	}
 	if cfg.HTTP.Address != "" {
@@ -175,6 +182,9 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	outputs, err := newOutputs(cfg, st, log, reg)
 	if err != nil {
 		return err
+	}
+	if rollups != nil {
+		outputs = append(outputs, output{"rollup", rollups.Run})
 	}
 
 	// The components run as one group; the first to end stops the others,
@@ -301,7 +311,7 @@ func runPipeline(ctx context.Context, stop context.CancelFunc, pipe *pipeline.Pi
 }
 
 // mountAPI serves the query API on srv, with the collector's status.
-func mountAPI(srv *web.Server, c web.Config, st *store.Store, pipe *pipeline.Pipeline, log *slog.Logger) error {
+func mountAPI(srv *web.Server, c web.Config, st *store.Store, pipe *pipeline.Pipeline, rollups *rollup.Builder, log *slog.Logger) error {
 	var token string
 	if c.APITokenFile != "" {
 		var err error
@@ -319,7 +329,11 @@ func mountAPI(srv *web.Server, c web.Config, st *store.Store, pipe *pipeline.Pip
 		}
 		return newStatus(started, pipe.Stats(), last, st.Sinks()), nil
 	}
-	srv.Handle(api.Prefix, api.New(st, api.Options{Status: status, Token: token}, log.With("component", "api")))
+	opts := api.Options{Status: status, Token: token}
+	if rollups != nil {
+		opts.Rollups = rollups
+	}
+	srv.Handle(api.Prefix, api.New(st, opts, log.With("component", "api")))
 	return nil
 }
 

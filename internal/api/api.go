@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/rollup"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
@@ -48,6 +49,14 @@ type Options struct {
 	Now func() time.Time
 	// MaxLimit caps the records of one page (default 1000).
 	MaxLimit int
+	// Rollups answers /rollups and /top (nil: they answer 404).
+	Rollups Rollups
+}
+
+// Rollups is what the API reads rollups from (rollup.Builder).
+type Rollups interface {
+	Series(ctx context.Context, q rollup.Query) ([]rollup.Series, error)
+	Top(ctx context.Context, by []record.Dim, from, to time.Time, m rollup.Measure, n int) ([]rollup.Row, rollup.Agg, error)
 }
 
 // API serves /api/v1.
@@ -72,6 +81,8 @@ func New(recs Records, opts Options, log *slog.Logger) *API {
 	a := &API{recs: recs, opts: opts, log: log, mux: http.NewServeMux()}
 	a.mux.HandleFunc("GET "+Prefix+"records", a.records)
 	a.mux.HandleFunc("GET "+Prefix+"status", a.status)
+	a.mux.HandleFunc("GET "+Prefix+"rollups", a.rollups)
+	a.mux.HandleFunc("GET "+Prefix+"top", a.top)
 	a.mux.HandleFunc("GET "+Prefix+"openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openAPI)

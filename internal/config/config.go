@@ -18,6 +18,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/dnscache"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
+	"github.com/xrdmon/xrdmon/internal/rollup"
 	"github.com/xrdmon/xrdmon/internal/sink/jsonl"
 	"github.com/xrdmon/xrdmon/internal/sink/postgres"
 	"github.com/xrdmon/xrdmon/internal/source/file"
@@ -37,6 +38,7 @@ type Config struct {
 	Store     store.Config    `yaml:"store"`
 	DNS       dnscache.Config `yaml:"dns"`
 	Correlate pipeline.Config `yaml:"correlate"`
+	Rollup    rollup.Config   `yaml:"rollup"`
 	Outputs   Outputs         `yaml:"outputs"`
 	Log       Log             `yaml:"log"`
 }
@@ -67,6 +69,7 @@ func Default() *Config {
 		Store:     store.DefaultConfig(),
 		DNS:       dnscache.DefaultConfig(),
 		Correlate: pipeline.DefaultConfig(),
+		Rollup:    rollup.DefaultConfig(),
 		Outputs: Outputs{
 			AMQP:  amqpsink.DefaultConfig(),
 			JSONL: jsonl.DefaultConfig(),

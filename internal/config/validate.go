@@ -56,6 +56,11 @@ func (c *Config) Validate() error {
 	p.check(in.Prefetch >= 1, "amqp_input.prefetch", "must be >= 1")
 	p.tls("amqp_input.tls", in.TLS)
 
+	// rollup
+	if err := c.Rollup.Validate(); err != nil {
+		p.add("rollup", err.Error())
+	}
+
 	// http
 	if c.HTTP.PProf && !web.Loopback(c.HTTP.Address) {
 		p.add("http.pprof", "needs a loopback http.address (127.0.0.1:PORT or [::1]:PORT): profiles show the process's memory; reach them through an SSH tunnel")

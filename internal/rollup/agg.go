@@ -17,19 +17,19 @@ import (
 // sketch and two distributions, all mergeable, so that a bucket is the
 // merge of its parts and an hour could be built from its minutes.
 type Agg struct {
-	ReadBytes  int64 `json:"read_bytes"`
-	ReadvBytes int64 `json:"readv_bytes"`
-	WriteBytes int64 `json:"write_bytes"`
+	ReadBytes  int64
+	ReadvBytes int64
+	WriteBytes int64
 	// Transfers counts the records that ended in the bucket, Partial the
 	// partial ones among them, PartialBy those by reason (in the order of
 	// record.Reasons).
-	Transfers int64             `json:"transfers"`
-	Partial   int64             `json:"partial"`
-	PartialBy [numReasons]int64 `json:"-"`
-	Users     Users             `json:"-"`
-	Duration  Hist              `json:"-"` // transfer time, milliseconds
-	Size      Hist              `json:"-"` // bytes moved per transfer
-	_         [0]func()         // not comparable
+	Transfers int64
+	Partial   int64
+	PartialBy [numReasons]int64
+	Users     Users
+	Duration  Hist      // transfer time, milliseconds
+	Size      Hist      // bytes moved per transfer
+	_         [0]func() // not comparable
 }
 
 // Bytes returns the bytes moved, read (including vector reads) and written.
@@ -370,3 +370,47 @@ const numReasons = 6
 
 // reasonIndex returns r's index in record.Reasons (-1 for Complete).
 func reasonIndex(r record.Reason) int { return slices.Index(record.Reasons, r) }
+
+// Summary is an Agg as people and programs read it: the sums, the partial
+// transfers by reason, the distinct users, and quantiles of the
+// distributions.
+type Summary struct {
+	ReadBytes  int64            `json:"read_bytes"`
+	ReadvBytes int64            `json:"readv_bytes"`
+	WriteBytes int64            `json:"write_bytes"`
+	Transfers  int64            `json:"transfers"`
+	Partial    int64            `json:"partial"`
+	PartialBy  map[string]int64 `json:"partial_by,omitempty"`
+	Users      int64            `json:"users"`
+	DurationMS Quantiles        `json:"duration_ms"`
+	SizeBytes  Quantiles        `json:"size_bytes"`
+}
+
+// Quantiles of a distribution (0 when empty).
+type Quantiles struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+}
+
+func (h *Hist) quantiles() Quantiles {
+	return Quantiles{P50: h.Quantile(0.5), P90: h.Quantile(0.9), P99: h.Quantile(0.99)}
+}
+
+// Summary returns a's Summary.
+func (a *Agg) Summary() Summary {
+	s := Summary{
+		ReadBytes: a.ReadBytes, ReadvBytes: a.ReadvBytes, WriteBytes: a.WriteBytes,
+		Transfers: a.Transfers, Partial: a.Partial, Users: a.Users.Count(),
+		DurationMS: a.Duration.quantiles(), SizeBytes: a.Size.quantiles(),
+	}
+	for i, n := range a.PartialBy {
+		if n != 0 {
+			if s.PartialBy == nil {
+				s.PartialBy = make(map[string]int64)
+			}
+			s.PartialBy[string(record.Reasons[i])] = n
+		}
+	}
+	return s
+}

@@ -63,6 +63,7 @@ const (
 	openTTL      = 25 * time.Hour
 	readBatch    = 4096
 	pollInterval = 200 * time.Millisecond
+	drainTimeout = 10 * time.Second
 )
 
 // Builder builds rollups from a store's log. Run it with Run; query it
@@ -86,12 +87,12 @@ type Builder struct {
 	// accesses expire by their own server's clock, as servers' streams
 	// need not be in time order with each other in the log.
 	serverTime map[serverKey]int64
-	cursor    int64
-	part      int64             // the last part number used
-	parts     map[bucketKey]int // parts stored per recent bucket
-	keyBuf    []byte
-	keys      []string
-	lastFlush time.Time
+	cursor     int64
+	part       int64             // the last part number used
+	parts      map[bucketKey]int // parts stored per recent bucket
+	keyBuf     []byte
+	keys       []string
+	lastFlush  time.Time
 }
 
 // New returns a builder over st; call Run to start it. reg registers its
@@ -159,8 +160,9 @@ func (b *Builder) Run(ctx context.Context) error {
 			b.log.Warn("Rollup step failed; retrying", "err", err)
 		}
 		if ctx.Err() != nil {
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			err := b.Flush(fctx)
+			// Sum what reached the log before the stop, then flush.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
+			err := b.CatchUp(fctx)
 			cancel()
 			return err
 		}
@@ -181,7 +183,7 @@ func (b *Builder) step(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("read store: %w", err)
 	}
 	b.Apply(entries)
-	if time.Since(b.lastFlush) >= b.cfg.FlushInterval || b.headBytes >= b.cfg.MaxHeadBytes {
+	if time.Since(b.lastFlush) >= b.cfg.FlushInterval.D() || b.headBytes >= int64(b.cfg.MaxHeadBytes) {
 		if err := b.Flush(ctx); err != nil {
 			return len(entries), err
 		}
@@ -202,7 +204,7 @@ func (b *Builder) CatchUp(ctx context.Context) error {
 			return b.Flush(ctx)
 		}
 		b.Apply(entries)
-		if b.headBytes >= b.cfg.MaxHeadBytes {
+		if b.headBytes >= int64(b.cfg.MaxHeadBytes) {
 			if err := b.Flush(ctx); err != nil {
 				return err
 			}
@@ -239,7 +241,7 @@ func (b *Builder) applyProgress(p *record.Record) {
 	b.seen(&k, t)
 	o := b.open[k]
 	if o == nil {
-		if b.openBytes >= b.cfg.MaxOpenBytes {
+		if b.openBytes >= int64(b.cfg.MaxOpenBytes) {
 			b.m.openEvicted.Inc() // its bytes count at its close
 			return
 		}

@@ -32,16 +32,16 @@ type Query struct {
 
 // Point is one bucket of a series.
 type Point struct {
-	Time time.Time `json:"time"`
+	Time time.Time
 	Agg
 }
 
 // Series is one series of a query: its values of the query's dimensions
 // and its points, oldest first; Total merges the points.
 type Series struct {
-	Keys   []string `json:"keys"`
-	Points []Point  `json:"points"`
-	Total  Agg      `json:"total"`
+	Keys   []string
+	Points []Point
+	Total  Agg
 }
 
 // Specs returns the dimension combinations kept, the total ("") first.
@@ -125,7 +125,7 @@ func where(by []record.Dim, vals []string, w map[record.Dim]string) bool {
 // Row is one line of a top-N answer: a series' values and its sums over
 // the window.
 type Row struct {
-	Keys []string `json:"keys"`
+	Keys []string
 	Agg
 }
 
@@ -213,9 +213,9 @@ func (b *Builder) cover(from, to int64) []span {
 	const m, h, d = 60, 3600, 86400
 	// Round out to what the finest available resolution can answer.
 	unit := int64(m)
-	if r := b.cfg.RetentionMinute; r > 0 && from < wm-int64(r/time.Second) {
+	if r := b.cfg.RetentionMinute.D(); r > 0 && from < wm-int64(r/time.Second) {
 		unit = h
-		if r := b.cfg.RetentionHour; r > 0 && from < wm-int64(r/time.Second) {
+		if r := b.cfg.RetentionHour.D(); r > 0 && from < wm-int64(r/time.Second) {
 			unit = d
 		}
 	}

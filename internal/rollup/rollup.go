@@ -24,30 +24,22 @@ import (
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // Resolutions are the bucket widths kept, finest first.
 var Resolutions = []time.Duration{time.Minute, time.Hour, 24 * time.Hour}
 
-// Config is the rollups section of the configuration.
+// Config is the rollup section of the configuration.
 type Config struct {
-	// Enabled builds rollups while collecting.
-	Enabled bool `yaml:"enabled"`
-	// Dimensions lists what series are kept: single dimensions ("site")
-	// and combinations ("site,vo"). The total over everything is always
-	// kept.
-	Dimensions []string `yaml:"dimensions"`
-	// Retention per resolution (0: kept for ever).
-	RetentionMinute time.Duration `yaml:"retention_minute"`
-	RetentionHour   time.Duration `yaml:"retention_hour"`
-	RetentionDay    time.Duration `yaml:"retention_day"`
-	// FlushInterval is how often the head is written to the store.
-	FlushInterval time.Duration `yaml:"flush_interval"`
-	// MaxHeadBytes flushes the head early when it holds more.
-	MaxHeadBytes int64 `yaml:"max_head_bytes"`
-	// MaxOpenBytes bounds the bytes counted so far of open accesses (an
-	// access beyond it counts its bytes at its close).
-	MaxOpenBytes int64 `yaml:"max_open_bytes"`
+	Enabled         bool           `yaml:"enabled" help:"build rollups (time series by dimension) while collecting"`
+	Dimensions      []string       `yaml:"dimensions" help:"the series kept: dimensions (server, site, vo, user, identity, domain, protocol, app, dir) and combinations (\"site,vo\"); the total is always kept"`
+	RetentionMinute units.Duration `yaml:"retention_minute" help:"1-minute buckets older than this are deleted; 0 keeps them forever"`
+	RetentionHour   units.Duration `yaml:"retention_hour" help:"1-hour buckets older than this are deleted; 0 keeps them forever"`
+	RetentionDay    units.Duration `yaml:"retention_day" help:"1-day buckets older than this are deleted; 0 keeps them forever"`
+	FlushInterval   units.Duration `yaml:"flush_interval" help:"how often the sums held in memory are written to the store"`
+	MaxHeadBytes    units.ByteSize `yaml:"max_head_bytes" help:"the sums held in memory are written early past this size"`
+	MaxOpenBytes    units.ByteSize `yaml:"max_open_bytes" help:"bound of the table of bytes counted so far for open transfers; beyond it a transfer's bytes count at its close"`
 }
 
 // DefaultConfig returns the defaults: on, the dimensions operators and
@@ -56,10 +48,9 @@ func DefaultConfig() Config {
 	return Config{
 		Enabled:         true,
 		Dimensions:      []string{"server", "site", "vo", "user", "domain", "protocol", "app", "dir", "site,vo"},
-		RetentionMinute: 48 * time.Hour,
-		RetentionHour:   90 * 24 * time.Hour,
-		RetentionDay:    0,
-		FlushInterval:   10 * time.Second,
+		RetentionMinute: units.Duration(48 * time.Hour),
+		RetentionHour:   units.Duration(90 * 24 * time.Hour),
+		FlushInterval:   units.Duration(10 * time.Second),
 		MaxHeadBytes:    64 << 20,
 		MaxOpenBytes:    64 << 20,
 	}
@@ -85,11 +76,11 @@ func (c Config) Validate() error {
 func (c Config) retention(step time.Duration) time.Duration {
 	switch step {
 	case time.Minute:
-		return c.RetentionMinute
+		return c.RetentionMinute.D()
 	case time.Hour:
-		return c.RetentionHour
+		return c.RetentionHour.D()
 	}
-	return c.RetentionDay
+	return c.RetentionDay.D()
 }
 
 // A Spec is a set of dimensions a series groups by, in a canonical order

@@ -1,0 +1,217 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/rollup"
+)
+
+// SeriesAnswer is the answer of /rollups.
+type SeriesAnswer struct {
+	By     []record.Dim `json:"by"`
+	Step   string       `json:"step"`
+	From   time.Time    `json:"from"`
+	To     time.Time    `json:"to"`
+	Series []SeriesView `json:"series"`
+}
+
+// SeriesView is one series of /rollups.
+type SeriesView struct {
+	Keys   []string       `json:"keys"`
+	Total  rollup.Summary `json:"total"`
+	Points []PointView    `json:"points"`
+}
+
+// PointView is one bucket of a series.
+type PointView struct {
+	Time time.Time `json:"time"`
+	rollup.Summary
+}
+
+// TopAnswer is the answer of /top.
+type TopAnswer struct {
+	By    []record.Dim   `json:"by"`
+	From  time.Time      `json:"from"`
+	To    time.Time      `json:"to"`
+	Order rollup.Measure `json:"order"`
+	Rows  []RowView      `json:"rows"`
+	Total rollup.Summary `json:"total"`
+}
+
+// RowView is one row of /top.
+type RowView struct {
+	Keys []string `json:"keys"`
+	rollup.Summary
+}
+
+var steps = map[string]time.Duration{"1m": time.Minute, "1h": time.Hour, "1d": 24 * time.Hour}
+
+// window reads from and to (default: the last 24 hours up to now).
+func (a *API) window(v url.Values) (time.Time, time.Time, error) {
+	now := a.opts.Now()
+	from, err := ParseTime(v.Get("from"), now)
+	if err != nil {
+		return from, now, fmt.Errorf("from: %w", err)
+	}
+	to, err := ParseTime(v.Get("to"), now)
+	if err != nil {
+		return from, to, fmt.Errorf("to: %w", err)
+	}
+	if to.IsZero() {
+		to = now
+	}
+	if from.IsZero() {
+		from = to.Add(-24 * time.Hour)
+	}
+	if !from.Before(to) {
+		return from, to, errors.New("from: must be before to")
+	}
+	return from, to, nil
+}
+
+// dims reads the by parameter ("" is the total).
+func dims(v url.Values) ([]record.Dim, error) {
+	if v.Get("by") == "" {
+		return nil, nil
+	}
+	by, err := record.ParseDims(v.Get("by"))
+	if err != nil {
+		return nil, fmt.Errorf("by: %w", err)
+	}
+	return by, nil
+}
+
+func (a *API) rollups(w http.ResponseWriter, r *http.Request) {
+	if a.opts.Rollups == nil {
+		writeError(w, http.StatusNotFound, "rollups are off (rollup.enabled)")
+		return
+	}
+	v := r.URL.Query()
+	var q rollup.Query
+	var err error
+	if q.By, err = dims(v); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if q.From, q.To, err = a.window(v); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	step := v.Get("step")
+	if step == "" {
+		step = autoStep(q.To.Sub(q.From))
+	}
+	var ok bool
+	if q.Step, ok = steps[step]; !ok {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("step: %q is not 1m, 1h or 1d", step))
+		return
+	}
+	if n := q.To.Sub(q.From) / q.Step; n > maxPoints {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("step: %d buckets of %s in the window; at most %d (use a coarser step)", n, step, maxPoints))
+		return
+	}
+	for _, d := range q.By {
+		if val, ok := v[string(d)]; ok {
+			if q.Where == nil {
+				q.Where = make(map[record.Dim]string)
+			}
+			q.Where[d] = val[0]
+		}
+	}
+	series, err := a.opts.Rollups.Series(r.Context(), q)
+	if err != nil {
+		a.rollupError(w, err)
+		return
+	}
+	ans := SeriesAnswer{By: q.By, Step: step, From: q.From.UTC(), To: q.To.UTC(), Series: make([]SeriesView, 0, len(series))}
+	if limit := v.Get("limit"); limit != "" {
+		n, err := strconv.Atoi(limit)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a positive number", limit))
+			return
+		}
+		series = series[:min(n, len(series))]
+	}
+	for i := range series {
+		s := &series[i]
+		sv := SeriesView{Keys: s.Keys, Total: s.Total.Summary(), Points: make([]PointView, len(s.Points))}
+		for j := range s.Points {
+			sv.Points[j] = PointView{Time: s.Points[j].Time, Summary: s.Points[j].Summary()}
+		}
+		ans.Series = append(ans.Series, sv)
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// maxPoints bounds the buckets of one series in an answer.
+const maxPoints = 10000
+
+// autoStep picks the finest step that gives at most a few hundred points.
+func autoStep(d time.Duration) string {
+	switch {
+	case d <= 12*time.Hour:
+		return "1m"
+	case d <= 21*24*time.Hour:
+		return "1h"
+	}
+	return "1d"
+}
+
+func (a *API) top(w http.ResponseWriter, r *http.Request) {
+	if a.opts.Rollups == nil {
+		writeError(w, http.StatusNotFound, "rollups are off (rollup.enabled)")
+		return
+	}
+	v := r.URL.Query()
+	by, err := dims(v)
+	if err != nil || len(by) == 0 {
+		writeError(w, http.StatusBadRequest, "by: a dimension is required (server, site, vo, user, domain, ...)")
+		return
+	}
+	from, to, err := a.window(v)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	order := rollup.Measure(v.Get("order"))
+	switch order {
+	case "":
+		order = rollup.ByBytes
+	case rollup.ByBytes, rollup.ByRead, rollup.ByWrite, rollup.ByTransfers, rollup.ByPartial, rollup.ByUsers:
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("order: %q is not bytes, read, write, transfers, partial or users", order))
+		return
+	}
+	n := 10
+	if s := v.Get("n"); s != "" {
+		if n, err = strconv.Atoi(s); err != nil || n < 1 || n > 10000 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("n: %q is not a number from 1 to 10000", s))
+			return
+		}
+	}
+	rows, total, err := a.opts.Rollups.Top(r.Context(), by, from, to, order, n)
+	if err != nil {
+		a.rollupError(w, err)
+		return
+	}
+	ans := TopAnswer{By: by, From: from.UTC(), To: to.UTC(), Order: order, Rows: make([]RowView, len(rows)), Total: total.Summary()}
+	for i := range rows {
+		ans.Rows[i] = RowView{Keys: rows[i].Keys, Summary: rows[i].Summary()}
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+func (a *API) rollupError(w http.ResponseWriter, err error) {
+	if errors.Is(err, rollup.ErrNotRolledUp) {
+		writeError(w, http.StatusBadRequest, "by: "+err.Error())
+		return
+	}
+	a.log.Warn("Rollup query failed", "err", err)
+	writeError(w, http.StatusInternalServerError, "query failed")
+}
