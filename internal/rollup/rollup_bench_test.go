@@ -1,0 +1,69 @@
+package rollup
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+// BenchmarkRollupMinute measures the write path of the rollups the way a
+// collector drives it: every active series is updated once a minute (one
+// record per user, each user its own series), then the head is flushed to
+// a real store and the finished minute compacted. One op is one minute;
+// ns/series is the cost per active series and minute, which must stay flat
+// from a thousand series to a million (RRD files grow with the series:
+// one seek per series and update).
+func BenchmarkRollupMinute(b *testing.B) {
+	for _, n := range []int{1_000, 10_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("series=%d", n), func(b *testing.B) {
+			o := store.DefaultOptions()
+			o.Path = filepath.Join(b.TempDir(), "xrdmon.db")
+			o.Retention = 0
+			st, err := store.Open(o, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			cfg := DefaultConfig()
+			cfg.MaxHeadBytes = 1 << 40
+			bl, err := New(cfg, st, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			recs := make([]record.Record, n)
+			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			for i := range recs {
+				recs[i] = record.Record{
+					RecordID: fmt.Sprint(i), ServerIP: fmt.Sprintf("10.0.%d.%d", i%16/256, i%16), ServerID: uint64(i % 16),
+					Site: fmt.Sprintf("T2_SITE_%d", i%40), VO: fmt.Sprintf("vo%d", i%8), User: fmt.Sprintf("user%07d", i),
+					ClientHost: fmt.Sprintf("wn%d.site%d.example.org", i%500, i%40), Protocol: "xroot", AppName: "cmsRun",
+					Path: fmt.Sprintf("/store/data/Run%d/f%d.root", i%20, i), FileID: uint32(i),
+					ReadBytes: int64(i%1000+1) << 20, WriteBytes: int64(i % 3),
+				}
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for m := 0; m < b.N; m++ {
+				at := t0.Add(time.Duration(m) * time.Minute)
+				for i := range recs {
+					r := &recs[i]
+					r.Start, r.End = at.Add(-time.Second), at.Add(time.Second)
+					bl.mu.Lock()
+					bl.applyRecord(r)
+					bl.mu.Unlock()
+				}
+				if err := bl.Flush(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/series")
+			b.ReportMetric(100*b.Elapsed().Seconds()/float64(b.N)/60, "%core@1/min")
+		})
+	}
+}
