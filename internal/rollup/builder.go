@@ -289,8 +289,8 @@ func (b *Builder) applyRecord(r *record.Record) {
 	dr, dv, dw := max(0, r.ReadBytes-counted.read), max(0, r.ReadvBytes-counted.readv), max(0, r.WriteBytes-counted.write)
 	ri := reasonIndex(r.Reason)
 	user := hashIdentity(r.Dim(record.DimIdentity))
-	dur := float64(r.End.Sub(r.Start).Milliseconds())
-	size := float64(r.ReadBytes + r.ReadvBytes + r.WriteBytes)
+	dur := histIndex(float64(r.End.Sub(r.Start).Milliseconds()))
+	size := histIndex(float64(r.ReadBytes + r.ReadvBytes + r.WriteBytes))
 	b.add(t, r, func(a *Agg) {
 		a.ReadBytes += dr
 		a.ReadvBytes += dv
@@ -302,8 +302,8 @@ func (b *Builder) applyRecord(r *record.Record) {
 			a.PartialBy[ri]++
 		}
 		a.Users.Add(user)
-		a.Duration.Observe(dur)
-		a.Size.Observe(size)
+		a.Duration.observeIndex(dur)
+		a.Size.observeIndex(size)
 	})
 	b.m.records.Inc()
 }
