@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/rollup"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
@@ -197,7 +198,7 @@ func TestToken(t *testing.T) {
 // TestOpenAPIDescribesEveryEndpoint: the served document parses and lists
 // every path the API answers, and nothing else.
 func TestOpenAPIDescribesEveryEndpoint(t *testing.T) {
-	srv, _ := serve(t, 3, Options{Status: func(context.Context) (any, error) { return struct{}{}, nil }})
+	srv, _ := serve(t, 3, Options{Status: func(context.Context) (any, error) { return struct{}{}, nil }, Rollups: noRollups{}})
 	code, body := get(t, srv, "/api/v1/openapi.yaml")
 	if code != 200 {
 		t.Fatal(code)
@@ -209,12 +210,13 @@ func TestOpenAPIDescribesEveryEndpoint(t *testing.T) {
 	if err := yaml.Unmarshal(body, &doc); err != nil || !strings.HasPrefix(doc.OpenAPI, "3.") {
 		t.Fatalf("openapi.yaml: %v", err)
 	}
+	required := map[string]string{"/top": "?by=site"}
 	for p := range doc.Paths {
-		if code, _ := get(t, srv, "/api/v1"+p); code != 200 {
+		if code, _ := get(t, srv, "/api/v1"+p+required[p]); code != 200 {
 			t.Errorf("documented %s answers %d", p, code)
 		}
 	}
-	for _, p := range []string{"/records", "/status", "/openapi.yaml"} {
+	for _, p := range []string{"/records", "/status", "/rollups", "/top", "/openapi.yaml"} {
 		if _, ok := doc.Paths[p]; !ok {
 			t.Errorf("%s is served but not documented", p)
 		}
@@ -241,4 +243,13 @@ func TestParseTime(t *testing.T) {
 			t.Errorf("ParseTime(%q) succeeded", in)
 		}
 	}
+}
+
+// noRollups answers every rollup query with nothing.
+type noRollups struct{}
+
+func (noRollups) Series(context.Context, rollup.Query) ([]rollup.Series, error) { return nil, nil }
+
+func (noRollups) Top(context.Context, []record.Dim, time.Time, time.Time, rollup.Measure, int) ([]rollup.Row, rollup.Agg, error) {
+	return nil, rollup.Agg{}, nil
 }
