@@ -18,6 +18,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/api"
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/dnscache"
+	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
 	"github.com/xrdmon/xrdmon/internal/rollup"
 	"github.com/xrdmon/xrdmon/internal/source"
@@ -84,10 +85,15 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 // store is closed.
 func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	ms := metrics.NewSet(reg)
+	metrics.Add(ms, collectors.NewGoCollector())
+	metrics.Add(ms, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics.Add(ms, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "xrdmon_build_info", Help: "Build information; the value is 1.", ConstLabels: prometheus.Labels{"version": versionString()},
 	}, func() float64 { return 1 }))
+	if err := ms.Err(); err != nil {
+		return err
+	}
 
 	st, err := store.Open(cfg.Store.Options(), log.With("component", "store"), reg)
 	if err != nil {

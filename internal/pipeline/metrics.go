@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	xmetrics "github.com/xrdmon/xrdmon/internal/metrics"
 
 	"github.com/xrdmon/xrdmon/internal/correlate"
 	"github.com/xrdmon/xrdmon/internal/packet"
@@ -18,7 +19,7 @@ type metrics struct {
 	eventsCommitted  prometheus.Counter
 }
 
-func newMetrics(p *Pipeline, reg prometheus.Registerer) *metrics {
+func newMetrics(p *Pipeline, reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "xrdmon_pipeline_commit_duration_seconds",
@@ -46,11 +47,12 @@ func newMetrics(p *Pipeline, reg prometheus.Registerer) *metrics {
 			Help: "g-stream events committed to the store (before deduplication).",
 		}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.commitSeconds, m.commitErrors, m.commitFailures, m.ackErrors, m.recordsCommitted, m.eventsCommitted,
-			&statsCollector{p: p})
+	ms := xmetrics.NewSet(reg)
+	for _, c := range []prometheus.Collector{m.commitSeconds, m.commitErrors, m.commitFailures, m.ackErrors,
+		m.recordsCommitted, m.eventsCommitted, &statsCollector{p: p}} {
+		xmetrics.Add(ms, c)
 	}
-	return m
+	return m, ms.Err()
 }
 
 var (

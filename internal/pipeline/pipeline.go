@@ -202,7 +202,10 @@ func New(ctx context.Context, opts Options, st Store, namer Namer, log *slog.Log
 		return nil, err
 	}
 	p.linkStats.Store(&correlate.LinkStats{})
-	p.m = newMetrics(p, reg)
+	var err error
+	if p.m, err = newMetrics(p, reg); err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
 	return p, nil
 }
 

@@ -3,7 +3,7 @@ package rollup
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/xrdmon/xrdmon/internal/source"
+	xmetrics "github.com/xrdmon/xrdmon/internal/metrics"
 )
 
 // metrics are the rollup builder's metrics.
@@ -62,14 +62,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Estimated bytes of the rollup builder's table of open accesses (bytes counted so far).",
 		}),
 	}
-	var err error
-	reg1 := func(c prometheus.Collector) {
-		if err == nil {
-			_, err = source.Register(reg, c)
-		}
-	}
+	ms := xmetrics.NewSet(reg)
 	for _, c := range []prometheus.Collector{m.records, m.progress, m.invalid, m.openEvicted, m.flushes, m.compactions, m.errors, m.flushSeconds, m.cursor, m.headBytes, m.openBytes} {
-		reg1(c)
+		xmetrics.Add(ms, c)
 	}
-	return m, err
+	return m, ms.Err()
 }

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/xrdmon/xrdmon/internal/metrics"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -90,19 +92,17 @@ func NewFilter(cfg FilterConfig, source string, reg prometheus.Registerer) (*Fil
 		return nil, fmt.Errorf("source filter: %w", err)
 	}
 
-	denied, err := Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	ms := metrics.NewSet(reg)
+	denied := metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "xrdmon_packets_denied_total",
 		Help: "Packets dropped because their sender is not in the source's allow-list.",
 	}, []string{"source"}))
-	if err != nil {
-		return nil, err
-	}
-	unresolved, err := Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	unresolved := metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "xrdmon_packets_unresolved_total",
 		Help: "Relayed packets dropped because their remote is a host name with no entry in the address map.",
 	}, []string{"source"}))
-	if err != nil {
-		return nil, err
+	if err := ms.Err(); err != nil {
+		return nil, fmt.Errorf("source filter: %w", err)
 	}
 	f.denied = denied.WithLabelValues(source)
 	f.unresolved = unresolved.WithLabelValues(source)

@@ -6,12 +6,8 @@ package source
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/netip"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Packet is one monitoring datagram as received.
@@ -46,22 +42,4 @@ type Batch struct {
 // out. It never closes out.
 type Source interface {
 	Run(ctx context.Context, out chan<- *Batch) error
-}
-
-// Register registers c on reg and returns it. When an equal collector is
-// already registered (two sources of the same kind in one process), it returns
-// the existing one instead, so both share it. A nil reg registers nothing.
-func Register[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
-	if reg == nil {
-		return c, nil
-	}
-	if err := reg.Register(c); err != nil {
-		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-			if existing, ok := are.ExistingCollector.(T); ok {
-				return existing, nil
-			}
-		}
-		return c, fmt.Errorf("register metric: %w", err)
-	}
-	return c, nil
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	xmetrics "github.com/xrdmon/xrdmon/internal/metrics"
 )
 
 type metrics struct {
@@ -19,8 +20,8 @@ type metrics struct {
 	lastSeq          prometheus.GaugeFunc
 	backlog          *backlogCollector
 
-	reg        prometheus.Registerer
-	registered []prometheus.Collector
+	reg prometheus.Registerer // where register put them
+	set *xmetrics.Set
 }
 
 func newMetrics(s *Store) *metrics {
@@ -82,16 +83,18 @@ func newMetrics(s *Store) *metrics {
 	}
 }
 
+// register registers the metrics on reg (through metrics.Set: names a
+// store already registered on reg are shared).
 func (m *metrics) register(reg prometheus.Registerer) error {
-	m.reg = reg
+	m.reg, m.set = reg, xmetrics.NewSet(reg)
 	for _, c := range []prometheus.Collector{m.batchDuration, m.recordsAppended, m.eventsAppended,
 		m.duplicates, m.appendErrors, m.fullRefusals, m.retentionDeleted, m.maxBytesDropped,
 		m.blockBytes, m.postDuration, m.bytes, m.lastSeq, m.backlog} {
-		if err := reg.Register(c); err != nil {
-			m.unregister()
-			return err
-		}
-		m.registered = append(m.registered, c)
+		xmetrics.Add(m.set, c)
+	}
+	if err := m.set.Err(); err != nil {
+		m.unregister()
+		return err
 	}
 	return nil
 }
@@ -99,10 +102,9 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 // unregister removes the metrics, so a store can be reopened on the same
 // registry (tests, restarts in process).
 func (m *metrics) unregister() {
-	for _, c := range m.registered {
-		m.reg.Unregister(c)
+	if m.set != nil {
+		m.set.Unregister()
 	}
-	m.registered = nil
 }
 
 // backlogCollector reports, at scrape time, LastSeq - cursor for every

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xrdmon/xrdmon/internal/metrics"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -87,13 +89,10 @@ func New(cfg Config, reg *prometheus.Registry, log *slog.Logger) *Server {
 			Help: "HTTP requests served, by handler pattern and status code.",
 		}, []string{"handler", "code"}),
 	}
-	if err := reg.Register(s.requests); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			s.requests = are.ExistingCollector.(*prometheus.CounterVec)
-		} else {
-			log.Warn("Cannot register HTTP metrics", "err", err)
-		}
+	ms := metrics.NewSet(reg)
+	s.requests = metrics.Add(ms, s.requests)
+	if err := ms.Err(); err != nil {
+		log.Warn("Cannot register HTTP metrics", "err", err)
 	}
 	s.srv = &http.Server{
 		Handler:           s.mux,

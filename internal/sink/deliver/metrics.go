@@ -1,8 +1,7 @@
 package deliver
 
 import (
-	"errors"
-	"fmt"
+	xmetrics "github.com/xrdmon/xrdmon/internal/metrics"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -36,20 +35,13 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 		Help:    "Time to deliver one batch, from the first write to the destination's acknowledgement.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 	}, []string{"sink"})
-	if reg != nil {
-		var err error
-		if delivered, err = registerOrExisting(reg, delivered); err != nil {
-			return nil, err
-		}
-		if errs, err = registerOrExisting(reg, errs); err != nil {
-			return nil, err
-		}
-		if dead, err = registerOrExisting(reg, dead); err != nil {
-			return nil, err
-		}
-		if dur, err = registerOrExisting(reg, dur); err != nil {
-			return nil, err
-		}
+	ms := xmetrics.NewSet(reg)
+	delivered = xmetrics.Add(ms, delivered)
+	errs = xmetrics.Add(ms, errs)
+	dead = xmetrics.Add(ms, dead)
+	dur = xmetrics.Add(ms, dur)
+	if err := ms.Err(); err != nil {
+		return nil, err
 	}
 	return &metrics{
 		delivered: delivered.WithLabelValues(name),
@@ -57,17 +49,4 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 		dead:      dead.WithLabelValues(name),
 		duration:  dur.WithLabelValues(name),
 	}, nil
-}
-
-func registerOrExisting[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if ex, ok := are.ExistingCollector.(C); ok {
-				return ex, nil
-			}
-		}
-		return c, fmt.Errorf("register metrics: %w", err)
-	}
-	return c, nil
 }

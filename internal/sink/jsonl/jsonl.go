@@ -22,6 +22,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/xrdmon/xrdmon/internal/metrics"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrdmon/xrdmon/internal/record"
@@ -97,10 +99,14 @@ func NewWithOptions(path string, opts deliver.Options, st *store.Store, log *slo
 	if err != nil {
 		return nil, fmt.Errorf("new jsonl sink: %w", err)
 	}
-	if reg != nil {
-		if err := reg.Register(w.fsyncDur); err != nil {
-			return nil, fmt.Errorf("new jsonl sink: register metrics: %w", err)
-		}
+	ms := metrics.NewSet(reg)
+	if h := metrics.Add(ms, w.fsyncDur); h != w.fsyncDur {
+		// Its histogram is labelled with the sink's name: another sink of
+		// that name (the same file) already runs in this process.
+		return nil, fmt.Errorf("new jsonl sink: a sink named %s already exists", opts.Name)
+	}
+	if err := ms.Err(); err != nil {
+		return nil, fmt.Errorf("new jsonl sink: %w", err)
 	}
 	return &Sink{
 		path: path, name: opts.Name, batchSize: opts.BatchSize, st: st,

@@ -19,6 +19,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"github.com/xrdmon/xrdmon/internal/backoff"
+	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/source"
 )
 
@@ -158,32 +159,28 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 	if err != nil {
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
-	for _, m := range []struct {
-		p    *prometheus.Counter
-		name string
-		help string
-	}{
-		{&a.received, "xrdmon_amqp_messages_received_total", "Messages consumed from RabbitMQ."},
-		{&a.reconnects, "xrdmon_amqp_reconnects_total", "Connections to RabbitMQ lost or abandoned and made again."},
-		{&a.ackFailed, "xrdmon_amqp_acks_failed_total", "Batch acknowledgements that could not be sent (the messages are redelivered)."},
-	} {
-		if *m.p, err = source.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: m.name, Help: m.help})); err != nil {
-			return nil, fmt.Errorf("amqp source: %w", err)
-		}
-	}
-	if a.invalid, err = source.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	ms := metrics.NewSet(reg)
+	a.received = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "xrdmon_amqp_messages_received_total", Help: "Messages consumed from RabbitMQ.",
+	}))
+	a.reconnects = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "xrdmon_amqp_reconnects_total", Help: "Connections to RabbitMQ lost or abandoned and made again.",
+	}))
+	a.ackFailed = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "xrdmon_amqp_acks_failed_total", Help: "Batch acknowledgements that could not be sent (the messages are redelivered).",
+	}))
+	a.invalid = metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "xrdmon_amqp_messages_invalid_total",
 		Help: "Messages that are not valid shoveler envelopes, acknowledged and dropped, by reason (oversized: more than a UDP datagram can carry).",
-	}, []string{"reason"})); err != nil {
+	}, []string{"reason"}))
+	a.connected = metrics.Add(ms, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "xrdmon_amqp_connected", Help: "1 while the AMQP source is connected and consuming.",
+	}))
+	if err := ms.Err(); err != nil {
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
 	for _, r := range source.ShovelerReasons {
 		a.invalid.WithLabelValues(r)
-	}
-	if a.connected, err = source.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "xrdmon_amqp_connected", Help: "1 while the AMQP source is connected and consuming.",
-	})); err != nil {
-		return nil, fmt.Errorf("amqp source: %w", err)
 	}
 	return a, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/source"
 )
 
@@ -78,34 +79,26 @@ func New(cfg Options, log *slog.Logger, reg prometheus.Registerer) (*File, error
 		cfg: cfg, log: log, filter: filter, stdin: os.Stdin,
 		pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*512),
 	}
-	f.packets, err = source.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	ms := metrics.NewSet(reg)
+	f.packets = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "xrdmon_file_packets_read_total", Help: "Datagrams read from files.",
 	}))
-	if err != nil {
-		return nil, err
-	}
-	f.bytes, err = source.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	f.bytes = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "xrdmon_file_bytes_read_total", Help: "Datagram bytes read from files.",
 	}))
-	if err != nil {
-		return nil, err
-	}
-	f.skipped, err = source.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	f.skipped = metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "xrdmon_file_frames_skipped_total",
 		Help: "Captured frames that carried no usable UDP datagram, by reason.",
 	}, []string{"reason"}))
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range skipReasons {
-		f.skipped.WithLabelValues(r.Error())
-	}
-	f.badLines, err = source.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	f.badLines = metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "xrdmon_file_lines_invalid_total",
 		Help: "JSON lines that are not valid shoveler messages, by reason (oversized: more than a UDP datagram can carry; such a line is skipped without being buffered).",
 	}, []string{"reason"}))
-	if err != nil {
-		return nil, err
+	if err := ms.Err(); err != nil {
+		return nil, fmt.Errorf("file source: %w", err)
+	}
+	for _, r := range skipReasons {
+		f.skipped.WithLabelValues(r.Error())
 	}
 	for _, r := range source.ShovelerReasons {
 		f.badLines.WithLabelValues(r)

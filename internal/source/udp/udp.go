@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/source"
 	"github.com/xrdmon/xrdmon/internal/units"
 )
@@ -173,42 +174,26 @@ func New(cfg Options, log *slog.Logger, reg prometheus.Registerer) (*UDP, error)
 }
 
 func (u *UDP) metrics(reg prometheus.Registerer) error {
-	var err error
-	reg1 := func(c prometheus.Counter) prometheus.Counter {
-		if err != nil {
-			return c
-		}
-		c, err = source.Register(reg, c)
-		return c
-	}
-	u.packets = reg1(prometheus.NewCounter(prometheus.CounterOpts{
+	ms := metrics.NewSet(reg)
+	u.packets = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "xrdmon_udp_packets_received_total", Help: "UDP datagrams received (before the allow-list).",
 	}))
-	u.bytes = reg1(prometheus.NewCounter(prometheus.CounterOpts{
+	u.bytes = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "xrdmon_udp_bytes_received_total", Help: "UDP payload bytes received.",
 	}))
-	u.truncated = reg1(prometheus.NewCounter(prometheus.CounterOpts{
+	u.truncated = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "xrdmon_udp_packets_truncated_total", Help: "UDP datagrams longer than the receive buffer, dropped.",
 	}))
-	if err != nil {
-		return err
-	}
-	u.batchSize, err = source.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+	u.batchSize = metrics.Add(ms, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "xrdmon_udp_read_batch_size",
 		Help:    "Datagrams returned by one batched socket read.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 8), // 1 .. 128
 	}))
-	if err != nil {
-		return err
-	}
-	u.rcvbuf, err = source.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+	u.rcvbuf = metrics.Add(ms, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "xrdmon_udp_receive_buffer_bytes", Help: "Effective socket receive buffer (as the kernel reports it).",
 	}))
-	if err != nil {
-		return err
-	}
 	// The kernel's count of datagrams dropped because our receive queue was full.
-	_, err = source.Register(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{
+	metrics.Add(ms, prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "xrdmon_udp_kernel_drops_total",
 		Help: "Datagrams the kernel dropped because the socket receive queue was full (from /proc/net/udp*).",
 	}, func() float64 {
@@ -218,7 +203,7 @@ func (u *UDP) metrics(reg prometheus.Registerer) error {
 		}
 		return float64(n)
 	}))
-	return err
+	return ms.Err()
 }
 
 func (u *UDP) listen() error {

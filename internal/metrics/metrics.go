@@ -1,0 +1,70 @@
+// Package metrics is the one way xrdmon registers Prometheus metrics.
+//
+// The rule: a component takes a prometheus.Registerer (nil: its metrics
+// are not registered, as in most tests), keeps its metrics in one
+// unexported struct, and registers every collector through a Set:
+//
+//	s := metrics.NewSet(reg)
+//	m := &metrics{
+//		records: metrics.Add(s, prometheus.NewCounter(prometheus.CounterOpts{...})),
+//	}
+//	return m, s.Err()
+//
+// A collector whose name is already registered with the same shape is
+// reused, so that several instances of a component (two UDP listeners,
+// a store reopened in a test) share their vectors; any other conflict is
+// an error, reported once by Err. Every exported metric is documented in
+// docs/metrics.md (TestMetricsDocumented).
+package metrics
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Set registers collectors on one Registerer with a sticky error.
+type Set struct {
+	reg        prometheus.Registerer
+	err        error
+	registered []prometheus.Collector
+}
+
+// NewSet returns a Set registering on reg (nil: nothing is registered).
+func NewSet(reg prometheus.Registerer) *Set { return &Set{reg: reg} }
+
+// Add registers c on s's Registerer and returns it, or the collector
+// already registered under its name when that has c's type. After the
+// first error, Add registers nothing more.
+func Add[T prometheus.Collector](s *Set, c T) T {
+	if s.reg == nil || s.err != nil {
+		return c
+	}
+	if err := s.reg.Register(c); err != nil {
+		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+			if existing, ok := are.ExistingCollector.(T); ok {
+				return existing
+			}
+		}
+		s.err = fmt.Errorf("register metric: %w", err)
+		return c
+	}
+	s.registered = append(s.registered, c)
+	return c
+}
+
+// Err returns the first registration error.
+func (s *Set) Err() error { return s.err }
+
+// Unregister removes what s registered itself (not the collectors it
+// reused), for a component that closes while the process goes on.
+func (s *Set) Unregister() {
+	if s.reg == nil {
+		return
+	}
+	for _, c := range s.registered {
+		s.reg.Unregister(c)
+	}
+	s.registered = nil
+}
