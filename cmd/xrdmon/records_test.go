@@ -77,18 +77,7 @@ type summaryJSON struct {
 // are loadgen's truth.
 func TestReportMatchesTruth(t *testing.T) {
 	dir, truth := reportStore(t)
-	type sums struct{ n, read, write int64 }
-	want := map[string]*sums{}
-	for i := range truth.Records {
-		r := &truth.Records[i]
-		k := r.Site + "/" + r.VO
-		if want[k] == nil {
-			want[k] = &sums{}
-		}
-		want[k].n++
-		want[k].read += r.ReadBytes + r.ReadvBytes
-		want[k].write += r.WriteBytes
-	}
+	want, _ := truthBySiteVO(truth)
 	check := func(t *testing.T, out string) {
 		var s summaryJSON
 		if err := json.Unmarshal([]byte(out), &s); err != nil {
@@ -175,22 +164,7 @@ func TestRecordsTableEscapes(t *testing.T) {
 // of loadgen's truth: by site and VO, and hour by hour for the total.
 func TestRollupAPIMatchesTruth(t *testing.T) {
 	dir, truth := reportStore(t)
-	type sums struct{ n, read, write int64 }
-	want := map[string]*sums{}
-	var total sums
-	for i := range truth.Records {
-		r := &truth.Records[i]
-		k := r.Site + "/" + r.VO
-		if want[k] == nil {
-			want[k] = &sums{}
-		}
-		want[k].n++
-		want[k].read += r.ReadBytes + r.ReadvBytes
-		want[k].write += r.WriteBytes
-		total.n++
-		total.read += r.ReadBytes + r.ReadvBytes
-		total.write += r.WriteBytes
-	}
+	want, total := truthBySiteVO(truth)
 	d := startDaemon(t, func(c *config.Config) { c.Store.Path, c.Store.Retention = dir, 0 })
 	const window = "from=2025-01-01T00:00:00Z&to=2027-01-01T00:00:00Z"
 	var top struct {
@@ -267,4 +241,30 @@ func getStatus(t *testing.T, url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// truthSums are loadgen's truth summed: transfers, bytes read (with
+// vector reads) and written.
+type truthSums struct{ n, read, write int64 }
+
+func (s *truthSums) add(r *record.Record) {
+	s.n++
+	s.read += r.ReadBytes + r.ReadvBytes
+	s.write += r.WriteBytes
+}
+
+// truthBySiteVO sums the truth's records by "site/vo", and in all.
+func truthBySiteVO(truth *loadgen.Truth) (map[string]*truthSums, truthSums) {
+	by := map[string]*truthSums{}
+	var total truthSums
+	for i := range truth.Records {
+		r := &truth.Records[i]
+		k := r.Site + "/" + r.VO
+		if by[k] == nil {
+			by[k] = &truthSums{}
+		}
+		by[k].add(r)
+		total.add(r)
+	}
+	return by, total
 }

@@ -1,6 +1,7 @@
 package rollup
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -415,16 +416,14 @@ func (b *Builder) Flush(ctx context.Context) error {
 	return nil
 }
 
-func sortedBuckets(h head) []bucketKey {
-	out := make([]bucketKey, 0, len(h))
-	for bk := range h {
+// sortedBuckets returns the keys of m by width, then start.
+func sortedBuckets[V any](m map[bucketKey]V) []bucketKey {
+	out := make([]bucketKey, 0, len(m))
+	for bk := range m {
 		out = append(out, bk)
 	}
 	slices.SortFunc(out, func(a, b bucketKey) int {
-		if a.step != b.step {
-			return int(a.step - b.step)
-		}
-		return int(a.start - b.start)
+		return cmp.Or(cmp.Compare(a.step, b.step), cmp.Compare(a.start, b.start))
 	})
 	return out
 }
@@ -433,7 +432,7 @@ func sortedBuckets(h head) []bucketKey {
 // past their end) or that reach maxParts with this flush's.
 func (b *Builder) compactions(ctx context.Context, added map[bucketKey]int, wm int64) ([]store.RollupPart, error) {
 	var out []store.RollupPart
-	for _, bk := range sortedBucketsOf(b.parts) {
+	for _, bk := range sortedBuckets(b.parts) {
 		n := b.parts[bk] + added[bk]
 		sealed := bk.start+bk.step+int64(sealGrace/time.Second) < wm
 		if added[bk] > 0 || n <= 1 || (!sealed && n < maxParts) {
@@ -452,20 +451,6 @@ func (b *Builder) compactions(ctx context.Context, added map[bucketKey]int, wm i
 		b.m.compactions.Inc()
 	}
 	return out, nil
-}
-
-func sortedBucketsOf(m map[bucketKey]int) []bucketKey {
-	out := make([]bucketKey, 0, len(m))
-	for bk := range m {
-		out = append(out, bk)
-	}
-	slices.SortFunc(out, func(a, b bucketKey) int {
-		if a.step != b.step {
-			return int(a.step - b.step)
-		}
-		return int(a.start - b.start)
-	})
-	return out
 }
 
 // expireOpen forgets tombstones and open accesses long past by their
