@@ -302,8 +302,24 @@ func (r *run) step(c *client) {
 	}
 }
 
+// login starts a session on the client's slot: it is announced with its
+// map records, at the server and at every redirector, and its first file
+// is opened shortly after.
 func (r *run) login(c *client) {
 	s := &r.servers[c.srv]
+	r.newSession(c, s)
+	if !r.sendLogin(s, &c.sess) || !r.redirLogins(c, &r.g.users[c.sess.user]) {
+		return
+	}
+	r.sessions++
+	c.state = stSession
+	r.schedule(r.now+100+s.rng.Int64N(900), evClient, c.idx, c.gen)
+}
+
+// newSession draws the client's next session: who logs in from where with
+// what, how many files it opens and whether it ends with a forced
+// disconnect.
+func (r *run) newSession(c *client, s *server) {
 	cfg, rng := r.cfg, s.rng
 	ss := session{
 		user:    int32(rng.IntN(len(r.g.users))),
@@ -324,60 +340,6 @@ func (r *run) login(c *client) {
 	c.sess = ss
 	c.filesLeft = int32(1 + rng.IntN(cfg.FilesPerSession))
 	c.forced = rng.Float64() < cfg.ForcedFrac
-	u := &r.g.users[ss.user]
-	h := r.hostOf(&ss)
-
-	ipv := byte(4)
-	if ss.ipv6 {
-		ipv = 6
-	}
-	l := packet.Login{
-		HasAuth: true, AuthProt: authGSI, Name: u.dn.b, Host: h.name.b, Org: u.vo.b,
-		Role: u.role.b, Groups: u.groups.b, MonInfo: u.dn.b,
-		Release: relClient, App: r.g.apps[ss.app].b, IPv: ipv,
-	}
-	if ss.token {
-		l.AuthProt, l.MonInfo = authZTN, nil
-	}
-	b := r.appendUserID(r.info[:0], s, &ss)
-	b = append(b, '\n')
-	r.info = packet.AppendLogin(b, l)
-	if !r.sendMap(s, packet.CodeUser, ss.dict) {
-		return
-	}
-	if ss.token {
-		b := r.appendUserID(r.info[:0], s, &ss)
-		b = append(b, '\n')
-		r.info = packet.AppendToken(b, packet.Token{UserDictID: ss.dict, Subject: u.subject.b, Name: u.tokenUser.b, Org: u.tokenOrg.b, Role: u.role.b, Groups: u.groups.b})
-		if !r.sendMap(s, packet.CodeToken, s.nextDict) {
-			return
-		}
-		s.nextDict++
-	}
-	if ss.hasInfo {
-		b := r.appendUserID(r.info[:0], s, &ss)
-		b = append(b, '\n')
-		r.info = append(b, r.g.infos[ss.info].b...)
-		if !r.sendMap(s, packet.CodeInfo, s.nextDict) {
-			return
-		}
-		s.nextDict++
-	}
-	if ss.ueac {
-		b := r.appendUserID(r.info[:0], s, &ss)
-		b = append(b, '\n')
-		r.info = packet.AppendUEAC(b, packet.UEAC{UserDictID: ss.dict, Experiment: ss.exp, Activity: ss.act})
-		if !r.sendMap(s, packet.CodeUEAC, s.nextDict) {
-			return
-		}
-		s.nextDict++
-	}
-	if !r.redirLogins(c, u) {
-		return
-	}
-	r.sessions++
-	c.state = stSession
-	r.schedule(r.now+100+rng.Int64N(900), evClient, c.idx, c.gen)
 }
 
 func (r *run) logout(c *client) {
@@ -397,8 +359,35 @@ func (r *run) logout(c *client) {
 
 var readSizes = []int64{64 << 10, 128 << 10, 256 << 10, 1 << 20, 4 << 20}
 
+// open opens a file for the client: the access is planned, its redirects,
+// path and isOpen are sent, and the client's next step is the close (for
+// the last file of a forced session, the disconnect half-way through).
 func (r *run) open(c *client) {
 	s := &r.servers[c.srv]
+	ai, lfn := r.planAccess(c, s)
+	a := &r.accs[ai]
+	if !r.redirects(c, a, lfn) {
+		return
+	}
+	a.seqRead = s.rng.Float64() < 0.7
+	if !r.sendOpen(s, &c.sess, ai, lfn) {
+		return
+	}
+	c.state, c.acc = stFile, ai
+	c.filesLeft--
+	at := a.end
+	c.forceNow = false
+	if c.forced && c.filesLeft == 0 {
+		c.forceNow = true
+		at = r.now + (a.end-a.start)/2
+	}
+	r.schedule(at, evClient, c.idx, c.gen)
+}
+
+// planAccess draws a new access of the client: the file (a new one to
+// write or one to read, in full or in part, with vector reads or not), its
+// calls' sizes and how long it lasts. It returns the access and its path.
+func (r *run) planAccess(c *client, s *server) (int32, []byte) {
 	cfg, rng := r.cfg, s.rng
 	ai := r.allocAccess()
 	a := &r.accs[ai]
@@ -442,31 +431,7 @@ func (r *run) open(c *client) {
 		dur = cfg.LongTransfer.Milliseconds()
 	}
 	a.end = r.now + dur
-
-	if !r.redirects(c, a, lfn) {
-		return
-	}
-	a.seqRead = rng.Float64() < 0.7
-	b := r.appendUserID(r.info[:0], s, &c.sess)
-	b = append(b, '\n')
-	r.info = append(b, lfn...)
-	if !r.sendMap(s, packet.CodePath, a.fileID) {
-		return
-	}
-	if !r.fRoom(s, packet.OpenRecordSize(len(lfn))) {
-		return
-	}
-	s.fb.Open(packet.FileOpen{FileID: a.fileID, FileSize: a.size, RW: a.rw, HasLFN: true, User: c.sess.dict, LFN: lfn})
-	s.ops = append(s.ops, fop{kind: opOpen, acc: ai})
-	c.state, c.acc = stFile, ai
-	c.filesLeft--
-	at := a.end
-	c.forceNow = false
-	if c.forced && c.filesLeft == 0 {
-		c.forceNow = true
-		at = r.now + dur/2
-	}
-	r.schedule(at, evClient, c.idx, c.gen)
+	return ai, lfn
 }
 
 // progress returns the cumulative bytes of the access at ms now.
