@@ -59,10 +59,10 @@ func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slo
 	if err != nil {
 		return s.row, err
 	}
+	defer s.closeSender()
 	if err := s.startSender(ctx); err != nil {
 		return s.row, err
 	}
-	defer s.udp.Close()
 	defer s.stopCollector(5 * time.Second)
 	if err := s.startCollector(ctx); err != nil {
 		return s.row, err
@@ -168,6 +168,13 @@ func (s *step) startSender(ctx context.Context) error {
 			"took", time.Since(t0).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// closeSender closes the UDP output if it was made.
+func (s *step) closeSender() {
+	if s.udp != nil {
+		_ = s.udp.Close()
+	}
 }
 
 // startCollector starts the target, waits for it to be ready and opens its
