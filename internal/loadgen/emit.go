@@ -92,6 +92,69 @@ func (r *run) sendIdent(s *server) bool {
 	return r.sendMap(s, packet.CodeIdent, 0)
 }
 
+var (
+	authGSI = []byte("gsi")
+	authZTN = []byte("ztn")
+)
+
+// sendLogin sends the map records of a new session: the user's login, and
+// its token, application info and UEAC records if it has them; false when
+// the run must stop.
+func (r *run) sendLogin(s *server, ss *session) bool {
+	u := &r.g.users[ss.user]
+	ipv := byte(4)
+	if ss.ipv6 {
+		ipv = 6
+	}
+	l := packet.Login{
+		HasAuth: true, AuthProt: authGSI, Name: u.dn.b, Host: r.hostOf(ss).name.b, Org: u.vo.b,
+		Role: u.role.b, Groups: u.groups.b, MonInfo: u.dn.b,
+		Release: relClient, App: r.g.apps[ss.app].b, IPv: ipv,
+	}
+	if ss.token {
+		l.AuthProt, l.MonInfo = authZTN, nil
+	}
+	r.info = packet.AppendLogin(r.userLine(s, ss), l)
+	if !r.sendMap(s, packet.CodeUser, ss.dict) {
+		return false
+	}
+	if ss.token {
+		r.info = packet.AppendToken(r.userLine(s, ss), packet.Token{UserDictID: ss.dict, Subject: u.subject.b, Name: u.tokenUser.b, Org: u.tokenOrg.b, Role: u.role.b, Groups: u.groups.b})
+		if !r.sendNewDict(s, packet.CodeToken) {
+			return false
+		}
+	}
+	if ss.hasInfo {
+		r.info = append(r.userLine(s, ss), r.g.infos[ss.info].b...)
+		if !r.sendNewDict(s, packet.CodeInfo) {
+			return false
+		}
+	}
+	if ss.ueac {
+		r.info = packet.AppendUEAC(r.userLine(s, ss), packet.UEAC{UserDictID: ss.dict, Experiment: ss.exp, Activity: ss.act})
+		if !r.sendNewDict(s, packet.CodeUEAC) {
+			return false
+		}
+	}
+	return true
+}
+
+// userLine starts a map record's text in r.info: the session's user id and
+// a newline.
+func (r *run) userLine(s *server, ss *session) []byte {
+	return append(r.appendUserID(r.info[:0], s, ss), '\n')
+}
+
+// sendNewDict sends the map record in r.info under the server's next
+// dictid.
+func (r *run) sendNewDict(s *server, code byte) bool {
+	if !r.sendMap(s, code, s.nextDict) {
+		return false
+	}
+	s.nextDict++
+	return true
+}
+
 // sendOpen sends the path map record and the isOpen of access ai (path
 // lfn) of session ss.
 func (r *run) sendOpen(s *server, ss *session, ai int32, lfn []byte) bool {
@@ -251,67 +314,4 @@ func (r *run) tick(s *server) {
 		}
 	}
 	r.schedule(r.now+cfg.FStat.Milliseconds(), evTick, int32(s.idx), 0)
-}
-
-var (
-	authGSI = []byte("gsi")
-	authZTN = []byte("ztn")
-)
-
-// sendLogin sends the map records of a new session: the user's login, and
-// its token, application info and UEAC records if it has them; false when
-// the run must stop.
-func (r *run) sendLogin(s *server, ss *session) bool {
-	u := &r.g.users[ss.user]
-	ipv := byte(4)
-	if ss.ipv6 {
-		ipv = 6
-	}
-	l := packet.Login{
-		HasAuth: true, AuthProt: authGSI, Name: u.dn.b, Host: r.hostOf(ss).name.b, Org: u.vo.b,
-		Role: u.role.b, Groups: u.groups.b, MonInfo: u.dn.b,
-		Release: relClient, App: r.g.apps[ss.app].b, IPv: ipv,
-	}
-	if ss.token {
-		l.AuthProt, l.MonInfo = authZTN, nil
-	}
-	r.info = packet.AppendLogin(r.userLine(s, ss), l)
-	if !r.sendMap(s, packet.CodeUser, ss.dict) {
-		return false
-	}
-	if ss.token {
-		r.info = packet.AppendToken(r.userLine(s, ss), packet.Token{UserDictID: ss.dict, Subject: u.subject.b, Name: u.tokenUser.b, Org: u.tokenOrg.b, Role: u.role.b, Groups: u.groups.b})
-		if !r.sendNewDict(s, packet.CodeToken) {
-			return false
-		}
-	}
-	if ss.hasInfo {
-		r.info = append(r.userLine(s, ss), r.g.infos[ss.info].b...)
-		if !r.sendNewDict(s, packet.CodeInfo) {
-			return false
-		}
-	}
-	if ss.ueac {
-		r.info = packet.AppendUEAC(r.userLine(s, ss), packet.UEAC{UserDictID: ss.dict, Experiment: ss.exp, Activity: ss.act})
-		if !r.sendNewDict(s, packet.CodeUEAC) {
-			return false
-		}
-	}
-	return true
-}
-
-// userLine starts a map record's text in r.info: the session's user id and
-// a newline.
-func (r *run) userLine(s *server, ss *session) []byte {
-	return append(r.appendUserID(r.info[:0], s, ss), '\n')
-}
-
-// sendNewDict sends the map record in r.info under the server's next
-// dictid.
-func (r *run) sendNewDict(s *server, code byte) bool {
-	if !r.sendMap(s, code, s.nextDict) {
-		return false
-	}
-	s.nextDict++
-	return true
 }
