@@ -52,8 +52,9 @@ FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./internal/packet
 
+# bench: every unit benchmark (the files *_bench_test.go); some need RabbitMQ or PostgreSQL.
 bench:
-	$(GO) test -run='^$$' -bench=. -benchmem ./internal/...
+	$(GO) test -run='^$$' -bench=. -benchmem ./cmd/... ./internal/...
 
 clean:
 	rm -rf bin

@@ -62,13 +62,74 @@ func runNullRecv(ctx context.Context, args []string, stderr io.Writer) error {
 	return bench.RunNullReceiver(ctx, *addr, *countFile, *rcvbuf)
 }
 
+// runBenchMain implements `xrdmon bench`: it runs the scenario's steps
+// against the target and writes the table (and CSV, SVG) of their rows.
 func runBenchMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	base := loadgen.DefaultConfig()
 	base.Rate = 20000
 	bc := bench.DefaultConfig()
 	fs := newFlagSet("bench", fmt.Sprintf(benchSynopsis, strings.Join(loadgen.PresetNames(), ", ")), stderr)
-	scenario := fs.String("scenario", "clients", "`scenario`: a preset or param=values")
-	quick := fs.Bool("quick", false, "a tiny run for CI: clients=5,10 at 2000 packets/s for 2 s each (other flags still apply)")
+	f := addBenchFlags(fs, &base, &bc)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "xrdmon bench: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	if *f.fromCSV != "" {
+		return benchFromCSV(*f.fromCSV, *f.svg, *f.scenario, stdout)
+	}
+	if *f.quick {
+		f.applyQuick(fs, &base, &bc)
+	}
+	sc, err := loadgen.ParseScenario(*f.scenario, base)
+	if err != nil {
+		fmt.Fprintf(stderr, "xrdmon bench: %v\n", err)
+		return errUsage
+	}
+	if _, err := sc.Steps(); err != nil {
+		fmt.Fprintf(stderr, "xrdmon bench: %v\n", err)
+		return errUsage
+	}
+	bc.Scenario = sc
+	if bc.Target, err = f.benchTarget(fs, stderr); err != nil {
+		return err
+	}
+	if bc.WorkDir, err = benchWorkDir(*f.workDir); err != nil {
+		return err
+	}
+	var log *slog.Logger
+	if *f.verbose {
+		log = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	fmt.Fprintf(stderr, "bench: scenario %s, work dir %s\n", sc.Name, bc.WorkDir)
+	bc.Progress = stderr
+	rows, runErr := bench.Run(ctx, bc, log)
+	if err := f.writeRows(rows, sc.Name, stdout, stderr); err != nil {
+		return err
+	}
+	return runErr
+}
+
+// benchFlags are the flags of `xrdmon bench` that are not a field of the
+// scenario's base Config or of the bench Config.
+type benchFlags struct {
+	scenario, workDir           *string
+	quick, verbose              *bool
+	target, targetCmd           *string
+	recJSONL, recAMQP, recQueue *string
+	matchPath                   *bool
+	csv, svg, fromCSV           *string
+}
+
+// addBenchFlags adds the flags of `xrdmon bench`; those of the workload
+// set base, those of the measurement bc.
+func addBenchFlags(fs *flag.FlagSet, base *loadgen.Config, bc *bench.Config) *benchFlags {
+	f := &benchFlags{
+		scenario: fs.String("scenario", "clients", "`scenario`: a preset or param=values"),
+		quick:    fs.Bool("quick", false, "a tiny run for CI: clients=5,10 at 2000 packets/s for 2 s each (other flags still apply)"),
+	}
 	fs.Float64Var(&base.Rate, "rate", base.Rate, "offered `packets/s` of every step (unless the scenario varies rate; 0: as fast as possible, --packets per step)")
 	fs.IntVar(&base.Servers, "servers", base.Servers, "simulated `servers` (unless the scenario varies them)")
 	fs.IntVar(&base.Clients, "clients", base.Clients, "concurrent `clients` per server (unless the scenario varies them)")
@@ -79,122 +140,114 @@ func runBenchMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.DurationVar(&bc.MaxSettle, "max-settle", bc.MaxSettle, "longest `time` to wait for records after sending")
 	fs.DurationVar(&bc.Poll, "poll", bc.Poll, "how often records are looked for (latency resolution)")
 	fs.DurationVar(&bc.Profile, "profile", 0, "take a CPU profile of this `time` in each step (xrdmon target; saved in --workdir)")
-	workDir := fs.String("workdir", "", "`dir` for the steps' stores, collector logs and profiles (default: a new temporary dir, kept)")
-	targetCmd := fs.String("target-cmd", "", "collector `command line` to measure instead of xrdmon collect")
-	target := fs.String("target", "xrdmon", "`target`: xrdmon (this xrdmon's collect) or null (a receiver that only counts datagrams: the machine's ceiling)")
+	f.workDir = fs.String("workdir", "", "`dir` for the steps' stores, collector logs and profiles (default: a new temporary dir, kept)")
+	f.targetCmd = fs.String("target-cmd", "", "collector `command line` to measure instead of xrdmon collect")
+	f.target = fs.String("target", "xrdmon", "`target`: xrdmon (this xrdmon's collect) or null (a receiver that only counts datagrams: the machine's ceiling)")
 	fs.BoolVar(&bc.Pregenerate, "pregenerate", false, "generate each step's packets in memory before starting the collector, then only send them\n"+
 		"(memory: ~285 bytes per packet, e.g. 3.4 GB for 200,000/s for 60 s; see --pregenerate-max-bytes)")
 	fs.IntVar(&bc.SendWorkers, "send-workers", 0, "most `goroutines` sending UDP at once, one server's packets always on one (0: one per CPU)")
 	fs.Int64Var(&bc.PregenerateMax, "pregenerate-max-bytes", loadgen.DefaultPregenerateMax, "with --pregenerate: refuse a step whose packets need more than this many `bytes`")
-	recJSONL := fs.String("records-jsonl", "", "with --target-cmd: JSON-lines `file` the collector writes records to")
-	recAMQP := fs.String("records-amqp", "", "with --target-cmd: RabbitMQ `URL` of the queue the collector publishes records to")
-	recQueue := fs.String("records-queue", "", "with --records-amqp: the `queue`")
-	matchPath := fs.Bool("match-path", false, "match records by (server IP, path) when they carry no server start time and file id (default for --target-cmd)")
-	csvPath := fs.String("csv", "", "write the table as CSV to `file`")
-	svgPath := fs.String("svg", "", "write a chart of rate vs loss and latency (SVG) to `file`")
+	f.recJSONL = fs.String("records-jsonl", "", "with --target-cmd: JSON-lines `file` the collector writes records to")
+	f.recAMQP = fs.String("records-amqp", "", "with --target-cmd: RabbitMQ `URL` of the queue the collector publishes records to")
+	f.recQueue = fs.String("records-queue", "", "with --records-amqp: the `queue`")
+	f.matchPath = fs.Bool("match-path", false, "match records by (server IP, path) when they carry no server start time and file id (default for --target-cmd)")
+	f.csv = fs.String("csv", "", "write the table as CSV to `file`")
+	f.svg = fs.String("svg", "", "write a chart of rate vs loss and latency (SVG) to `file`")
 	fs.BoolVar(&bc.StopOnLoss, "stop-on-loss", false, "end the scenario after the first step with loss (rate ramps)")
-	fromCSV := fs.String("from-csv", "", "run nothing: read the rows of an earlier --csv `file` and print, chart (--svg) them")
-	verbose := fs.Bool("v", false, "log each step's progress to standard error")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	f.fromCSV = fs.String("from-csv", "", "run nothing: read the rows of an earlier --csv `file` and print, chart (--svg) them")
+	f.verbose = fs.Bool("v", false, "log each step's progress to standard error")
+	return f
+}
+
+// applyQuick makes the --quick run's defaults those of the flags not
+// given.
+func (f *benchFlags) applyQuick(fs *flag.FlagSet, base *loadgen.Config, bc *bench.Config) {
+	if !flagSet(fs, "scenario") {
+		*f.scenario = "clients=5,10"
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "xrdmon bench: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
+	if !flagSet(fs, "rate") {
+		base.Rate = 2000
 	}
-	if *fromCSV != "" {
-		return benchFromCSV(*fromCSV, *svgPath, *scenario, stdout)
+	if !flagSet(fs, "step-duration") {
+		bc.StepDuration = 2 * time.Second
 	}
-	if *quick {
-		if !flagSet(fs, "scenario") {
-			*scenario = "clients=5,10"
-		}
-		if !flagSet(fs, "rate") {
-			base.Rate = 2000
-		}
-		if !flagSet(fs, "step-duration") {
-			bc.StepDuration = 2 * time.Second
-		}
-		if !flagSet(fs, "quiet") {
-			bc.Quiet = time.Second
-		}
-		if !flagSet(fs, "max-settle") {
-			bc.MaxSettle = 20 * time.Second
-		}
+	if !flagSet(fs, "quiet") {
+		bc.Quiet = time.Second
 	}
-	sc, err := loadgen.ParseScenario(*scenario, base)
-	if err != nil {
-		fmt.Fprintf(stderr, "xrdmon bench: %v\n", err)
-		return errUsage
+	if !flagSet(fs, "max-settle") {
+		bc.MaxSettle = 20 * time.Second
 	}
-	if _, err := sc.Steps(); err != nil {
-		fmt.Fprintf(stderr, "xrdmon bench: %v\n", err)
-		return errUsage
+}
+
+// benchTarget returns the collector the flags ask to measure: this
+// xrdmon's collect, the null receiver or --target-cmd.
+func (f *benchFlags) benchTarget(fs *flag.FlagSet, stderr io.Writer) (bench.Target, error) {
+	if *f.target != "xrdmon" && *f.target != "null" {
+		fmt.Fprintf(stderr, "xrdmon bench: --target %q: want xrdmon or null\n", *f.target)
+		return bench.Target{}, errUsage
 	}
-	bc.Scenario = sc
-	if *target != "xrdmon" && *target != "null" {
-		fmt.Fprintf(stderr, "xrdmon bench: --target %q: want xrdmon or null\n", *target)
-		return errUsage
-	}
-	if *target == "null" && *targetCmd != "" {
+	if *f.target == "null" && *f.targetCmd != "" {
 		fmt.Fprintln(stderr, "xrdmon bench: --target null and --target-cmd exclude each other")
-		return errUsage
+		return bench.Target{}, errUsage
 	}
-	switch {
-	case *target == "null":
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("find xrdmon executable: %w", err)
-		}
-		bc.Target = bench.NullTarget(exe)
-	case *targetCmd != "":
-		argv, err := splitCommand(*targetCmd)
+	if *f.targetCmd != "" {
+		argv, err := splitCommand(*f.targetCmd)
 		if err != nil {
 			fmt.Fprintf(stderr, "xrdmon bench: --target-cmd: %v\n", err)
-			return errUsage
+			return bench.Target{}, errUsage
 		}
-		bc.Target = bench.Target{Command: argv, JSONL: *recJSONL, AMQPURL: *recAMQP, AMQPQueue: *recQueue, MatchByPath: true}
+		t := bench.Target{Command: argv, JSONL: *f.recJSONL, AMQPURL: *f.recAMQP, AMQPQueue: *f.recQueue, MatchByPath: true}
 		if flagSet(fs, "match-path") {
-			bc.Target.MatchByPath = *matchPath
+			t.MatchByPath = *f.matchPath
 		}
-		if *recJSONL == "" && (*recAMQP == "" || *recQueue == "") {
+		if *f.recJSONL == "" && (*f.recAMQP == "" || *f.recQueue == "") {
 			fmt.Fprintln(stderr, "xrdmon bench: --target-cmd needs --records-jsonl or --records-amqp with --records-queue")
-			return errUsage
+			return bench.Target{}, errUsage
 		}
-	default:
-		exe, err := os.Executable()
+		return t, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return bench.Target{}, fmt.Errorf("find xrdmon executable: %w", err)
+	}
+	if *f.target == "null" {
+		return bench.NullTarget(exe), nil
+	}
+	t := bench.XrdmonTarget(exe)
+	t.MatchByPath = *f.matchPath
+	return t, nil
+}
+
+// benchWorkDir makes the work directory dir, or a new temporary one when
+// dir is empty.
+func benchWorkDir(dir string) (string, error) {
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "xrdmon-bench-")
 		if err != nil {
-			return fmt.Errorf("find xrdmon executable: %w", err)
+			return "", fmt.Errorf("create work dir: %w", err)
 		}
-		bc.Target = bench.XrdmonTarget(exe)
-		bc.Target.MatchByPath = *matchPath
+		return tmp, nil
 	}
-	if *workDir != "" {
-		if err := os.MkdirAll(*workDir, 0o755); err != nil {
-			return fmt.Errorf("create work dir: %w", err)
-		}
-		bc.WorkDir = *workDir
-	} else if bc.WorkDir, err = os.MkdirTemp("", "xrdmon-bench-"); err != nil {
-		return fmt.Errorf("create work dir: %w", err)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create work dir: %w", err)
 	}
-	var log *slog.Logger
-	if *verbose {
-		log = slog.New(slog.NewTextHandler(stderr, nil))
-	}
-	fmt.Fprintf(stderr, "bench: scenario %s, work dir %s\n", sc.Name, bc.WorkDir)
-	bc.Progress = stderr
-	rows, runErr := bench.Run(ctx, bc, log)
+	return dir, nil
+}
+
+// writeRows prints the table of the rows, writes the --csv and --svg files
+// and names the CPU profiles taken.
+func (f *benchFlags) writeRows(rows []bench.Row, scenario string, stdout, stderr io.Writer) error {
 	if len(rows) > 0 {
 		bench.WriteTable(stdout, rows, true)
 	}
-	if *csvPath != "" && len(rows) > 0 {
-		if err := writeFileWith(*csvPath, func(w io.Writer) error { return bench.WriteCSV(w, rows) }); err != nil {
+	if *f.csv != "" && len(rows) > 0 {
+		if err := writeFileWith(*f.csv, func(w io.Writer) error { return bench.WriteCSV(w, rows) }); err != nil {
 			return err
 		}
 	}
-	if *svgPath != "" && len(rows) > 0 {
-		title := "xrdmon bench: " + sc.Name
-		if err := writeFileWith(*svgPath, func(w io.Writer) error { return bench.WriteSVG(w, rows, title) }); err != nil {
+	if *f.svg != "" && len(rows) > 0 {
+		title := "xrdmon bench: " + scenario
+		if err := writeFileWith(*f.svg, func(w io.Writer) error { return bench.WriteSVG(w, rows, title) }); err != nil {
 			return err
 		}
 	}
@@ -203,7 +256,7 @@ func runBenchMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			fmt.Fprintf(stderr, "bench: %s: CPU profile %s\n", r.Step, r.Profile)
 		}
 	}
-	return runErr
+	return nil
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {

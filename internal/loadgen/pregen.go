@@ -293,26 +293,11 @@ func (p *Pregenerated) Send(ctx context.Context) error {
 	}
 	workers := max(min(u.Workers, len(u.bw)), 1)
 	u.growStats(workers)
-	var ws []chan [2]int
-	var done chan error
+	sendRound := func(lo, hi int) error { return p.sendRange(lo, hi, 0, 1) }
 	if workers > 1 {
-		done = make(chan error, workers)
-		var wg sync.WaitGroup
-		for w := range workers {
-			ch := make(chan [2]int, 1)
-			ws = append(ws, ch)
-			wg.Go(func() {
-				for r := range ch {
-					done <- p.sendRange(r[0], r[1], w, workers)
-				}
-			})
-		}
-		defer func() {
-			for _, ch := range ws {
-				close(ch)
-			}
-			wg.Wait()
-		}()
+		sw := p.startWorkers(workers)
+		defer sw.stop()
+		sendRound = sw.send
 	}
 	start := time.Now()
 	var t *time.Timer
@@ -323,34 +308,12 @@ func (p *Pregenerated) Send(ctx context.Context) error {
 		}
 		if p.Rate > 0 {
 			due := start.Add(time.Duration(float64(lo) / p.Rate * float64(time.Second)))
-			if d := time.Until(due); d > 0 {
-				if t == nil {
-					t = time.NewTimer(d)
-				} else {
-					t.Reset(d)
-				}
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
-					return ctx.Err()
-				}
+			if err := sleepUntil(ctx, &t, due); err != nil {
+				return err
 			}
 		}
 		hi := min(lo+round, n)
-		var err error
-		if workers == 1 {
-			err = p.sendRange(lo, hi, 0, 1)
-		} else {
-			for _, ch := range ws {
-				ch <- [2]int{lo, hi}
-			}
-			errs := make([]error, workers)
-			for w := range workers {
-				errs[w] = <-done
-			}
-			err = errors.Join(errs...)
-		}
+		err := sendRound(lo, hi)
 		u.tally()
 		if err != nil {
 			return err
@@ -366,6 +329,69 @@ func (p *Pregenerated) Send(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// sleepUntil waits until due on the timer *t, made on first use; it
+// returns ctx's error if ctx is done first.
+func sleepUntil(ctx context.Context, t **time.Timer, due time.Time) error {
+	d := time.Until(due)
+	if d <= 0 {
+		return nil
+	}
+	if *t == nil {
+		*t = time.NewTimer(d)
+	} else {
+		(*t).Reset(d)
+	}
+	select {
+	case <-(*t).C:
+		return nil
+	case <-ctx.Done():
+		(*t).Stop()
+		return ctx.Err()
+	}
+}
+
+// sendWorkers are the goroutines that send a round of pregenerated
+// packets, worker w the packets of the servers s with s mod workers = w.
+type sendWorkers struct {
+	ws   []chan [2]int
+	done chan error
+	wg   sync.WaitGroup
+}
+
+func (p *Pregenerated) startWorkers(workers int) *sendWorkers {
+	sw := &sendWorkers{done: make(chan error, workers)}
+	for w := range workers {
+		ch := make(chan [2]int, 1)
+		sw.ws = append(sw.ws, ch)
+		sw.wg.Go(func() {
+			for r := range ch {
+				sw.done <- p.sendRange(r[0], r[1], w, workers)
+			}
+		})
+	}
+	return sw
+}
+
+// send has the workers send the packets lo..hi-1 and waits for them all.
+func (sw *sendWorkers) send(lo, hi int) error {
+	for _, ch := range sw.ws {
+		ch <- [2]int{lo, hi}
+	}
+	errs := make([]error, len(sw.ws))
+	for w := range errs {
+		errs[w] = <-sw.done
+	}
+	return errors.Join(errs...)
+}
+
+// stop ends the workers.
+func (sw *sendWorkers) stop() {
+	for _, ch := range sw.ws {
+		close(ch)
+	}
+	sw.wg.Wait()
 }
 
 // sendRange sends the packets lo..hi-1 of the servers worker w of workers

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/record"
@@ -165,4 +166,161 @@ func reasonName(r record.Reason) string {
 		return "complete"
 	}
 	return string(r)
+}
+
+// What a run expects. The simulation and emission tally what was sent; an
+// access's expected record is final (finalize) once the packet with its
+// close is in a batch, or when the run ends with it open; settle turns the
+// tallies into the Truth.
+
+// serverTally is the per-server part of the truth kept while running.
+type serverTally struct {
+	packets [nDomains]int64
+	dropped [nDomains]int64
+	events  [3]int64 // C, P, r (redirects)
+	stods   []int64
+	bytes   Bytes
+}
+
+// settle fills the Truth from the tallies.
+func (r *run) settle() {
+	t := r.truth
+	if r.lastMs > 0 {
+		t.End = time.UnixMilli(r.lastMs).UTC()
+	}
+	t.Sessions = r.sessions
+	t.Reasons = make(map[string]int64)
+	for k, v := range r.reasons {
+		t.Reasons[reasonName(k)] = v
+	}
+	t.Events = map[string]int64{"C": 0, "P": 0}
+	if r.cfg.Redirectors > 0 {
+		t.Events["r"] = 0
+	}
+	for i := range r.servers {
+		s, tl := &r.servers[i], &r.tally[i]
+		st := ServerTruth{
+			Index: i, IP: s.ip, Sender: s.addr.String(), Host: s.host.s, SID: s.sid, Redirector: s.redir,
+			Stods: tl.stods, Cache: s.cache, Bytes: tl.bytes,
+			Packets: make(map[string]int64), Dropped: make(map[string]int64),
+			Events: map[string]int64{"C": tl.events[0], "P": tl.events[1]},
+		}
+		for d := range nDomains {
+			st.Packets[domainNames[d]] = tl.packets[d]
+			st.Dropped[domainNames[d]] = tl.dropped[d]
+		}
+		t.Events["C"] += tl.events[0]
+		t.Events["P"] += tl.events[1]
+		if s.redir {
+			st.Events = map[string]int64{"r": tl.events[2]}
+			t.Events["r"] += tl.events[2]
+		}
+		t.Servers = append(t.Servers, st)
+	}
+	for i, b := range r.users {
+		if b.Records > 0 {
+			t.Users = append(t.Users, UserTruth{User: r.g.users[i].name.s, Bytes: b})
+		}
+	}
+	slices.SortFunc(t.Users, func(a, b UserTruth) int {
+		switch {
+		case a.User < b.User:
+			return -1
+		case a.User > b.User:
+			return 1
+		}
+		return 0
+	})
+}
+
+// finalizeOpen, at the end of the run, expects the files whose open was
+// sent and whose close was not as end_of_input.
+func (r *run) finalizeOpen() {
+	for i := range r.accs {
+		switch r.accs[i].state {
+		case accSent:
+			r.finalize(int32(i), record.EndOfInput)
+		case accPending:
+			r.freeAccess(int32(i))
+		}
+	}
+}
+
+// finalize records the expected record of an access and frees it.
+func (r *run) finalize(ai int32, reason record.Reason) {
+	a := &r.accs[ai]
+	s := &r.servers[a.srv]
+	rec := record.Record{Reason: reason}
+	end := a.closedAt
+	if reason == record.Complete {
+		rec.ReadBytes, rec.ReadvBytes, rec.WriteBytes = a.fr, a.fv, a.fw
+		rec.Forced = a.forced
+		ops, ssq := a.stats(a.fr, a.fv, a.fw)
+		rec.HasOps, rec.HasSSQ = true, true
+		rec.ReadOps, rec.ReadvOps, rec.WriteOps = ops.Read, ops.Readv, ops.Write
+		rec.ReadvSegs, rec.ReadvSegsMin, rec.ReadvSegsMax = ops.Rsegs, ops.RsMin, ops.RsMax
+		rec.ReadMin, rec.ReadMax, rec.ReadvMin, rec.ReadvMax = ops.RdMin, ops.RdMax, ops.RvMin, ops.RvMax
+		rec.WriteMin, rec.WriteMax = ops.WrMin, ops.WrMax
+		rec.ReadSqSum, rec.ReadvSqSum, rec.ReadvSegSqSum, rec.WriteSqSum = ssq.Read, ssq.Readv, ssq.ReadvSegs, ssq.Write
+		if r.cfg.Trace != "" {
+			rec.HasIO, rec.IO = true, a.io
+		}
+		if a.hops > 0 {
+			// The open happened at a.start; what a collector can know of
+			// it is bounded by the f-stream packet's span, so the truth
+			// is the exact delay in both fields (see Truth).
+			rec.RedirectHops = a.hops
+			rec.RedirectDelayMS, rec.RedirectDelayMaxMS = a.start-a.rfirst, a.start-a.rfirst
+		}
+	} else {
+		rec.ReadBytes, rec.ReadvBytes, rec.WriteBytes = a.xr, a.xv, a.xw
+		end = max(a.xAt, a.start)
+	}
+	r.reasons[reason]++
+	r.tally[a.srv].bytes.add(&rec)
+	r.users[a.sess.user].add(&rec)
+	if hook := r.g.hooks.Record; r.cfg.KeepRecords || hook != nil {
+		r.fillRecord(&rec, s, a, end)
+		if hook != nil {
+			// Through a copy owned by the run: passing &rec itself would
+			// make every record escape to the heap, hook or not.
+			r.hookRec = rec
+			hook(r.final, &r.hookRec)
+		}
+		if r.cfg.KeepRecords {
+			r.truth.Records = append(r.truth.Records, rec)
+		}
+	}
+	r.final++
+	r.freeAccess(ai)
+}
+
+func (r *run) fillRecord(rec *record.Record, s *server, a *access, end int64) {
+	u := &r.g.users[a.sess.user]
+	ss := &a.sess
+	rec.Start = time.UnixMilli(a.start).UTC()
+	rec.End = time.UnixMilli(end).UTC()
+	rec.ServerIP, rec.ServerHost, rec.ServerID, rec.ServerStod = s.ip, s.host.s, s.sid, a.stod
+	rec.Site, rec.Instance, rec.Program, rec.Version = s.site.s, "anon", "xrootd", "v5.7.1"
+	rec.Protocol, rec.User, rec.UserDictID = "xroot", u.name.s, ss.dict
+	rec.ClientHost, rec.IPv6 = r.hostOf(ss).name.s, ss.ipv6
+	rec.AuthProtocol, rec.DN, rec.MonInfo = "gsi", u.dn.s, u.dn.s
+	if ss.token {
+		rec.AuthProtocol, rec.MonInfo = "ztn", ""
+		rec.TokenSubject, rec.TokenUser, rec.TokenOrg, rec.TokenRole, rec.TokenGroups = u.subject.s, u.tokenUser.s, u.tokenOrg.s, u.role.s, u.groups.s
+	}
+	rec.VO, rec.Role, rec.Groups = u.vo.s, u.role.s, u.groups.s
+	rec.ClientRelease, rec.AppName = "v5.7.1", r.g.apps[ss.app].s
+	if ss.hasInfo {
+		rec.AppInfo = r.g.infos[ss.info].s
+	}
+	if ss.ueac {
+		rec.Experiment, rec.Activity = ss.exp, ss.act
+	}
+	rec.FileID, rec.FileSize, rec.ReadWrite = a.fileID, a.size, a.rw
+	if a.rw {
+		rec.Path = r.g.writePaths[a.path].p.s
+	} else {
+		rec.Path = r.g.readPaths[a.path].p.s
+	}
 }

@@ -20,7 +20,7 @@
 // coalescingConn), and with RecordsPerMessage > 1 several entries share a
 // message: at one entry per message the broker's per-message cost
 // dominates, and 10 per message is about three times faster (the
-// benchmarks in amqp_timing_test.go).
+// benchmarks in amqp_bench_test.go).
 //
 // # Routing
 //

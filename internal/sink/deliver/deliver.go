@@ -210,168 +210,249 @@ type flight struct {
 // past batches whose wait returned nil. A failure abandons every batch in
 // flight and resumes, after the backoff, from the cursor.
 func (l *Loop) Run(ctx context.Context) error {
+	cursor, err := l.register(ctx)
+	if err != nil {
+		return err
+	}
+	l.log.Info("Sink started", "sink", l.o.Name, "cursor", cursor)
+	r := l.newRun(ctx, cursor)
+	defer r.close()
+	for {
+		if !r.draining && ctx.Err() != nil {
+			r.startDrain()
+		}
+		if r.draining && r.dctx.Err() != nil {
+			l.stopped(r.cursor, "drain timeout")
+			return nil
+		}
+		if len(r.inflight) < r.depth {
+			switch r.sendNext() {
+			case stepStop:
+				return nil
+			case stepAgain:
+				continue
+			}
+		}
+		if r.completeOldest() {
+			return nil
+		}
+	}
+}
+
+// register reads the sink's cursor, and registers it in the store if it
+// is not there yet.
+func (l *Loop) register(ctx context.Context) (int64, error) {
 	cursor, err := l.st.Cursor(ctx, l.o.Name)
 	if err != nil {
-		return fmt.Errorf("read cursor: %w", err)
+		return 0, fmt.Errorf("read cursor: %w", err)
 	}
 	if _, ok := l.st.Sinks()[l.o.Name]; !ok {
 		if err := l.st.SetCursor(ctx, l.o.Name, cursor); err != nil {
-			return fmt.Errorf("register cursor: %w", err)
+			return 0, fmt.Errorf("register cursor: %w", err)
 		}
 	}
-	l.log.Info("Sink started", "sink", l.o.Name, "cursor", cursor)
+	return cursor, nil
+}
 
-	pl, _ := l.d.(Pipeliner)
-	depth := 1
-	if pl != nil {
-		depth = l.o.InFlight
+// runState is the state of one Run: where delivery stands and what is in
+// flight.
+type runState struct {
+	l     *Loop
+	pl    Pipeliner // l.d, if it is one
+	depth int       // the most batches in flight
+
+	ctx         context.Context // Run's
+	dctx        context.Context // the context deliveries run under; replaced when draining
+	cancelDrain context.CancelFunc
+	draining    bool
+
+	cursor   int64 // the Seq confirmed and saved
+	readPos  int64 // the Seq the next batch is read after
+	inflight []flight
+	next     chan readResult // prefetch of the batch after readPos
+}
+
+// What the delivery loop does after sendNext.
+type stepResult int
+
+const (
+	stepOn    stepResult = iota // complete the oldest batch in flight
+	stepAgain                   // start the next round
+	stepStop                    // Run returns
+)
+
+func (l *Loop) newRun(ctx context.Context, cursor int64) *runState {
+	r := &runState{l: l, depth: 1, ctx: ctx, dctx: ctx, cancelDrain: func() {}, cursor: cursor, readPos: cursor}
+	if pl, ok := l.d.(Pipeliner); ok {
+		r.pl, r.depth = pl, l.o.InFlight
 	}
-	dctx := ctx // the context deliveries run under; replaced when draining
-	draining := false
-	readPos := cursor // the Seq the next batch is read after
-	var inflight []flight
-	var next chan readResult // prefetch of the batch after readPos
-	defer func() {
-		if next != nil {
-			<-next
-		}
-	}()
-	cancelDrain := context.CancelFunc(func() {})
-	defer func() { cancelDrain() }()
-	startDrain := func() {
-		draining = true
-		dctx, cancelDrain = context.WithTimeout(context.WithoutCancel(ctx), l.o.DrainTimeout)
+	return r
+}
+
+// close ends the drain's context and waits for the prefetch, if any.
+func (r *runState) close() {
+	r.cancelDrain()
+	if r.next != nil {
+		<-r.next
 	}
-	// reset abandons what is in flight: delivery resumes from the cursor.
-	reset := func() {
-		inflight = inflight[:0]
-		readPos = cursor
+}
+
+// startDrain gives the deliveries DrainTimeout from now, whatever Run's
+// context.
+func (r *runState) startDrain() {
+	r.draining = true
+	r.dctx, r.cancelDrain = context.WithTimeout(context.WithoutCancel(r.ctx), r.l.o.DrainTimeout)
+}
+
+// sendNext reads the batch after readPos and sends it. With nothing new
+// and nothing in flight it waits a poll interval, or ends Run when
+// draining.
+func (r *runState) sendNext() stepResult {
+	batch, err := r.read()
+	if err != nil {
+		return r.failedStep(fmt.Errorf("read store: %w", err), "store unreadable")
 	}
-	// failed handles a failed read, send or wait; it reports whether Run
-	// must return.
-	failed := func(err error, why string) bool {
-		reset()
-		if errors.Is(err, ErrRefused) {
-			// Something in the batches from the cursor on is refused:
-			// deliver them one batch at a time, isolating what is refused.
-			last, ierr := l.isolate(dctx, cursor)
-			if ierr == nil {
-				l.recovered()
-				cursor, readPos = last, last
-				return false
-			}
-			err = ierr
+	if len(batch) == 0 {
+		switch {
+		case len(r.inflight) > 0:
+			return stepOn
+		case r.draining:
+			r.l.stopped(r.cursor, "backlog delivered")
+			return stepStop
 		}
-		if !draining && ctx.Err() != nil {
-			return false // cancelled mid-batch: retry while draining
+		r.poll()
+		return stepAgain
+	}
+	last := batch[len(batch)-1].Seq
+	if len(batch) == r.l.o.BatchSize {
+		// More is likely waiting: read it while this batch is delivered.
+		r.prefetch(last)
+	}
+	if err := r.send(external(batch), last); err != nil {
+		return r.failedStep(err, "destination unavailable")
+	}
+	if len(r.inflight) < r.depth {
+		return stepAgain
+	}
+	return stepOn
+}
+
+// read returns the batch after readPos: the prefetched one if it is that
+// batch and was read without error, else one read now.
+func (r *runState) read() ([]store.Entry, error) {
+	if r.next != nil {
+		res := <-r.next
+		r.next = nil
+		if res.after == r.readPos && res.err == nil {
+			return res.entries, nil
 		}
+	}
+	// A failed or stale prefetch may have run under the context cancelled
+	// since: read again under dctx.
+	return r.l.st.Read(r.dctx, r.readPos, r.l.o.BatchSize)
+}
+
+// prefetch starts reading the batch after Seq after.
+func (r *runState) prefetch(after int64) {
+	next := make(chan readResult, 1)
+	r.next = next
+	go func(ctx context.Context) {
+		e, err := r.l.st.Read(ctx, after, r.l.o.BatchSize)
+		next <- readResult{after, e, err}
+	}(r.dctx)
+}
+
+// send sends batch, whose last log entry is last (a batch of internal
+// entries only is empty: nothing is sent), and puts it in flight.
+func (r *runState) send(batch []store.Entry, last int64) error {
+	f := flight{last: last, n: len(batch), start: time.Now()}
+	var err error
+	switch {
+	case len(batch) == 0: // only internal entries: nothing to send
+	case r.pl != nil:
+		f.wait, err = r.pl.Send(r.dctx, batch)
+	default:
+		err = r.l.d.Deliver(r.dctx, batch)
+	}
+	if err != nil {
+		return err
+	}
+	r.inflight = append(r.inflight, f)
+	r.readPos = last
+	return nil
+}
+
+// poll waits a poll interval, or until Run's context ends.
+func (r *runState) poll() {
+	t := time.NewTimer(r.l.o.PollInterval)
+	select {
+	case <-r.ctx.Done():
+	case <-t.C:
+	}
+	t.Stop()
+}
+
+// completeOldest waits for the confirmation of the oldest batch in flight
+// and moves the cursor past it. It reports whether Run must return.
+func (r *runState) completeOldest() bool {
+	l, f := r.l, r.inflight[0]
+	if f.wait != nil {
+		if err := f.wait(r.dctx); err != nil {
+			return r.failed(err, "destination unavailable")
+		}
+	}
+	r.inflight = append(r.inflight[:0], r.inflight[1:]...)
+	l.m.duration.Observe(time.Since(f.start).Seconds())
+	l.m.delivered.Add(float64(f.n))
+	l.recovered()
+	if err := l.st.SetCursor(context.WithoutCancel(r.dctx), l.o.Name, f.last); err != nil {
+		// Delivered but not recorded: after a restart these entries
+		// are delivered again (at least once), nothing is lost.
 		l.m.errors.Inc()
-		l.fail(err)
-		if draining {
-			l.stopped(cursor, why)
-			return true
-		}
-		l.sleep(ctx)
-		return false
+		l.log.Warn("Sink cursor not saved", "sink", l.o.Name, "seq", f.last, "err", err)
 	}
+	r.cursor = f.last
+	return false
+}
 
-	for {
-		if !draining && ctx.Err() != nil {
-			startDrain()
-		}
-		if draining && dctx.Err() != nil {
-			l.stopped(cursor, "drain timeout")
-			return nil
-		}
-		if len(inflight) < depth {
-			var batch []store.Entry
-			var err error
-			prefetched := false
-			if next != nil {
-				r := <-next
-				next = nil
-				if r.after == readPos && r.err == nil {
-					batch, prefetched = r.entries, true
-				}
-			}
-			if !prefetched {
-				// A failed or stale prefetch may have run under the
-				// context cancelled since: read again under dctx.
-				batch, err = l.st.Read(dctx, readPos, l.o.BatchSize)
-			}
-			if err != nil {
-				if failed(fmt.Errorf("read store: %w", err), "store unreadable") {
-					return nil
-				}
-				continue
-			}
-			if len(batch) > 0 {
-				last := batch[len(batch)-1].Seq
-				if len(batch) == l.o.BatchSize {
-					// More is likely waiting: read it while this batch is delivered.
-					next = make(chan readResult, 1)
-					go func(ctx context.Context, after int64) {
-						e, err := l.st.Read(ctx, after, l.o.BatchSize)
-						next <- readResult{after, e, err}
-					}(dctx, last)
-				}
-				batch = external(batch)
-				f := flight{last: last, n: len(batch), start: time.Now()}
-				switch {
-				case len(batch) == 0: // only internal entries: nothing to send
-				case pl != nil:
-					f.wait, err = pl.Send(dctx, batch)
-				default:
-					err = l.d.Deliver(dctx, batch)
-				}
-				if err != nil {
-					if failed(err, "destination unavailable") {
-						return nil
-					}
-					continue
-				}
-				inflight = append(inflight, f)
-				readPos = last
-				if len(inflight) < depth {
-					continue
-				}
-			} else if len(inflight) == 0 {
-				if draining {
-					l.stopped(cursor, "backlog delivered")
-					return nil
-				}
-				t := time.NewTimer(l.o.PollInterval)
-				select {
-				case <-ctx.Done():
-				case <-t.C:
-				}
-				t.Stop()
-				continue
-			}
-		}
-
-		// Complete the oldest batch in flight.
-		f := inflight[0]
-		if f.wait != nil {
-			if err := f.wait(dctx); err != nil {
-				if failed(err, "destination unavailable") {
-					return nil
-				}
-				continue
-			}
-		}
-		inflight = append(inflight[:0], inflight[1:]...)
-		l.m.duration.Observe(time.Since(f.start).Seconds())
-		l.m.delivered.Add(float64(f.n))
-		l.recovered()
-		if err := l.st.SetCursor(context.WithoutCancel(dctx), l.o.Name, f.last); err != nil {
-			// Delivered but not recorded: after a restart these entries
-			// are delivered again (at least once), nothing is lost.
-			l.m.errors.Inc()
-			l.log.Warn("Sink cursor not saved", "sink", l.o.Name, "seq", f.last, "err", err)
-		}
-		cursor = f.last
+// failedStep is failed as sendNext's result.
+func (r *runState) failedStep(err error, why string) stepResult {
+	if r.failed(err, why) {
+		return stepStop
 	}
+	return stepAgain
+}
+
+// failed handles a failed read, send or wait: what is in flight is
+// abandoned and delivery resumes from the cursor, after isolating what
+// the destination refuses or after the backoff of an outage. It reports
+// whether Run must return.
+func (r *runState) failed(err error, why string) bool {
+	l := r.l
+	r.inflight = r.inflight[:0]
+	r.readPos = r.cursor
+	if errors.Is(err, ErrRefused) {
+		// Something in the batches from the cursor on is refused:
+		// deliver them one batch at a time, isolating what is refused.
+		last, ierr := l.isolate(r.dctx, r.cursor)
+		if ierr == nil {
+			l.recovered()
+			r.cursor, r.readPos = last, last
+			return false
+		}
+		err = ierr
+	}
+	if !r.draining && r.ctx.Err() != nil {
+		return false // cancelled mid-batch: retry while draining
+	}
+	l.m.errors.Inc()
+	l.fail(err)
+	if r.draining {
+		l.stopped(r.cursor, why)
+		return true
+	}
+	l.sleep(r.ctx)
+	return false
 }
 
 // isolate delivers the batch after cursor without pipelining, splitting it

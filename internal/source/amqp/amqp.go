@@ -237,97 +237,136 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 	a.connected.Set(1)
 	a.log.Info("Consuming from RabbitMQ", "queue", a.cfg.Queue, "exchange", a.cfg.Exchange)
 
-	tr := &tracker{ch: ch}
-	defer tr.close()
-	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	c := a.newConsumer(ctx, out, ch, conn)
+	defer c.tr.close()
 	var tokenTick <-chan time.Time
 	if a.cfg.TokenFile != "" {
 		t := time.NewTicker(a.cfg.TokenCheck)
 		defer t.Stop()
 		tokenTick = t.C
 	}
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	var b *source.PooledBatch
-	var first, last uint64
-	flush := func() error {
-		if b == nil {
-			return nil
-		}
-		pb := b
-		b = nil
-		timer.Stop()
-		e := tr.add(first, last)
-		if pb.Len() == 0 { // only invalid messages: acknowledge them at once
-			pb.Free()
-			return tr.done(e)
-		}
-		pb.Ack = func() error {
-			if err := tr.done(e); err != nil {
-				a.ackFailed.Inc()
-				return err
-			}
-			return nil
-		}
-		select {
-		case out <- &pb.Batch:
-			return nil
-		case <-ctx.Done():
-			pb.Free()
-			return ctx.Err()
-		}
-	}
 	for {
 		select {
 		case <-ctx.Done():
-			if b != nil { // never handed over: redelivered later
-				b.Free()
-			}
-			a.drain(tr, closed)
+			c.stop()
 			return nil
-		case err := <-closed:
+		case err := <-c.closed:
 			if err == nil {
 				return errors.New("connection closed")
 			}
 			return fmt.Errorf("connection closed: %w", err)
 		case <-tokenTick:
 			if a.dialer.TokenChanged() {
-				if err := flush(); err != nil {
+				if err := c.flush(); err != nil {
 					return err
 				}
 				return errTokenChanged
 			}
-		case <-timer.C:
-			if err := flush(); err != nil {
+		case <-c.timer.C:
+			if err := c.flush(); err != nil {
 				return err
 			}
 		case d, ok := <-deliveries:
 			if !ok {
-				if ctx.Err() != nil { // the library cancelled the consumer
-					if b != nil {
-						b.Free()
-					}
-					a.drain(tr, closed)
-					return nil
-				}
-				_ = flush() // cannot be acknowledged any more, but let the pipeline count them
-				return errors.New("delivery channel closed")
+				return c.deliveriesClosed()
 			}
-			a.received.Inc()
-			if b == nil {
-				b = a.pool.Get()
-				first = d.DeliveryTag
-				timer.Reset(a.cfg.BatchWait)
-			}
-			last = d.DeliveryTag
-			a.add(b, d.Body)
-			if b.Len() >= a.cfg.BatchSize || int(last-first+1) >= a.cfg.BatchSize {
-				if err := flush(); err != nil {
-					return err
-				}
+			if err := c.receive(&d); err != nil {
+				return err
 			}
 		}
 	}
+}
+
+// consumer is a session's batching: the batch being filled from the
+// deliveries, handed to the pipeline when full or BatchWait after its
+// first message, and the tracker that acknowledges what it hands over.
+type consumer struct {
+	a      *AMQP
+	ctx    context.Context
+	out    chan<- *source.Batch
+	tr     *tracker
+	closed chan *amqp.Error // the connection's close notification
+	timer  *time.Timer      // BatchWait after the batch's first message
+
+	b           *source.PooledBatch // nil when no batch is being filled
+	first, last uint64              // the batch's delivery tags
+}
+
+func (a *AMQP) newConsumer(ctx context.Context, out chan<- *source.Batch, ch *amqp.Channel, conn *amqp.Connection) *consumer {
+	c := &consumer{a: a, ctx: ctx, out: out, tr: &tracker{ch: ch},
+		closed: conn.NotifyClose(make(chan *amqp.Error, 1)), timer: time.NewTimer(time.Hour)}
+	c.timer.Stop()
+	return c
+}
+
+// receive adds a delivery to the batch, starting one if needed, and hands
+// the batch over when it is full.
+func (c *consumer) receive(d *amqp.Delivery) error {
+	c.a.received.Inc()
+	if c.b == nil {
+		c.b = c.a.pool.Get()
+		c.first = d.DeliveryTag
+		c.timer.Reset(c.a.cfg.BatchWait)
+	}
+	c.last = d.DeliveryTag
+	c.a.add(c.b, d.Body)
+	if c.b.Len() >= c.a.cfg.BatchSize || int(c.last-c.first+1) >= c.a.cfg.BatchSize {
+		return c.flush()
+	}
+	return nil
+}
+
+// flush hands the batch, if any, to the pipeline, with an Ack that
+// acknowledges its deliveries; a batch of invalid messages only is
+// acknowledged at once.
+func (c *consumer) flush() error {
+	if c.b == nil {
+		return nil
+	}
+	pb := c.b
+	c.b = nil
+	c.timer.Stop()
+	e := c.tr.add(c.first, c.last)
+	if pb.Len() == 0 { // only invalid messages: acknowledge them at once
+		pb.Free()
+		return c.tr.done(e)
+	}
+	pb.Ack = func() error {
+		if err := c.tr.done(e); err != nil {
+			c.a.ackFailed.Inc()
+			return err
+		}
+		return nil
+	}
+	select {
+	case c.out <- &pb.Batch:
+		return nil
+	case <-c.ctx.Done():
+		pb.Free()
+		return c.ctx.Err()
+	}
+}
+
+// stop ends the session after a cancellation: the batch being filled was
+// never handed over (the broker redelivers it later); those handed over
+// are waited for.
+func (c *consumer) stop() {
+	if c.b != nil {
+		c.b.Free()
+	}
+	c.a.drain(c.tr, c.closed)
+}
+
+// deliveriesClosed ends a session whose delivery channel closed: a stop
+// when the library cancelled the consumer for the cancellation, else an
+// error.
+func (c *consumer) deliveriesClosed() error {
+	if c.ctx.Err() != nil { // the library cancelled the consumer
+		c.stop()
+		return nil
+	}
+	_ = c.flush() // cannot be acknowledged any more, but let the pipeline count them
+	return errors.New("delivery channel closed")
 }
 
 // add decodes a shoveler message into b; an invalid one is counted (and

@@ -281,38 +281,6 @@ func TestReadCancelled(t *testing.T) {
 	}
 }
 
-// BenchmarkReadPcap measures reading a pcap capture into batches.
-func BenchmarkReadPcap(b *testing.B) {
-	var buf bytes.Buffer
-	pkts := testPackets(1000)
-	pkts = pkts[:len(pkts)-1]
-	if err := WritePcap(&buf, netip.MustParseAddrPort("198.51.100.1:9930"), pkts); err != nil {
-		b.Fatal(err)
-	}
-	f, err := New(Options{}, nil, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	out := make(chan *source.Batch, 16)
-	done := make(chan struct{})
-	go func() {
-		for bt := range out {
-			bt.Free()
-		}
-		close(done)
-	}()
-	b.SetBytes(int64(buf.Len()))
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := f.Read(context.Background(), bytes.NewReader(buf.Bytes()), out); err != nil {
-			b.Fatal(err)
-		}
-	}
-	close(out)
-	<-done
-	b.ReportMetric(float64(len(pkts))*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
-}
-
 // TestOversizedLineSkipped: a 10 MB JSON line (a datagram can be at most
 // 65,535 bytes) is counted as oversized and skipped without being held in
 // memory whole; the lines around it are read.
