@@ -20,16 +20,17 @@ type Agg struct {
 	ReadBytes  int64
 	ReadvBytes int64
 	WriteBytes int64
-	// Transfers counts the records that ended in the bucket, Partial the
-	// partial ones among them, PartialBy those by reason (in the order of
+	// Transfers counts the complete records that ended in the bucket,
+	// Partial the partial ones, PartialBy those by reason (in the order of
 	// record.Reasons).
-	Transfers int64
-	Partial   int64
-	PartialBy [numReasons]int64
-	Users     Users
-	Duration  Hist      // transfer time, milliseconds
-	Size      Hist      // bytes moved per transfer
-	_         [0]func() // not comparable
+	Transfers  int64
+	Partial    int64
+	PartialBy  [numReasons]int64
+	Users      Users
+	Duration   Hist      // transfer time, milliseconds
+	Size       Hist      // bytes moved per transfer
+	DurationMS int64     // transfer time of the records, summed, milliseconds
+	_          [0]func() // not comparable
 }
 
 // Bytes returns the bytes moved, read (including vector reads) and written.
@@ -42,6 +43,7 @@ func (a *Agg) Merge(b *Agg) {
 	a.WriteBytes += b.WriteBytes
 	a.Transfers += b.Transfers
 	a.Partial += b.Partial
+	a.DurationMS += b.DurationMS
 	for i := range a.PartialBy {
 		a.PartialBy[i] += b.PartialBy[i]
 	}
@@ -210,6 +212,7 @@ func (h *Hist) Quantile(q float64) float64 {
 //	uvarint  n, then n pairs (reason index, count) of the non-zero PartialBy
 //	byte     users kind: 0 exact (uvarint n, n × 8-byte hash), 1 HLL (uvarint len, sketch)
 //	hist     duration, size: uvarint n, n × (varint index delta, uvarint count)
+//	uvarint  duration sum, milliseconds (part version 2; 0 in version 1)
 
 func appendAgg(b []byte, a *Agg) []byte {
 	for _, v := range []int64{a.ReadBytes, a.ReadvBytes, a.WriteBytes, a.Transfers, a.Partial} {
@@ -241,7 +244,8 @@ func appendAgg(b []byte, a *Agg) []byte {
 		}
 	}
 	b = appendHist(b, &a.Duration)
-	return appendHist(b, &a.Size)
+	b = appendHist(b, &a.Size)
+	return binary.AppendUvarint(b, uint64(max(a.DurationMS, 0)))
 }
 
 func appendHist(b []byte, h *Hist) []byte {
@@ -261,8 +265,9 @@ var errCorrupt = errors.New("corrupt rollup part")
 // decoder reads a part with a sticky error: after the first failure every
 // read returns zero and err says why.
 type decoder struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	version byte // of the part being read
 }
 
 func (d *decoder) uvarint() uint64 {
@@ -357,6 +362,9 @@ func (d *decoder) agg(a *Agg) {
 	}
 	d.hist(&a.Duration)
 	d.hist(&a.Size)
+	if d.version >= 2 {
+		a.DurationMS = int64(d.uvarint())
+	}
 }
 
 func (d *decoder) hist(h *Hist) {
@@ -395,9 +403,12 @@ type Summary struct {
 	Transfers  int64            `json:"transfers"`
 	Partial    int64            `json:"partial"`
 	PartialBy  map[string]int64 `json:"partial_by,omitempty"`
-	Users      int64            `json:"users"`
-	DurationMS Quantiles        `json:"duration_ms"`
-	SizeBytes  Quantiles        `json:"size_bytes"`
+	// DurationMSSum is the transfer time of the records, summed: with the
+	// bytes, the mean rate of a transfer.
+	DurationMSSum int64     `json:"duration_ms_sum"`
+	Users         int64     `json:"users"`
+	DurationMS    Quantiles `json:"duration_ms"`
+	SizeBytes     Quantiles `json:"size_bytes"`
 }
 
 // Quantiles of a distribution (0 when empty).
@@ -415,7 +426,7 @@ func (h *Hist) quantiles() Quantiles {
 func (a *Agg) Summary() Summary {
 	s := Summary{
 		ReadBytes: a.ReadBytes, ReadvBytes: a.ReadvBytes, WriteBytes: a.WriteBytes,
-		Transfers: a.Transfers, Partial: a.Partial, Users: a.Users.Count(),
+		Transfers: a.Transfers, Partial: a.Partial, Users: a.Users.Count(), DurationMSSum: a.DurationMS,
 		DurationMS: a.Duration.quantiles(), SizeBytes: a.Size.quantiles(),
 	}
 	for i, n := range a.PartialBy {

@@ -19,13 +19,11 @@ import (
 
 var appendUvarint = binary.AppendUvarint
 
-// Store is what the builder needs of the store.
+// Store is what the builder needs of the store (store.Store).
 type Store interface {
+	PartReader
 	Read(ctx context.Context, afterSeq int64, max int) ([]store.Entry, error)
 	CommitRollup(ctx context.Context, c store.RollupCommit) error
-	RollupState(ctx context.Context) (state []byte, cursor int64, err error)
-	RollupParts(ctx context.Context, step, from, to int64, fn func(p store.RollupPart) error) error
-	RollupBuckets(ctx context.Context, step, from, to int64) (map[int64]int, error)
 }
 
 // serverKey names a server incarnation.
@@ -290,7 +288,11 @@ func (b *Builder) applyRecord(r *record.Record) {
 	dr, dv, dw := max(0, r.ReadBytes-counted.read), max(0, r.ReadvBytes-counted.readv), max(0, r.WriteBytes-counted.write)
 	ri := reasonIndex(r.Reason)
 	user := hashIdentity(r.Dim(record.DimIdentity))
-	dur := histIndex(float64(r.End.Sub(r.Start).Milliseconds()))
+	var ms int64 // a record without an open has no duration
+	if !r.Start.IsZero() {
+		ms = max(r.End.Sub(r.Start).Milliseconds(), 0)
+	}
+	dur := histIndex(float64(ms))
 	size := histIndex(float64(r.ReadBytes + r.ReadvBytes + r.WriteBytes))
 	b.add(t, r, func(a *Agg) {
 		a.ReadBytes += dr
@@ -303,6 +305,7 @@ func (b *Builder) applyRecord(r *record.Record) {
 			a.PartialBy[ri]++
 		}
 		a.Users.Add(user)
+		a.DurationMS += ms
 		a.Duration.observeIndex(dur)
 		a.Size.observeIndex(size)
 	})
@@ -393,6 +396,7 @@ func (b *Builder) Flush(ctx context.Context) error {
 	}
 	b.expireOpen(wm)
 	c.State = b.marshalState(part, wm)
+	c.Meta = b.marshalMeta(wm)
 	if err := b.st.CommitRollup(ctx, c); err != nil {
 		return err
 	}
@@ -476,11 +480,11 @@ func (b *Builder) expireOpen(wm int64) {
 
 // Part encoding (S2-compressed):
 //
-//	byte    version (1)
+//	byte    version (2; version 1 parts, without the duration sum, are read)
 //	uvarint number of series, then per series in key order:
 //	uvarint key length, key, uvarint Agg length, Agg (appendAgg)
 
-const partVersion = 1
+const partVersion = 2
 
 func encodePart(b []byte, m map[string]*Agg) []byte {
 	keys := make([]string, 0, len(m))
@@ -504,24 +508,33 @@ func encodePart(b []byte, m map[string]*Agg) []byte {
 // mergePart adds the series of a stored part whose key starts with prefix
 // (every series when prefix is "") to m.
 func mergePart(m map[string]*Agg, data []byte, prefix string) error {
+	return walkCompressed(data, prefix, func(key string, a *Agg) { mergeInto(m, key, a) })
+}
+
+// mergeInto adds a to m's series key (a is kept when m has none).
+func mergeInto(m map[string]*Agg, key string, a *Agg) {
+	if cur := m[key]; cur != nil {
+		cur.Merge(a)
+	} else {
+		m[key] = a
+	}
+}
+
+// walkCompressed is walkPart on a stored (S2-compressed) part.
+func walkCompressed(data []byte, prefix string, fn func(key string, a *Agg)) error {
 	raw, err := s2.Decode(nil, data)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errCorrupt, err)
 	}
-	return walkPart(raw, prefix, func(key string, a *Agg) {
-		if cur := m[key]; cur != nil {
-			cur.Merge(a)
-		} else {
-			m[key] = a
-		}
-	})
+	return walkPart(raw, prefix, fn)
 }
 
 // walkPart calls fn with each series of a decompressed part whose key
 // starts with prefix (every series when prefix is "").
 func walkPart(raw []byte, prefix string, fn func(key string, a *Agg)) error {
 	d := decoder{b: raw}
-	if v := d.byte(); d.err == nil && v != partVersion {
+	v := d.byte()
+	if d.err == nil && (v < 1 || v > partVersion) {
 		return fmt.Errorf("%w: part version %d", errCorrupt, v)
 	}
 	n := d.count(2)
@@ -535,7 +548,7 @@ func walkPart(raw []byte, prefix string, fn func(key string, a *Agg)) error {
 			continue
 		}
 		a := &Agg{}
-		ad := decoder{b: ab}
+		ad := decoder{b: ab, version: v}
 		ad.agg(a)
 		if ad.err != nil {
 			return ad.err

@@ -92,7 +92,7 @@ func TestRollupsMatchTruth(t *testing.T) {
 	if err := b.CatchUp(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	type sums struct{ read, readv, write, complete, partial int64 }
+	type sums struct{ read, readv, write, complete, partial, ms int64 }
 	want := map[string]*sums{}
 	var total sums
 	for i := range truth.Records {
@@ -113,6 +113,23 @@ func TestRollupsMatchTruth(t *testing.T) {
 		total.write += r.WriteBytes
 	}
 	ctx := context.Background()
+	// Transfer times as the stream tells them (its times are whole
+	// seconds of the server's clock, not the truth's).
+	for seq := int64(0); ; {
+		es, err := st.Read(ctx, seq, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) == 0 {
+			break
+		}
+		for _, e := range es {
+			if r := e.Record; r != nil && !r.Start.IsZero() && want[r.Site+"/"+r.VO] != nil {
+				want[r.Site+"/"+r.VO].ms += r.End.Sub(r.Start).Milliseconds()
+			}
+			seq = e.Seq
+		}
+	}
 	rows, tot, err := b.Top(ctx, []record.Dim{record.DimSite, record.DimVO}, forever[0], forever[1], ByBytes, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +139,7 @@ func TestRollupsMatchTruth(t *testing.T) {
 	}
 	for _, r := range rows {
 		w := want[r.Keys[0]+"/"+r.Keys[1]]
-		got := sums{r.ReadBytes, r.ReadvBytes, r.WriteBytes, r.Transfers, r.Partial}
+		got := sums{r.ReadBytes, r.ReadvBytes, r.WriteBytes, r.Transfers, r.Partial, r.DurationMS}
 		if w == nil || got != *w {
 			t.Errorf("%v: %+v, truth %+v", r.Keys, got, w)
 		}
@@ -257,7 +274,7 @@ func diffSeries(got, want []Series) string {
 
 func diffAgg(g, w *Agg) string {
 	if g.ReadBytes != w.ReadBytes || g.ReadvBytes != w.ReadvBytes || g.WriteBytes != w.WriteBytes ||
-		g.Transfers != w.Transfers || g.Partial != w.Partial || g.PartialBy != w.PartialBy ||
+		g.Transfers != w.Transfers || g.Partial != w.Partial || g.PartialBy != w.PartialBy || g.DurationMS != w.DurationMS ||
 		g.Users.Count() != w.Users.Count() || !slices.Equal(g.Duration.b, w.Duration.b) || !slices.Equal(g.Size.b, w.Size.b) {
 		return fmt.Sprintf("%+v, want %+v", *g, *w)
 	}

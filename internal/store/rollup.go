@@ -33,6 +33,9 @@ type RollupCommit struct {
 	// Expire deletes, per step, the buckets starting before the time
 	// given (Unix seconds).
 	Expire map[int64]int64
+	// Meta, when set, replaces what readers learn of the rollups kept
+	// (RollupMeta).
+	Meta []byte
 }
 
 // CommitRollup applies c in one transaction: after a crash either all of
@@ -85,6 +88,12 @@ func (s *Store) CommitRollup(ctx context.Context, c RollupCommit) (err error) {
 		RollupCursor, c.Cursor, time.Now().UnixNano()); err != nil {
 		return err
 	}
+	if c.Meta != nil {
+		if _, err := s.wc.ExecContext(ctx, `INSERT INTO rollup_state (key, blob) VALUES ('meta', ?)
+			ON CONFLICT (key) DO UPDATE SET blob = excluded.blob`, c.Meta); err != nil {
+			return err
+		}
+	}
 	if _, err := s.wc.ExecContext(ctx, "COMMIT"); err != nil {
 		return err
 	}
@@ -109,6 +118,51 @@ func (r *Reader) RollupState(ctx context.Context) (state []byte, cursor int64, e
 		return nil, 0, fmt.Errorf("read rollup cursor: %w", err)
 	}
 	return state, cursor, nil
+}
+
+// RollupMeta returns the Meta of the last commit that had one (nil when
+// none did).
+func (r *Reader) RollupMeta(ctx context.Context) ([]byte, error) {
+	var meta []byte
+	err := r.rdb.QueryRowContext(ctx, `SELECT blob FROM rollup_state WHERE key = 'meta'`).Scan(&meta)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read rollup meta: %w", err)
+	}
+	return meta, nil
+}
+
+// RollupBucket names a bucket: its width and start, in seconds.
+type RollupBucket struct{ Step, Start int64 }
+
+// RollupChanged returns the buckets that hold a part numbered above after,
+// by width then start, and the highest part number among them (after when
+// there is none): what an output that exports rollups has not yet seen.
+// A compaction keeps the highest number of the parts it merges, so a bucket
+// compacted after its parts were exported is not reported again.
+func (r *Reader) RollupChanged(ctx context.Context, after int64) ([]RollupBucket, int64, error) {
+	rows, err := r.rdb.QueryContext(ctx, `SELECT step, start, max(part) FROM rollups WHERE part > ? GROUP BY step, start ORDER BY step, start`, after)
+	if err != nil {
+		return nil, after, fmt.Errorf("read changed rollups: %w", err)
+	}
+	defer rows.Close()
+	var out []RollupBucket
+	upTo := after
+	for rows.Next() {
+		var b RollupBucket
+		var part int64
+		if err := rows.Scan(&b.Step, &b.Start, &part); err != nil {
+			return nil, after, fmt.Errorf("read changed rollups: %w", err)
+		}
+		out = append(out, b)
+		upTo = max(upTo, part)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, after, fmt.Errorf("read changed rollups: %w", err)
+	}
+	return out, upTo, nil
 }
 
 // RollupParts calls fn with every part of the buckets of width step that

@@ -10,7 +10,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. FORMAT.md documents each
 // version; migrations[i] brings a database from version i to i+1.
-const schemaVersion = 6
+const schemaVersion = 7
 
 // migrations[i] brings a database from version i to i+1 inside tx.
 var migrations = []func(ctx context.Context, tx *sql.Tx) error{
@@ -20,6 +20,7 @@ var migrations = []func(ctx context.Context, tx *sql.Tx) error{
 	migrateV4,
 	execMigration(schemaV5),
 	execMigration(schemaV6),
+	execMigration(schemaV7),
 }
 
 func execMigration(q string) func(context.Context, *sql.Tx) error {
@@ -273,6 +274,12 @@ CREATE TABLE rollup_state (
 	key  TEXT PRIMARY KEY,
 	blob BLOB NOT NULL
 ) WITHOUT ROWID;
+`
+
+// schemaV7 indexes rollup parts by number (6 -> 7), for the outputs that
+// export what changed since the part they last exported.
+const schemaV7 = `
+CREATE INDEX rollups_part ON rollups (part);
 `
 
 // migrateV4 creates the version 4 tables and moves the records and events
