@@ -71,8 +71,9 @@ func Default() *Config {
 		Correlate: pipeline.DefaultConfig(),
 		Rollup:    rollup.DefaultConfig(),
 		Outputs: Outputs{
-			AMQP:  amqpsink.DefaultConfig(),
-			JSONL: jsonl.DefaultConfig(),
+			AMQP:     amqpsink.DefaultConfig(),
+			Postgres: postgres.DefaultConfig(),
+			JSONL:    jsonl.DefaultConfig(),
 		},
 		Log: Log{Level: "info", Format: "text"},
 	}

@@ -137,3 +137,25 @@ func Changed(ctx context.Context, r PartReader, after int64, fn func(step, start
 	}
 	return upTo, nil
 }
+
+// Cutoffs returns, per bucket width in seconds, the start before which the
+// builder deletes buckets (its watermark less the retention of that
+// resolution); widths kept for ever are absent. An output that exports
+// rollups applies them to keep what the store keeps.
+func Cutoffs(ctx context.Context, r PartReader) (map[int64]int64, error) {
+	raw, err := r.RollupMeta(ctx)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	var m meta
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("%w: rollup meta: %v", errCorrupt, err)
+	}
+	out := make(map[int64]int64)
+	for step, ret := range map[int64]int64{60: m.RetentionMinute, 3600: m.RetentionHour, 86400: m.RetentionDay} {
+		if ret > 0 {
+			out[step] = m.Watermark - ret
+		}
+	}
+	return out, nil
+}

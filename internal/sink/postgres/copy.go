@@ -85,6 +85,12 @@ func (c *copyBuf) text(s string) {
 	c.b = append(c.b, s...)
 }
 
+// bytea appends b as is.
+func (c *copyBuf) bytea(b []byte) {
+	c.b = binary.BigEndian.AppendUint32(c.b, uint32(len(b)))
+	c.b = append(c.b, b...)
+}
+
 // jsonb appends data as jsonb (version 1, then the text), or NULL when
 // data is empty or the JSON null.
 func (c *copyBuf) jsonb(data []byte) {

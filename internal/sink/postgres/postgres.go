@@ -31,7 +31,16 @@ import (
 type Config struct {
 	Enabled bool   `yaml:"enabled" help:"write records to PostgreSQL"`
 	URL     string `yaml:"url" secret:"url" help:"connection string, postgres://user:pass@host/db or key=value form"`
+	// Rollups writes the collector's rollups (rollup section) to the
+	// rollups table as well.
+	Rollups bool `yaml:"rollups" help:"also write the rollups (time series by dimension, when rollup.enabled) to the rollups table, for Grafana"`
+	// Collector names this collector in the rollups table, which several
+	// collectors may share.
+	Collector string `yaml:"collector" help:"this collector's name in the rollups table (several may share one database); empty: the host name"`
 }
+
+// DefaultConfig returns the defaults: off; when on, rollups too.
+func DefaultConfig() Config { return Config{Rollups: true} }
 
 // Options tune the sink beyond Config. Start from
 // DefaultOptions.
@@ -55,6 +64,9 @@ type Options struct {
 	// StatementTimeout bounds one batch's load; on expiry the batch is
 	// rolled back and retried.
 	StatementTimeout time.Duration
+	// RollupInterval is how often the rollups that changed are exported
+	// (Config.Rollups).
+	RollupInterval time.Duration
 }
 
 // DefaultOptions returns the defaults: cursor name "postgres", schema
@@ -75,6 +87,7 @@ func DefaultOptions() Options {
 		PartitionsAhead:  1,
 		ConnectTimeout:   10 * time.Second,
 		StatementTimeout: 60 * time.Second,
+		RollupInterval:   10 * time.Second,
 	}
 }
 
@@ -100,14 +113,18 @@ func (o *Options) fill() error {
 	if o.StatementTimeout <= 0 {
 		o.StatementTimeout = d.StatementTimeout
 	}
+	if o.RollupInterval <= 0 {
+		o.RollupInterval = d.RollupInterval
+	}
 	return nil
 }
 
 // Sink loads the store's log into PostgreSQL. Create it with New and call
 // Run once.
 type Sink struct {
-	loop *deliver.Loop
-	w    *writer
+	loop    *deliver.Loop
+	w       *writer
+	rollups *rollupExporter // nil: rollups not exported
 }
 
 // New returns a sink for cfg with DefaultOptions. See NewWithOptions.
@@ -140,7 +157,14 @@ func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger,
 	if err != nil {
 		return nil, fmt.Errorf("new postgres sink: %w", err)
 	}
-	return &Sink{loop: l, w: w}, nil
+	s := &Sink{loop: l, w: w}
+	if cfg.Rollups {
+		s.rollups, err = newRollupExporter(w.cfg, opts, cfg.Collector, st.Reader, log.With("sink", opts.Name, "part", "rollups"), reg)
+		if err != nil {
+			return nil, fmt.Errorf("new postgres sink: %w", err)
+		}
+	}
+	return s, nil
 }
 
 // Run loads until ctx is cancelled, then loads what is left of the backlog
@@ -149,6 +173,11 @@ func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger,
 // cursor cannot be read).
 func (s *Sink) Run(ctx context.Context) error {
 	defer s.w.close()
+	if s.rollups != nil {
+		done := make(chan struct{})
+		go func() { s.rollups.run(ctx); close(done) }()
+		defer func() { <-done }()
+	}
 	if err := s.loop.Run(ctx); err != nil {
 		return fmt.Errorf("postgres sink %s: %w", s.loop.Name(), err)
 	}

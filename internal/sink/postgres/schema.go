@@ -11,7 +11,7 @@ import (
 
 // SchemaVersion is the version of the schema this package writes;
 // docs/postgres.md documents each version.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // migrations[i] brings a schema from version i to i+1. "{{S}}" is replaced
 // by the quoted schema name. Version 1 is the initial schema.
@@ -104,6 +104,45 @@ ALTER TABLE {{S}}.records
 	ADD COLUMN redirect_delay_ms bigint  NOT NULL DEFAULT 0,
 	ADD COLUMN redirect_delay_max_ms bigint NOT NULL DEFAULT 0,
 	ADD COLUMN io                jsonb;
+`, `
+CREATE TABLE {{S}}.rollups (
+	collector       text        NOT NULL,
+	step            integer     NOT NULL,
+	bucket          timestamptz NOT NULL,
+	key             bytea       NOT NULL,
+	dims            text        NOT NULL,
+	server          text,
+	site            text,
+	vo              text,
+	user_name       text,
+	identity        text,
+	domain          text,
+	protocol        text,
+	app             text,
+	dir             text,
+	read_bytes      bigint      NOT NULL,
+	readv_bytes     bigint      NOT NULL,
+	write_bytes     bigint      NOT NULL,
+	transfers       bigint      NOT NULL,
+	partial         bigint      NOT NULL,
+	partial_by      jsonb,
+	users           bigint      NOT NULL,
+	duration_ms_sum bigint      NOT NULL,
+	duration_ms_p50 double precision NOT NULL,
+	duration_ms_p90 double precision NOT NULL,
+	duration_ms_p99 double precision NOT NULL,
+	size_bytes_p50  double precision NOT NULL,
+	size_bytes_p90  double precision NOT NULL,
+	size_bytes_p99  double precision NOT NULL,
+	updated         timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (collector, step, bucket, key)
+);
+CREATE INDEX rollups_dims ON {{S}}.rollups (step, dims, bucket);
+CREATE TABLE {{S}}.rollup_exports (
+	collector text        PRIMARY KEY,
+	part      bigint      NOT NULL,
+	updated   timestamptz NOT NULL
+);
 `}
 
 // recordColumns are the records table's columns in table order; rowOf
