@@ -129,11 +129,13 @@ func runRecords(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 const reportSynopsis = "[--since 24h] [--by vo | --by site,vo | --top users] [--format table|csv|json] [flags]\n\n" +
-	"Sums the records of a window by dimension: transfers, partial ones, bytes read\n" +
+	"Sums the transfers of a window by dimension: transfers, partial ones, bytes read\n" +
 	"and written, distinct users, average rate. --by groups by one or more of\n" +
-	"server, site, vo, user, domain, protocol, app, dir; --top DIM lists the N\n" +
-	"(--n) groups that moved the most bytes. Reads a store or a collector's API,\n" +
-	"as xrdmon records does."
+	"server, site, vo, user, identity, domain, protocol, app, dir; --top DIM lists\n" +
+	"the N (--n) groups that moved the most bytes. Reads a store or a collector's\n" +
+	"API, as xrdmon records does: from the collector's rollups when they keep those\n" +
+	"dimensions and no record filter is given (the window in whole minutes, bytes of\n" +
+	"long transfers in the minutes they flowed), else from the records."
 
 // runReport implements `xrdmon report`.
 func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -143,6 +145,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	by := fs.String("by", "", "group by these `dimensions` (comma-separated)")
 	top := fs.String("top", "", "the top groups of this `dimension` by bytes moved")
 	n := fs.Int("n", 10, "with --top: how many `groups`")
+	from := fs.String("source", "auto", "sum the `rollups` (fast; whole minutes), the `records` (exact window, any filter), or auto: rollups when they answer")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -161,14 +164,41 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stderr, "xrdmon report: %v\n", err)
 		return errUsage
 	}
+	filtered := q.server != "" || q.site != "" || q.user != "" || q.path != "" || q.reason != "" || q.partial
+	switch *from {
+	case "auto", "records":
+	case "rollups":
+		if filtered {
+			fmt.Fprintln(stderr, "xrdmon report: --source rollups takes no record filter (--server, --site, --user, --path, --reason, --partial); group with --by instead")
+			return errUsage
+		}
+	default:
+		fmt.Fprintf(stderr, "xrdmon report: --source %q: want auto, rollups or records\n", *from)
+		return errUsage
+	}
 	src, sq, f, done, err := q.open()
 	if err != nil {
 		return err
 	}
 	defer done()
-	s, err := report.Summarize(ctx, src, sq, dims, limit)
-	if err != nil {
-		return err
+	to := sq.To
+	if to.IsZero() {
+		to = time.Now()
+	}
+	var s *report.Summary
+	if rs, ok := src.(report.RollupSource); ok && *from != "records" && !filtered {
+		s, err = rs.Rollups(ctx, dims, sq.From, to, limit)
+		if errors.Is(err, report.ErrNoRollups) && *from == "auto" {
+			s, err = nil, nil // sum the records
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if s == nil {
+		if s, err = report.Summarize(ctx, src, sq, dims, limit); err != nil {
+			return err
+		}
 	}
 	return report.WriteSummary(stdout, s, f)
 }

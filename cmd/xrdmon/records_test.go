@@ -93,13 +93,26 @@ func TestReportMatchesTruth(t *testing.T) {
 			}
 		}
 	}
-	fromStore := runOut(t, "report", "--store.path", dir, "--since", "100000d", "--until", "2200-01-01T00:00:00Z", "--by", "site,vo", "--format", "json")
-	check(t, fromStore)
+	// From the rollups (what auto picks: they keep site,vo) and from the
+	// records, the same sums.
+	for _, source := range []string{"auto", "rollups", "records"} {
+		check(t, runOut(t, "report", "--store.path", dir, "--since", "100000d", "--until", "2200-01-01T00:00:00Z", "--by", "site,vo", "--format", "json", "--source", source))
+	}
+	// A dimension the rollups do not keep: auto sums the records, rollups
+	// says why not.
+	if out := runOut(t, "report", "--store.path", dir, "--since", "100000d", "--until", "2200-01-01T00:00:00Z", "--by", "vo,protocol", "--format", "json"); !strings.Contains(out, `"rows"`) {
+		t.Errorf("report by vo,protocol:\n%s", out)
+	}
+	var stderr bytes.Buffer
+	if code := run(context.Background(), []string{"report", "--store.path", dir, "--by", "vo,protocol", "--source", "rollups"}, io.Discard, &stderr); code == 0 || !strings.Contains(stderr.String(), "not rolled up") {
+		t.Errorf("--source rollups by a combination not kept: exit %d, %s", code, stderr.String())
+	}
 
 	// The same question to a collector running on that store, over HTTP.
 	d := startDaemon(t, func(c *config.Config) { c.Store.Path, c.Store.Retention = dir, 0 })
-	fromAPI := runOut(t, "report", "--url", "http://"+d.http, "--since", "100000d", "--until", "2200-01-01T00:00:00Z", "--by", "site,vo", "--format", "json")
-	check(t, fromAPI)
+	for _, source := range []string{"rollups", "records"} {
+		check(t, runOut(t, "report", "--url", "http://"+d.http, "--since", "100000d", "--until", "2200-01-01T00:00:00Z", "--by", "site,vo", "--format", "json", "--source", source))
+	}
 
 	// Top users, CSV: exact numbers, at most --n rows, most bytes first.
 	csv := strings.Split(strings.TrimSpace(runOut(t, "report", "--store.path", dir, "--since", "100000d", "--until", "2200-01-01T00:00:00Z", "--top", "users", "--n", "3", "--format", "csv")), "\n")

@@ -81,14 +81,10 @@ func (s APISource) Records(ctx context.Context, q store.Query, fn func(*record.R
 		v.Set("order", "newest")
 	}
 	v.Set("limit", fmt.Sprint(pageSize))
-	client := s.Client
-	if client == nil {
-		client = &http.Client{Timeout: time.Minute}
-	}
 	for {
 		base.RawQuery = v.Encode()
-		page, err := s.get(ctx, client, base.String())
-		if err != nil {
+		var page recordPage
+		if _, err := s.getJSON(ctx, base.String(), &page); err != nil {
 			return err
 		}
 		for _, raw := range page.Records {
@@ -112,26 +108,31 @@ type recordPage struct {
 	Next    string            `json:"next"`
 }
 
-func (s APISource) get(ctx context.Context, client *http.Client, u string) (*recordPage, error) {
+// getJSON asks the collector for u and decodes its JSON answer into v.
+// It returns the answer's HTTP status (0 when there was none).
+func (s APISource) getJSON(ctx context.Context, u string, v any) (int, error) {
+	client := s.Client
+	if client == nil {
+		client = &http.Client{Timeout: time.Minute}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	if s.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+s.Token)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("query collector: %w", err)
+		return 0, fmt.Errorf("query collector: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("query collector: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+		return resp.StatusCode, fmt.Errorf("query collector: %s: %s", resp.Status, strings.TrimSpace(string(b)))
 	}
-	var p recordPage
-	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
-		return nil, fmt.Errorf("decode collector answer: %w", err)
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return resp.StatusCode, fmt.Errorf("decode collector answer: %w", err)
 	}
-	return &p, nil
+	return resp.StatusCode, nil
 }
