@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -34,9 +35,10 @@ const Prefix = "/api/v1/"
 //go:embed openapi.yaml
 var openAPI []byte
 
-// Records is what the API reads records from (store.Reader).
+// Records is what the API reads records and events from (store.Reader).
 type Records interface {
 	QueryPage(ctx context.Context, q store.Query) ([]record.Record, *store.Position, error)
+	QueryEvents(ctx context.Context, q store.EventQuery) ([]record.Event, *store.Position, error)
 }
 
 // Options configure an API.
@@ -80,6 +82,7 @@ func New(recs Records, opts Options, log *slog.Logger) *API {
 	}
 	a := &API{recs: recs, opts: opts, log: log, mux: http.NewServeMux()}
 	a.mux.HandleFunc("GET "+Prefix+"records", a.records)
+	a.mux.HandleFunc("GET "+Prefix+"events", a.events)
 	a.mux.HandleFunc("GET "+Prefix+"status", a.status)
 	a.mux.HandleFunc("GET "+Prefix+"rollups", a.rollups)
 	a.mux.HandleFunc("GET "+Prefix+"top", a.top)
@@ -169,33 +172,86 @@ func (a *API) recordQuery(r *http.Request) (store.Query, error) {
 	if q.Partial, err = boolParam(v.Get("partial")); err != nil {
 		return q, fmt.Errorf("partial: %w", err)
 	}
-	order := v.Get("order")
-	switch order {
-	case "", "newest":
-		q.Newest = true
-	case "oldest":
-	default:
-		return q, fmt.Errorf("order: %q is not newest or oldest", order)
-	}
-	q.Limit = 100
-	if s := v.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			return q, fmt.Errorf("limit: %q is not a positive number", s)
-		}
-		q.Limit = min(n, a.opts.MaxLimit)
-	}
-	if c := v.Get("cursor"); c != "" {
-		p, err := decodeCursor(c)
-		if err != nil {
-			return q, err
-		}
-		q.After = &p
+	if q.Newest, q.Limit, q.After, err = a.paging(v); err != nil {
+		return q, err
 	}
 	if q.Reason != record.Complete && !validReason(q.Reason) {
 		return q, fmt.Errorf("reason: %q is not a partial reason", q.Reason)
 	}
 	return q, nil
+}
+
+// EventPage is the answer of /events.
+type EventPage struct {
+	Events []json.RawMessage `json:"events"`
+	// Next is the cursor of the next page; absent on the last one.
+	Next string `json:"next,omitempty"`
+}
+
+func (a *API) events(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	q := store.EventQuery{Server: v.Get("server"), Site: v.Get("site")}
+	var err error
+	bad := func(err error) { writeError(w, http.StatusBadRequest, err.Error()) }
+	now := a.opts.Now()
+	if q.From, err = ParseTime(v.Get("from"), now); err != nil {
+		bad(fmt.Errorf("from: %w", err))
+		return
+	}
+	if q.To, err = ParseTime(v.Get("to"), now); err != nil {
+		bad(fmt.Errorf("to: %w", err))
+		return
+	}
+	for t := range strings.SplitSeq(v.Get("type"), ",") {
+		if t != "" {
+			q.Types = append(q.Types, record.EventType(t))
+		}
+	}
+	if q.Newest, q.Limit, q.After, err = a.paging(v); err != nil {
+		bad(err)
+		return
+	}
+	evs, next, err := a.recs.QueryEvents(r.Context(), q)
+	if err != nil {
+		a.log.Warn("Event query failed", "err", err)
+		writeError(w, http.StatusInternalServerError, "query failed")
+		return
+	}
+	page := EventPage{Events: make([]json.RawMessage, len(evs))}
+	for i := range evs {
+		page.Events[i] = record.AppendEventJSON(nil, &evs[i])
+	}
+	if next != nil {
+		page.Next = encodeCursor(*next)
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// paging reads the order, limit and cursor parameters of a listing.
+func (a *API) paging(v url.Values) (newest bool, limit int, after *store.Position, err error) {
+	switch order := v.Get("order"); order {
+	case "", "newest":
+		newest = true
+	case "oldest":
+	default:
+		return newest, 0, nil, fmt.Errorf("order: %q is not newest or oldest", order)
+	}
+	limit = 100
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return newest, 0, nil, fmt.Errorf("limit: %q is not a positive number", s)
+		}
+		limit = min(n, a.opts.MaxLimit)
+	}
+	if c := v.Get("cursor"); c != "" {
+		p, err := decodeCursor(c)
+		if err != nil {
+			return newest, limit, nil, err
+		}
+		after = &p
+	}
+	return newest, limit, after, nil
 }
 
 func validReason(r record.Reason) bool {

@@ -46,8 +46,18 @@ func serve(t *testing.T, n int, opts Options) (*httptest.Server, []record.Record
 	}
 	recs[n-1].User = `<script>alert(1)</script>`
 	recs[n-1].Path = "/store/\"><img src=x onerror=alert(1)>\xff\xfe"
-	if err := st.Append(context.Background(), recs, nil); err != nil {
-		t.Fatal(err)
+	// Events: one every 2 seconds, redirects, third-party copies and
+	// (internal, never listed) progress, interleaved with the records.
+	evs := make([]record.Event, n)
+	for i := range evs {
+		typ := []record.EventType{record.EventRedirect, record.EventTPC, record.EventProgress}[i%3]
+		evs[i] = record.Event{EventID: fmt.Sprintf("e%d", i), Type: typ, Time: t0.Add(time.Duration(2*i) * time.Second),
+			ServerIP: "192.0.2.1", ServerHost: fmt.Sprintf("xrd%d.example.org", i%2), Site: "T2_TEST", Data: json.RawMessage(`{"n":1}`), Valid: true}
+	}
+	for i := 0; i < n; i += 50 {
+		if err := st.Append(context.Background(), recs[i:min(i+50, n)], evs[i:min(i+50, n)]); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if opts.Now == nil {
 		opts.Now = func() time.Time { return t0.Add(time.Hour) }
@@ -143,6 +153,73 @@ func TestRecordsPagesAndFilters(t *testing.T) {
 	}
 }
 
+// /events lists the events of a window, by type and server, page by
+// page, in both orders; internal events never show.
+func TestEventsPagesAndFilters(t *testing.T) {
+	srv, _ := serve(t, 250, Options{})
+	list := func(query string) []string {
+		t.Helper()
+		var ids []string
+		cursor := ""
+		for n := 0; n < 1000; n++ {
+			q := query
+			if cursor != "" {
+				q += "&cursor=" + url.QueryEscape(cursor)
+			}
+			code, body := get(t, srv, "/api/v1/events?"+q)
+			if code != 200 {
+				t.Fatalf("%s: %d %s", q, code, body)
+			}
+			var page struct {
+				Events []record.Event `json:"events"`
+				Next   string         `json:"next"`
+			}
+			if err := json.Unmarshal(body, &page); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range page.Events {
+				ids = append(ids, e.EventID)
+			}
+			if page.Next == "" {
+				return ids
+			}
+			cursor = page.Next
+		}
+		t.Fatal("endless pages")
+		return nil
+	}
+	want := func(keep func(i int) bool, newest bool) []string {
+		var ids []string
+		for i := range 250 {
+			if i%3 != 2 && keep(i) {
+				ids = append(ids, fmt.Sprintf("e%d", i))
+			}
+		}
+		if newest {
+			slices.Reverse(ids)
+		}
+		return ids
+	}
+	all := func(int) bool { return true }
+	for _, tc := range []struct {
+		query  string
+		keep   func(int) bool
+		newest bool
+	}{
+		{"limit=17", all, true},
+		{"limit=40&order=oldest", all, false},
+		{"type=redirect&limit=9", func(i int) bool { return i%3 == 0 }, true},
+		{"type=tpc,redirect&server=xrd1.example.org&order=oldest&limit=11", func(i int) bool { return i%2 == 1 }, false},
+		{"type=progress", func(int) bool { return false }, true},
+		{"from=" + t0.Add(100*time.Second).Format(time.RFC3339) + "&to=" + t0.Add(300*time.Second).Format(time.RFC3339) + "&limit=7",
+			func(i int) bool { return 2*i >= 100 && 2*i < 300 }, true},
+	} {
+		if got, w := list(tc.query), want(tc.keep, tc.newest); !slices.Equal(got, w) {
+			t.Errorf("%s: %d events %v..., want %d %v...", tc.query, len(got), got[:min(3, len(got))], len(w), w[:min(3, len(w))])
+		}
+	}
+}
+
 func TestBadParameters(t *testing.T) {
 	srv, _ := serve(t, 3, Options{})
 	for _, q := range []string{"limit=0", "limit=x", "from=yesterday", "order=random", "cursor=bm90YWN1cnNvcg", "cursor=***", "reason=bogus", "partial=maybe"} {
@@ -216,7 +293,7 @@ func TestOpenAPIDescribesEveryEndpoint(t *testing.T) {
 			t.Errorf("documented %s answers %d", p, code)
 		}
 	}
-	for _, p := range []string{"/records", "/status", "/rollups", "/top", "/openapi.yaml"} {
+	for _, p := range []string{"/records", "/events", "/status", "/rollups", "/top", "/openapi.yaml"} {
 		if _, ok := doc.Paths[p]; !ok {
 			t.Errorf("%s is served but not documented", p)
 		}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -248,12 +249,6 @@ func (q *Query) match(rec *record.Record, t int64) bool {
 	return true
 }
 
-// hit is a matching record with its sort key.
-type hit struct {
-	t, seq int64
-	rec    record.Record
-}
-
 // Query returns the records matching q, ordered by time (then sequence
 // number).
 //
@@ -321,41 +316,11 @@ func (r *Reader) QueryPage(ctx context.Context, q Query) ([]record.Record, *Posi
 	if err != nil {
 		return nil, nil, fmt.Errorf("query records: %w", err)
 	}
-	less := func(a, b *hit) int {
-		if a.t != b.t {
-			if a.t < b.t {
-				return -1
-			}
-			return 1
-		}
-		if a.seq < b.seq {
-			return -1
-		}
-		if a.seq > b.seq {
-			return 1
-		}
-		return 0
-	}
-	order := less
-	if q.Newest {
-		order = func(a, b *hit) int { return less(b, a) }
-	}
-	var hits []*hit
-	trim := func() {
-		slices.SortFunc(hits, order)
-		if len(hits) > limit {
-			clear(hits[limit:])
-			hits = hits[:limit]
-		}
-	}
+	pg := pager[record.Record]{limit: limit, newest: q.Newest}
 	var rec record.Record
 	for _, c := range cands {
-		if len(hits) >= limit {
-			trim()
-			bound := hits[limit-1].t
-			if (!q.Newest && c.minNs > bound) || (q.Newest && c.maxNs < bound) {
-				break
-			}
+		if pg.past(c.minNs, c.maxNs) {
+			break
 		}
 		raw, err := r.block(ctx, c.first)
 		if err != nil {
@@ -371,14 +336,8 @@ func (r *Reader) QueryPage(ctx context.Context, q Query) ([]record.Record, *Posi
 				return nil, nil, fmt.Errorf("query records: decode seq %d: %w", it.cur.seq, err)
 			}
 			t := recordTime(&rec)
-			if a := q.After; a != nil {
-				p := Position{t, it.cur.seq}
-				if (!q.Newest && !a.before(p)) || (q.Newest && !p.before(*a)) {
-					continue
-				}
-			}
-			if q.match(&rec, t) {
-				hits = append(hits, &hit{t: t, seq: it.cur.seq, rec: rec})
+			if q.After.passed(q.Newest, t, it.cur.seq) && q.match(&rec, t) {
+				pg.add(t, it.cur.seq, rec)
 			}
 		}
 		if it.err != nil {
@@ -388,17 +347,78 @@ func (r *Reader) QueryPage(ctx context.Context, q Query) ([]record.Record, *Posi
 			return nil, nil, err
 		}
 	}
-	trim()
-	out := make([]record.Record, len(hits))
-	for i, h := range hits {
-		out[i] = h.rec
-	}
-	var next *Position
-	if len(hits) == limit {
-		last := hits[len(hits)-1]
-		next = &Position{last.t, last.seq}
-	}
+	out, next := pg.page()
 	return out, next, nil
+}
+
+// passed reports whether the entry at time t and sequence seq comes after
+// the cursor a in a listing (newest first when newest); true when a is nil.
+func (a *Position) passed(newest bool, t, seq int64) bool {
+	if a == nil {
+		return true
+	}
+	p := Position{t, seq}
+	if newest {
+		return p.before(*a)
+	}
+	return a.before(p)
+}
+
+// pager keeps the first limit entries of a listing in its order (time,
+// then sequence number; reversed when newest).
+type pager[T any] struct {
+	limit  int
+	newest bool
+	hits   []hitOf[T]
+}
+
+// hitOf is a matching entry with its sort key.
+type hitOf[T any] struct {
+	t, seq int64
+	v      T
+}
+
+func (p *pager[T]) add(t, seq int64, v T) { p.hits = append(p.hits, hitOf[T]{t, seq, v}) }
+
+func (p *pager[T]) trim() {
+	slices.SortFunc(p.hits, func(a, b hitOf[T]) int {
+		c := cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.seq, b.seq))
+		if p.newest {
+			return -c
+		}
+		return c
+	})
+	if len(p.hits) > p.limit {
+		clear(p.hits[p.limit:])
+		p.hits = p.hits[:p.limit]
+	}
+}
+
+// past reports whether a block of entries timed in [minNs, maxNs], and
+// every block after it in the listing's order, can hold no entry that
+// sorts before the limit-th one found.
+func (p *pager[T]) past(minNs, maxNs int64) bool {
+	if len(p.hits) < p.limit {
+		return false
+	}
+	p.trim()
+	bound := p.hits[p.limit-1].t
+	return (!p.newest && minNs > bound) || (p.newest && maxNs < bound)
+}
+
+// page returns the entries found, in order, and the position to continue
+// from when the page is full (nil when there are no more).
+func (p *pager[T]) page() ([]T, *Position) {
+	p.trim()
+	out := make([]T, len(p.hits))
+	for i, h := range p.hits {
+		out[i] = h.v
+	}
+	if len(p.hits) == p.limit {
+		last := p.hits[len(p.hits)-1]
+		return out, &Position{last.t, last.seq}
+	}
+	return out, nil
 }
 
 // queryPlan is what Query needs to list its candidate blocks.

@@ -1,0 +1,122 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+// EventQuery selects events (g-stream, redirects, FRM, ...): by time
+// (Event.Time, From inclusive, To exclusive), type, server and site.
+// Internal events (record.EventType.Internal) are never listed.
+type EventQuery struct {
+	From, To time.Time
+	// Types, when set, keeps only events of these types.
+	Types []record.EventType
+	// Server matches ServerHost, or ServerIP for events without a host
+	// name; Site matches exactly.
+	Server, Site string
+	// Limit caps the result (<= 0: 1000; at most 100000).
+	Limit int
+	// Newest returns the latest events first (default: oldest first).
+	Newest bool
+	// After continues a listing (the Next of the previous page).
+	After *Position
+}
+
+func (q *EventQuery) match(e *record.Event, t int64) bool {
+	switch {
+	case e.Type.Internal(),
+		!q.From.IsZero() && t < q.From.UnixNano(),
+		!q.To.IsZero() && t >= q.To.UnixNano(),
+		len(q.Types) > 0 && !slices.Contains(q.Types, e.Type),
+		q.Server != "" && serverName(e.ServerHost, e.ServerIP) != q.Server,
+		q.Site != "" && e.Site != q.Site:
+		return false
+	}
+	return true
+}
+
+// QueryEvents returns a page of the events matching q, ordered by time
+// (then sequence number), and the position of the next page (nil when
+// there are no more). It visits the blocks holding events whose time span
+// meets [From, To), in order, and stops as soon as no further block can
+// hold an event that sorts before the Limit-th one found. Events have no
+// postings: a filter by server or site is applied to every event of the
+// window.
+func (r *Reader) QueryEvents(ctx context.Context, q EventQuery) ([]record.Event, *Position, error) {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	limit = min(limit, 100000)
+	cond, args := []string{"events > 0"}, []any{}
+	if !q.From.IsZero() {
+		cond, args = append(cond, "max_ns >= ?"), append(args, q.From.UnixNano())
+	}
+	if !q.To.IsZero() {
+		cond, args = append(cond, "min_ns < ?"), append(args, q.To.UnixNano())
+	}
+	order := " ORDER BY min_ns, first_seq"
+	if q.Newest {
+		order = " ORDER BY max_ns DESC, first_seq DESC"
+	}
+	rows, err := r.rdb.QueryContext(ctx, "SELECT first_seq, min_ns, max_ns FROM blocks WHERE "+strings.Join(cond, " AND ")+order, args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("query events: %w", err)
+	}
+	type cand struct{ first, minNs, maxNs int64 }
+	var cands []cand
+	for rows.Next() {
+		var c cand
+		if err := rows.Scan(&c.first, &c.minNs, &c.maxNs); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("query events: %w", err)
+		}
+		if a := q.After; a != nil && ((!q.Newest && c.maxNs < a.T) || (q.Newest && c.minNs > a.T)) {
+			continue // wholly before the cursor
+		}
+		cands = append(cands, c)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("query events: %w", err)
+	}
+	pg := pager[record.Event]{limit: limit, newest: q.Newest}
+	for _, c := range cands {
+		if pg.past(c.minNs, c.maxNs) {
+			break
+		}
+		raw, err := r.block(ctx, c.first)
+		if err != nil {
+			return nil, nil, fmt.Errorf("query events: %w", err)
+		}
+		it := newEntryIter(raw, c.first)
+		for it.next() {
+			if it.cur.kind != entryEvent {
+				continue
+			}
+			var e record.Event
+			if err := record.DecodeStoredEvent(it.cur.data, &e); err != nil {
+				return nil, nil, fmt.Errorf("query events: decode seq %d: %w", it.cur.seq, err)
+			}
+			t := unixNanos(e.Time)
+			if q.After.passed(q.Newest, t, it.cur.seq) && q.match(&e, t) {
+				pg.add(t, it.cur.seq, e)
+			}
+		}
+		if it.err != nil {
+			return nil, nil, fmt.Errorf("query events: block %d: %w", c.first, it.err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+	}
+	out, next := pg.page()
+	return out, next, nil
+}
