@@ -161,6 +161,10 @@ func (h *Hist) Observe(v float64) { h.add(histIndex(v), 1) }
 func (h *Hist) observeIndex(i int16) { h.add(i, 1) }
 
 func (h *Hist) add(i int16, n int64) {
+	if len(h.b) == 0 || h.b[len(h.b)-1].i < i { // in order: decoding, merging
+		h.b = append(h.b, hbucket{i, n})
+		return
+	}
 	k, found := slices.BinarySearchFunc(h.b, i, func(b hbucket, i int16) int { return int(b.i) - int(i) })
 	if found {
 		h.b[k].n += n
@@ -171,9 +175,50 @@ func (h *Hist) add(i int16, n int64) {
 
 // Merge adds the counts of g.
 func (h *Hist) Merge(g *Hist) {
-	for _, b := range g.b {
-		h.add(b.i, b.n)
+	if len(g.b) == 0 {
+		return
 	}
+	if len(h.b) == 0 {
+		h.b = append(h.b, g.b...)
+		return
+	}
+	// Both are sorted. When h has every bucket of g (the usual case once
+	// a few transfers are in), add in place.
+	i, in := 0, true
+	for _, b := range g.b {
+		for i < len(h.b) && h.b[i].i < b.i {
+			i++
+		}
+		if i == len(h.b) || h.b[i].i != b.i {
+			in = false
+			break
+		}
+	}
+	if in {
+		i = 0
+		for _, b := range g.b {
+			for h.b[i].i < b.i {
+				i++
+			}
+			h.b[i].n += b.n
+		}
+		return
+	}
+	// Else merge them into a new slice, one pass.
+	out := make([]hbucket, 0, len(h.b)+len(g.b))
+	x, y := h.b, g.b
+	for len(x) > 0 && len(y) > 0 {
+		switch {
+		case x[0].i < y[0].i:
+			out, x = append(out, x[0]), x[1:]
+		case x[0].i > y[0].i:
+			out, y = append(out, y[0]), y[1:]
+		default:
+			out = append(out, hbucket{x[0].i, x[0].n + y[0].n})
+			x, y = x[1:], y[1:]
+		}
+	}
+	h.b = append(append(out, x...), y...)
 }
 
 // Count returns the number of values observed.
@@ -328,10 +373,15 @@ func (d *decoder) byte() byte {
 	return v[0]
 }
 
-func (d *decoder) agg(a *Agg) {
+// sums reads the leading sums of an Agg: bytes and transfers.
+func (d *decoder) sums(a *Agg) {
 	for _, p := range []*int64{&a.ReadBytes, &a.ReadvBytes, &a.WriteBytes, &a.Transfers, &a.Partial} {
 		*p = int64(d.uvarint())
 	}
+}
+
+func (d *decoder) agg(a *Agg) {
+	d.sums(a)
 	for range d.count(2) {
 		i, v := d.uvarint(), d.uvarint()
 		if i < uint64(len(a.PartialBy)) {

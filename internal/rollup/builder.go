@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -375,12 +376,10 @@ func (b *Builder) Flush(ctx context.Context) error {
 
 	c := store.RollupCommit{Cursor: b.cursor, Expire: make(map[int64]int64)}
 	part := b.part
-	var buf []byte
 	added := make(map[bucketKey]int)
 	for _, bk := range sortedBuckets(h) {
 		part++
-		buf = encodePart(buf[:0], h[bk])
-		c.Add = append(c.Add, store.RollupPart{Step: bk.step, Start: bk.start, Part: part, Data: s2.Encode(nil, buf)})
+		c.Add = append(c.Add, rows(bk.step, bk.start, part, encodeParts(h[bk]))...)
 		added[bk]++
 	}
 	compacted, err := b.compactions(ctx, added, wm)
@@ -444,14 +443,14 @@ func (b *Builder) compactions(ctx context.Context, added map[bucketKey]int, wm i
 		}
 		m := make(map[string]*Agg)
 		var last int64
-		err := b.st.RollupParts(ctx, bk.step, bk.start, bk.start+1, func(p store.RollupPart) error {
+		err := b.st.RollupParts(ctx, bk.step, bk.start, bk.start+1, store.AllSpecs, func(p store.RollupPart) error {
 			last = max(last, p.Part)
 			return mergePart(m, p.Data, "")
 		})
 		if err != nil {
 			return nil, fmt.Errorf("compact rollup bucket %d/%d: %w", bk.step, bk.start, err)
 		}
-		out = append(out, store.RollupPart{Step: bk.step, Start: bk.start, Part: last, Data: s2.Encode(nil, encodePart(nil, m))})
+		out = append(out, rows(bk.step, bk.start, last, encodeParts(m))...)
 		b.m.compactions.Inc()
 	}
 	return out, nil
@@ -478,37 +477,77 @@ func (b *Builder) expireOpen(wm int64) {
 	b.m.openBytes.Set(float64(b.openBytes))
 }
 
-// Part encoding (S2-compressed):
+// Part encoding (version 3), in sections by spec (the builder stores
+// one section per part, a part per spec, so that a query reads only its
+// spec's series):
 //
-//	byte    version (2; version 1 parts, without the duration sum, are read)
-//	uvarint number of series, then per series in key order:
-//	uvarint key length, key, uvarint Agg length, Agg (appendAgg)
+//	byte    0 (an S2 block, the older formats, never starts with 0)
+//	byte    version (3)
+//	uvarint number of sections, then per section, in spec order:
+//	uvarint spec length, spec, uvarint length, S2-compressed series:
+//	  uvarint number of series, then per series in key order:
+//	  uvarint key length, key, uvarint Agg length, Agg (appendAgg)
+//
+// Versions 1 and 2 (still read) are the series of every spec in one
+// S2-compressed block: a version byte, then the series as above;
+// version 1 has no duration sum.
 
-const partVersion = 2
+const partVersion = 3
 
-func encodePart(b []byte, m map[string]*Agg) []byte {
+// encodeParts returns the stored parts of m: one per spec, each in the
+// format above with one section.
+func encodeParts(m map[string]*Agg) []specPart {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
-	slices.Sort(keys)
-	b = append(b, partVersion)
-	b = appendUvarint(b, uint64(len(keys)))
-	var ab []byte
-	for _, k := range keys {
-		b = appendUvarint(b, uint64(len(k)))
-		b = append(b, k...)
-		ab = appendAgg(ab[:0], m[k])
-		b = appendUvarint(b, uint64(len(ab)))
-		b = append(b, ab...)
+	slices.Sort(keys) // a spec's keys are together: a key starts with its spec and a zero byte
+	var out []specPart
+	var body, ab []byte
+	for i := 0; i < len(keys); {
+		spec, _, _ := strings.Cut(keys[i], "\x00")
+		j := i
+		for j < len(keys) && strings.HasPrefix(keys[j], spec+"\x00") {
+			j++
+		}
+		body = appendUvarint(body[:0], uint64(j-i))
+		for _, k := range keys[i:j] {
+			body = appendUvarint(body, uint64(len(k)))
+			body = append(body, k...)
+			ab = appendAgg(ab[:0], m[k])
+			body = appendUvarint(body, uint64(len(ab)))
+			body = append(body, ab...)
+		}
+		z := s2.Encode(nil, body)
+		b := []byte{0, partVersion, 1}
+		b = appendUvarint(b, uint64(len(spec)))
+		b = append(b, spec...)
+		b = appendUvarint(b, uint64(len(z)))
+		out = append(out, specPart{spec, append(b, z...)})
+		i = j
 	}
-	return b
+	return out
+}
+
+// specPart is the stored part of one spec's series.
+type specPart struct {
+	spec string
+	data []byte
+}
+
+// rows returns the store rows of parts.
+func rows(step, start, part int64, parts []specPart) []store.RollupPart {
+	out := make([]store.RollupPart, len(parts))
+	for i, p := range parts {
+		out[i] = store.RollupPart{Step: step, Start: start, Part: part, Spec: p.spec, Data: p.data}
+	}
+	return out
 }
 
 // mergePart adds the series of a stored part whose key starts with prefix
 // (every series when prefix is "") to m.
 func mergePart(m map[string]*Agg, data []byte, prefix string) error {
-	return walkCompressed(data, prefix, func(key string, a *Agg) { mergeInto(m, key, a) })
+	return walkStored(data, walk{prefix: prefix}, func(key string, a *Agg) { mergeInto(m, key, a) })
 }
 
 // mergeInto adds a to m's series key (a is kept when m has none).
@@ -520,36 +559,72 @@ func mergeInto(m map[string]*Agg, key string, a *Agg) {
 	}
 }
 
-// walkCompressed is walkPart on a stored (S2-compressed) part.
-func walkCompressed(data []byte, prefix string, fn func(key string, a *Agg)) error {
-	raw, err := s2.Decode(nil, data)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errCorrupt, err)
-	}
-	return walkPart(raw, prefix, fn)
+// walk says which series of a part to decode, and how much of them.
+type walk struct {
+	prefix string                // keys that start with it ("": all); a spec and its zero byte reads that spec's section only
+	keep   func(key string) bool // nil: all
+	light  bool                  // the sums only (bytes, transfers), not the users nor the distributions
 }
 
-// walkPart calls fn with each series of a decompressed part whose key
-// starts with prefix (every series when prefix is "").
-func walkPart(raw []byte, prefix string, fn func(key string, a *Agg)) error {
-	d := decoder{b: raw}
-	v := d.byte()
-	if d.err == nil && (v < 1 || v > partVersion) {
+// walkStored calls fn with each series of a stored part that w selects.
+func walkStored(data []byte, w walk, fn func(key string, a *Agg)) error {
+	if len(data) == 0 || data[0] != 0 {
+		raw, err := s2.Decode(nil, data) // versions 1 and 2
+		if err != nil {
+			return fmt.Errorf("%w: %v", errCorrupt, err)
+		}
+		d := decoder{b: raw}
+		v := d.byte()
+		if d.err == nil && (v < 1 || v > 2) {
+			return fmt.Errorf("%w: part version %d", errCorrupt, v)
+		}
+		return walkSeries(&d, v, w, fn)
+	}
+	d := decoder{b: data[1:]}
+	if v := d.byte(); d.err == nil && v != partVersion {
 		return fmt.Errorf("%w: part version %d", errCorrupt, v)
 	}
-	n := d.count(2)
-	for range n {
+	spec, whole := strings.CutSuffix(w.prefix, "\x00")
+	whole = whole && !strings.Contains(spec, "\x00")
+	for range d.count(2) {
+		s := d.bytes(d.count(1))
+		z := d.bytes(d.count(1))
+		if d.err != nil {
+			return d.err
+		}
+		if whole && string(s) != spec {
+			continue
+		}
+		raw, err := s2.Decode(nil, z)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errCorrupt, err)
+		}
+		if err := walkSeries(&decoder{b: raw}, partVersion, w, fn); err != nil {
+			return err
+		}
+	}
+	return d.err
+}
+
+// walkSeries calls fn with each series of d, a list of series of a part
+// of version v, that w selects.
+func walkSeries(d *decoder, v byte, w walk, fn func(key string, a *Agg)) error {
+	for range d.count(2) {
 		key := d.bytes(d.count(1))
 		ab := d.bytes(d.count(1))
 		if d.err != nil {
 			return d.err
 		}
-		if len(key) < len(prefix) || string(key[:len(prefix)]) != prefix {
+		if len(key) < len(w.prefix) || string(key[:len(w.prefix)]) != w.prefix || (w.keep != nil && !w.keep(string(key))) {
 			continue
 		}
 		a := &Agg{}
 		ad := decoder{b: ab, version: v}
-		ad.agg(a)
+		if w.light {
+			ad.sums(a)
+		} else {
+			ad.agg(a)
+		}
 		if ad.err != nil {
 			return ad.err
 		}

@@ -72,7 +72,7 @@ func (b *Builder) Series(ctx context.Context, q Query) ([]Series, error) {
 		to += s - m
 	}
 	byBucket := make(map[int64]map[string]*Agg)
-	err = b.read(ctx, []span{{s, from, to}}, spec, func(start int64, m map[string]*Agg) {
+	err = b.read(ctx, []span{{s, from, to}}, spec, walk{}, func(start int64, m map[string]*Agg) {
 		byBucket[start] = m
 	})
 	if err != nil {
@@ -164,41 +164,98 @@ func (m Measure) Value(a *Agg) int64 {
 // coarsest buckets that fit in it (days, then hours, then minutes at its
 // edges); an edge older than the finer resolution's retention is rounded
 // out to the coarser bucket.
+//
+// With n > 0 and a measure of sums (not users), Top ranks the series by
+// their sums alone (read without their users and distributions), then
+// reads in full only the n it returns, and the total from the total's
+// series.
 func (b *Builder) Top(ctx context.Context, by []record.Dim, from, to time.Time, m Measure, n int) ([]Row, Agg, error) {
 	spec, err := b.spec(by)
 	if err != nil {
 		return nil, Agg{}, err
 	}
-	sums := make(map[string]*Agg)
-	err = b.read(ctx, b.cover(from.Unix(), to.Unix()), spec, func(_ int64, bm map[string]*Agg) {
-		for k, a := range bm {
-			if cur := sums[k]; cur != nil {
-				cur.Merge(a)
-			} else {
-				sums[k] = a
-			}
-		}
-	})
-	if err != nil {
-		return nil, Agg{}, err
-	}
-	rows := make([]Row, 0, len(sums))
-	var total Agg
-	for k, a := range sums {
-		_, vals, err := splitKey(k)
+	spans := b.cover(from.Unix(), to.Unix())
+	var keep func(string) bool
+	if n > 0 && m != ByUsers {
+		sums, err := b.sum(ctx, spans, spec, walk{light: true})
 		if err != nil {
 			return nil, Agg{}, err
 		}
-		rows = append(rows, Row{Keys: vals, Agg: *a})
-		total.Merge(a)
+		rows, err := rank(sums, m, n)
+		if err != nil {
+			return nil, Agg{}, err
+		}
+		top := make(map[string]bool, len(rows))
+		for _, r := range rows {
+			top[r.key] = true
+		}
+		keep = func(k string) bool { return top[k] }
 	}
-	slices.SortFunc(rows, func(x, y Row) int {
-		return cmp.Or(cmp.Compare(m.Value(&y.Agg), m.Value(&x.Agg)), slices.Compare(x.Keys, y.Keys))
+	sums, err := b.sum(ctx, spans, spec, walk{keep: keep})
+	if err != nil {
+		return nil, Agg{}, err
+	}
+	rows, err := rank(sums, m, n)
+	if err != nil {
+		return nil, Agg{}, err
+	}
+	var total Agg
+	if keep == nil || spec == "" {
+		for _, a := range sums {
+			total.Merge(a)
+		}
+	} else {
+		ts, err := b.sum(ctx, spans, "", walk{})
+		if err != nil {
+			return nil, Agg{}, err
+		}
+		for _, a := range ts {
+			total.Merge(a)
+		}
+	}
+	out := make([]Row, len(rows))
+	for i, r := range rows {
+		out[i] = Row{Keys: r.vals, Agg: *sums[r.key]}
+	}
+	return out, total, nil
+}
+
+// sum merges, per series of spec that w keeps, the buckets of spans.
+func (b *Builder) sum(ctx context.Context, spans []span, spec Spec, w walk) (map[string]*Agg, error) {
+	sums := make(map[string]*Agg)
+	err := b.read(ctx, spans, spec, w, func(_ int64, bm map[string]*Agg) {
+		for k, a := range bm {
+			mergeInto(sums, k, a)
+		}
+	})
+	return sums, err
+}
+
+// ranked is a series' place in a top-N.
+type ranked struct {
+	key  string
+	vals []string
+	v    int64
+}
+
+// rank returns the n series of sums with the largest measure m (all
+// when n <= 0), ties by their values.
+func rank(sums map[string]*Agg, m Measure, n int) ([]ranked, error) {
+	rows := make([]ranked, 0, len(sums))
+	for k, a := range sums {
+		_, vals, err := splitKey(k)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, ranked{k, vals, m.Value(a)})
+	}
+	slices.SortFunc(rows, func(x, y ranked) int {
+		return cmp.Or(cmp.Compare(y.v, x.v), slices.Compare(x.vals, y.vals))
 	})
 	if n > 0 && len(rows) > n {
 		rows = rows[:n]
 	}
-	return rows, total, nil
+	return rows, nil
 }
 
 // span is a run of buckets of one width: [from, to) in Unix seconds.
@@ -255,20 +312,22 @@ func (b *Builder) cover(from, to int64) []span {
 }
 
 // read merges, for each bucket of the spans, the stored parts and the
-// head's sums of spec's series, and calls fn once per bucket.
-func (b *Builder) read(ctx context.Context, spans []span, spec Spec, fn func(start int64, m map[string]*Agg)) error {
+// head's sums of spec's series that w keeps (w.prefix is set here), and
+// calls fn once per bucket.
+func (b *Builder) read(ctx context.Context, spans []span, spec Spec, w walk, fn func(start int64, m map[string]*Agg)) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	prefix := string(spec) + "\x00"
+	w.prefix = prefix
 	for _, sp := range spans {
 		buckets := make(map[int64]map[string]*Agg)
-		err := b.st.RollupParts(ctx, sp.step, sp.from, sp.to, func(p store.RollupPart) error {
+		err := b.st.RollupParts(ctx, sp.step, sp.from, sp.to, string(spec), func(p store.RollupPart) error {
 			m := buckets[p.Start]
 			if m == nil {
 				m = make(map[string]*Agg)
 				buckets[p.Start] = m
 			}
-			return mergePart(m, p.Data, prefix)
+			return walkStored(p.Data, w, func(key string, a *Agg) { mergeInto(m, key, a) })
 		})
 		if err != nil {
 			return err
@@ -283,7 +342,7 @@ func (b *Builder) read(ctx context.Context, spans []span, spec Spec, fn func(sta
 				buckets[bk.start] = m
 			}
 			for k, a := range hm {
-				if len(k) < len(prefix) || k[:len(prefix)] != prefix {
+				if len(k) < len(prefix) || k[:len(prefix)] != prefix || (w.keep != nil && !w.keep(k)) {
 					continue
 				}
 				if cur := m[k]; cur != nil {

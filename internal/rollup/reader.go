@@ -17,7 +17,7 @@ import (
 type PartReader interface {
 	RollupState(ctx context.Context) (state []byte, cursor int64, err error)
 	RollupMeta(ctx context.Context) ([]byte, error)
-	RollupParts(ctx context.Context, step, from, to int64, fn func(p store.RollupPart) error) error
+	RollupParts(ctx context.Context, step, from, to int64, spec string, fn func(p store.RollupPart) error) error
 	RollupBuckets(ctx context.Context, step, from, to int64) (map[int64]int, error)
 	RollupChanged(ctx context.Context, after int64) ([]store.RollupBucket, int64, error)
 }
@@ -111,11 +111,11 @@ func Changed(ctx context.Context, r PartReader, after int64, fn func(step, start
 	for _, bk := range buckets {
 		all := make(map[string]*Agg)
 		touched := make(map[string]bool)
-		err := r.RollupParts(ctx, bk.Step, bk.Start, bk.Start+1, func(p store.RollupPart) error {
+		err := r.RollupParts(ctx, bk.Step, bk.Start, bk.Start+1, store.AllSpecs, func(p store.RollupPart) error {
 			if p.Part <= after {
 				return mergePart(all, p.Data, "")
 			}
-			return walkCompressed(p.Data, "", func(key string, a *Agg) {
+			return walkStored(p.Data, walk{}, func(key string, a *Agg) {
 				touched[key] = true
 				mergeInto(all, key, a)
 			})

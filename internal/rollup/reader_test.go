@@ -3,6 +3,7 @@ package rollup
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -76,6 +77,26 @@ func TestReaderAndChanged(t *testing.T) {
 		}
 		if len(got) != len(want) || diffAgg(&gotTotal, &wantTotal) != "" {
 			t.Fatalf("%q: reader %d rows, total %s; builder %d rows", spec, len(got), diffAgg(&gotTotal, &wantTotal), len(want))
+		}
+		// A top 3 (ranked by sums, then read in full) is the head of the
+		// whole ranking, with the same total.
+		for _, m := range []Measure{ByBytes, ByWrite, ByTransfers, ByUsers} {
+			all, allTotal, err := r.Top(ctx, by, forever[0], forever[1], m, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			top, topTotal, err := r.Top(ctx, by, forever[0], forever[1], m, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(top) != min(3, len(all)) || diffAgg(&topTotal, &allTotal) != "" {
+				t.Fatalf("%q by %s: top 3 has %d rows, total %s", spec, m, len(top), diffAgg(&topTotal, &allTotal))
+			}
+			for i := range top {
+				if !slices.Equal(top[i].Keys, all[i].Keys) || diffAgg(&top[i].Agg, &all[i].Agg) != "" {
+					t.Fatalf("%q by %s: row %d %v %s, want %v", spec, m, i, top[i].Keys, diffAgg(&top[i].Agg, &all[i].Agg), all[i].Keys)
+				}
+			}
 		}
 		for _, step := range Resolutions {
 			ss, err := r.Series(ctx, Query{By: by, From: forever[0], To: forever[1], Step: step})

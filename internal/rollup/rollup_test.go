@@ -1,6 +1,9 @@
 package rollup
 
 import (
+	"maps"
+	"strings"
+
 	"context"
 	"fmt"
 	"math"
@@ -8,6 +11,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/s2"
 
 	"github.com/xrdmon/xrdmon/internal/loadgen"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
@@ -307,7 +312,7 @@ func (m *memRollups) CommitRollup(_ context.Context, c store.RollupCommit) error
 
 func (m *memRollups) RollupState(context.Context) ([]byte, int64, error) { return m.state, m.cur, nil }
 
-func (m *memRollups) RollupParts(_ context.Context, step, from, to int64, fn func(store.RollupPart) error) error {
+func (m *memRollups) RollupParts(_ context.Context, step, from, to int64, spec string, fn func(store.RollupPart) error) error {
 	ps := slices.Clone(m.parts)
 	slices.SortFunc(ps, func(a, b store.RollupPart) int {
 		if a.Start != b.Start {
@@ -316,7 +321,7 @@ func (m *memRollups) RollupParts(_ context.Context, step, from, to int64, fn fun
 		return int(a.Part - b.Part)
 	})
 	for _, p := range ps {
-		if p.Step == step && p.Start >= from && p.Start < to {
+		if p.Step == step && p.Start >= from && p.Start < to && (spec == store.AllSpecs || p.Spec == spec || p.Spec == store.AllSpecs) {
 			if err := fn(p); err != nil {
 				return err
 			}
@@ -326,9 +331,11 @@ func (m *memRollups) RollupParts(_ context.Context, step, from, to int64, fn fun
 }
 
 func (m *memRollups) RollupBuckets(_ context.Context, step, from, to int64) (map[int64]int, error) {
+	parts := map[[2]int64]bool{}
 	out := map[int64]int{}
 	for _, p := range m.parts {
-		if p.Step == step && p.Start >= from && p.Start < to {
+		if p.Step == step && p.Start >= from && p.Start < to && !parts[[2]int64{p.Start, p.Part}] {
+			parts[[2]int64{p.Start, p.Part}] = true
 			out[p.Start]++
 		}
 	}
@@ -373,13 +380,69 @@ func TestUsers(t *testing.T) {
 	// Round trip through the part encoding.
 	a := &Agg{Users: v, Transfers: 3}
 	a.Duration.Observe(1234)
-	raw := encodePart(nil, map[string]*Agg{"\x00": a})
+	raw := encodeParts(map[string]*Agg{"\x00": a})[0].data
 	var got *Agg
-	if err := walkPart(raw, "", func(_ string, x *Agg) { got = x }); err != nil {
+	if err := walkStored(raw, walk{}, func(_ string, x *Agg) { got = x }); err != nil {
 		t.Fatal(err)
 	}
 	if d := diffAgg(got, a); d != "" {
 		t.Error(d)
+	}
+}
+
+// legacyPart encodes m as a version 2 part: every spec in one S2 block.
+func legacyPart(m map[string]*Agg) []byte {
+	keys := slices.Sorted(maps.Keys(m))
+	b := []byte{2}
+	b = appendUvarint(b, uint64(len(keys)))
+	for _, k := range keys {
+		ab := appendAgg(nil, m[k])
+		b = appendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		b = appendUvarint(b, uint64(len(ab)))
+		b = append(b, ab...)
+	}
+	return s2.Encode(nil, b)
+}
+
+// A part is read by spec: a query of one spec gets its series only, from
+// the sectioned format and from the single-block format of version 2.
+func TestPartFormats(t *testing.T) {
+	m := map[string]*Agg{}
+	for i, k := range []string{"\x00", "site\x00\x01A", "site\x00\x01B", "site,vo\x00\x01A\x03cms", "vo\x00\x03cms"} {
+		a := &Agg{ReadBytes: int64(i + 1), Transfers: 1, DurationMS: 7}
+		a.Size.Observe(float64(1000 * (i + 1)))
+		m[k] = a
+	}
+	var v3 [][]byte
+	for _, p := range encodeParts(m) {
+		v3 = append(v3, p.data)
+	}
+	if len(v3) != 4 {
+		t.Fatalf("%d parts, want one per spec (4)", len(v3))
+	}
+	for name, parts := range map[string][][]byte{"v3": v3, "v2": {legacyPart(m)}} {
+		for _, prefix := range []string{"", "site\x00", "site,vo\x00", "vo\x00", "\x00", "dir\x00"} {
+			got := map[string]*Agg{}
+			for _, data := range parts {
+				if err := walkStored(data, walk{prefix: prefix}, func(k string, a *Agg) { got[k] = a }); err != nil {
+					t.Fatalf("%s %q: %v", name, prefix, err)
+				}
+			}
+			n := 0
+			for k, a := range m {
+				if !strings.HasPrefix(k, prefix) {
+					continue
+				}
+				n++
+				if got[k] == nil || diffAgg(got[k], a) != "" {
+					t.Errorf("%s %q: series %q: %+v, want %+v", name, prefix, k, got[k], a)
+				}
+			}
+			if len(got) != n {
+				t.Errorf("%s %q: %d series, want %d", name, prefix, len(got), n)
+			}
+		}
 	}
 }
 
@@ -394,10 +457,12 @@ func FuzzPart(f *testing.F) {
 	a := &Agg{ReadBytes: 5, Transfers: 1}
 	a.Users.Add(1)
 	a.Size.Observe(1e6)
-	f.Add(encodePart(nil, map[string]*Agg{"site\x00\x03abc": a}))
+	f.Add(encodeParts(map[string]*Agg{"site\x00\x03abc": a, "\x00": a})[1].data)
+	f.Add(legacyPart(map[string]*Agg{"site\x00\x03abc": a}))
 	f.Add([]byte{1, 200, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_ = walkPart(b, "", func(string, *Agg) {})
+		_ = walkStored(b, walk{}, func(string, *Agg) {})
+		_ = walkStored(b, walk{prefix: "site\x00", light: true}, func(string, *Agg) {})
 		_, _, _ = splitKey(string(b))
 		var bl Builder
 		bl.open, bl.serverTime = map[record.AccessKey]*openAccess{}, map[serverKey]int64{}

@@ -14,13 +14,20 @@ import (
 const RollupCursor = "rollup"
 
 // RollupPart is one additive part of a rollup bucket: the sums, over the
-// entries of a stretch of the log, of the series of the bucket of width
-// Step seconds starting at Start (Unix seconds). A bucket's value is the
-// merge of all its parts; Data is opaque to the store (package rollup).
+// entries of a stretch of the log, of the series of one spec (a set of
+// dimensions) of the bucket of width Step seconds starting at Start (Unix
+// seconds). A bucket's value is the merge of all its parts; a flush writes
+// one part per spec, all with the same number. Data is opaque to the
+// store (package rollup).
 type RollupPart struct {
 	Step, Start, Part int64
+	Spec              string // AllSpecs: a part of every spec (schema 6)
 	Data              []byte
 }
+
+// AllSpecs is the Spec of a part holding the series of every spec, as
+// parts were stored before schema 7; it matches any spec asked for.
+const AllSpecs = "*"
 
 // RollupCommit is what the rollup builder makes durable at once: new
 // parts, parts replaced by their merge (Compacted: every older part of
@@ -68,8 +75,8 @@ func (s *Store) CommitRollup(ctx context.Context, c RollupCommit) (err error) {
 	}
 	for _, ps := range [][]RollupPart{c.Compacted, c.Add} {
 		for _, p := range ps {
-			if _, err := s.wc.ExecContext(ctx, `INSERT OR REPLACE INTO rollups (step, start, part, data) VALUES (?, ?, ?, ?)`,
-				p.Step, p.Start, p.Part, p.Data); err != nil {
+			if _, err := s.wc.ExecContext(ctx, `INSERT OR REPLACE INTO rollups (step, start, part, spec, data) VALUES (?, ?, ?, ?, ?)`,
+				p.Step, p.Start, p.Part, p.Spec, p.Data); err != nil {
 				return err
 			}
 		}
@@ -166,17 +173,20 @@ func (r *Reader) RollupChanged(ctx context.Context, after int64) ([]RollupBucket
 }
 
 // RollupParts calls fn with every part of the buckets of width step that
-// start in [from, to) (Unix seconds), in order of start and part. fn must
+// start in [from, to) (Unix seconds), in order of start and part, of spec
+// (and parts of AllSpecs), or of every spec when spec is AllSpecs. fn must
 // not keep data.
-func (r *Reader) RollupParts(ctx context.Context, step, from, to int64, fn func(p RollupPart) error) error {
-	rows, err := r.rdb.QueryContext(ctx, `SELECT start, part, data FROM rollups WHERE step = ? AND start >= ? AND start < ? ORDER BY start, part`, step, from, to)
+func (r *Reader) RollupParts(ctx context.Context, step, from, to int64, spec string, fn func(p RollupPart) error) error {
+	rows, err := r.rdb.QueryContext(ctx, `SELECT start, part, spec, data FROM rollups
+		WHERE step = ? AND start >= ? AND start < ? AND (spec = ? OR spec = '*' OR ? = '*') ORDER BY start, part, spec`,
+		step, from, to, spec, spec)
 	if err != nil {
 		return fmt.Errorf("read rollups: %w", err)
 	}
 	defer rows.Close()
 	p := RollupPart{Step: step}
 	for rows.Next() {
-		if err := rows.Scan(&p.Start, &p.Part, &p.Data); err != nil {
+		if err := rows.Scan(&p.Start, &p.Part, &p.Spec, &p.Data); err != nil {
 			return fmt.Errorf("read rollups: %w", err)
 		}
 		if err := fn(p); err != nil {
@@ -192,7 +202,7 @@ func (r *Reader) RollupParts(ctx context.Context, step, from, to int64, fn func(
 // RollupBuckets returns, for buckets of width step starting in [from, to),
 // the number of parts of each (start -> parts), to find what to compact.
 func (r *Reader) RollupBuckets(ctx context.Context, step, from, to int64) (map[int64]int, error) {
-	rows, err := r.rdb.QueryContext(ctx, `SELECT start, count(*) FROM rollups WHERE step = ? AND start >= ? AND start < ? GROUP BY start`, step, from, to)
+	rows, err := r.rdb.QueryContext(ctx, `SELECT start, count(DISTINCT part) FROM rollups WHERE step = ? AND start >= ? AND start < ? GROUP BY start`, step, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("count rollup parts: %w", err)
 	}

@@ -276,9 +276,22 @@ CREATE TABLE rollup_state (
 ) WITHOUT ROWID;
 `
 
-// schemaV7 indexes rollup parts by number (6 -> 7), for the outputs that
-// export what changed since the part they last exported.
+// schemaV7 stores a rollup part per spec (6 -> 7), so that a query reads
+// only its spec's series; a part of version 6 holds every spec ('*'). It
+// indexes parts by number, for the outputs that export what changed
+// since the part they last exported.
 const schemaV7 = `
+CREATE TABLE rollups_v7 (
+	step  INTEGER NOT NULL,
+	start INTEGER NOT NULL,
+	part  INTEGER NOT NULL,
+	spec  TEXT NOT NULL,
+	data  BLOB NOT NULL,
+	PRIMARY KEY (step, start, part, spec)
+) WITHOUT ROWID;
+INSERT INTO rollups_v7 (step, start, part, spec, data) SELECT step, start, part, '*', data FROM rollups;
+DROP TABLE rollups;
+ALTER TABLE rollups_v7 RENAME TO rollups;
 CREATE INDEX rollups_part ON rollups (part);
 `
 
