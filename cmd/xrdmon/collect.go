@@ -153,6 +153,15 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		log.Info("Listening for XRootD monitoring packets", "udp", u.LocalAddr().String())
 		sources = append(sources, component{"udp", func(ctx context.Context, out chan<- *source.Batch) error { return u.Run(ctx, out) }})
 	}
+	if cfg.Listen.Summary != "" && !importing {
+		u, err := udp.New(cfg.Listen.SummaryOptions(), log.With("component", "udp_summary"), reg)
+		if err != nil {
+			return fmt.Errorf("listen udp summary: %w", err)
+		}
+		defer u.Close()
+		log.Info("Listening for XRootD summary monitoring", "udp", u.LocalAddr().String())
+		sources = append(sources, component{"udp_summary", func(ctx context.Context, out chan<- *source.Batch) error { return u.Run(ctx, out) }})
+	}
 	if cfg.AMQPInput.Enabled && !importing {
 		acfg := cfg.AMQPInput
 		acfg.Filter = cfg.Listen.Filter()

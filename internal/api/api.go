@@ -83,6 +83,7 @@ func New(recs Records, opts Options, log *slog.Logger) *API {
 	a := &API{recs: recs, opts: opts, log: log, mux: http.NewServeMux()}
 	a.mux.HandleFunc("GET "+Prefix+"records", a.records)
 	a.mux.HandleFunc("GET "+Prefix+"events", a.events)
+	a.mux.HandleFunc("GET "+Prefix+"summary", a.summary)
 	a.mux.HandleFunc("GET "+Prefix+"status", a.status)
 	a.mux.HandleFunc("GET "+Prefix+"rollups", a.rollups)
 	a.mux.HandleFunc("GET "+Prefix+"top", a.top)

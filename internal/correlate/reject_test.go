@@ -18,10 +18,10 @@ func TestRejectsAndRouting(t *testing.T) {
 	}
 	st := s.Stats()
 	if st.Packets != 5 || st.Accounted != 1 || st.Rejected[packet.ReasonLength] != 1 ||
-		st.Rejected[RejectSummary] != 2 || st.Rejected[packet.ReasonUnknownCode] != 1 || st.TotalRejected() != 4 {
+		st.Rejected[RejectSummaryHeader] != 2 || st.Rejected[packet.ReasonUnknownCode] != 1 || st.TotalRejected() != 4 {
 		t.Errorf("stats: %+v", st)
 	}
-	if RejectSummary.String() != "summary" || RejectReason(packet.ReasonLength).String() != "length_mismatch" ||
+	if RejectSummary.String() != "summary_bad_xml" || RejectSummaryBounds.String() != "summary_too_large" || RejectReason(packet.ReasonLength).String() != "length_mismatch" ||
 		len(RejectReasons()) != int(NumRejectReasons)-1 {
 		t.Error("reason names")
 	}

@@ -279,7 +279,7 @@ func (s *Shard) Handle(data []byte, sender netip.AddrPort, now time.Time) {
 	case packet.KindTextGStream, packet.KindCGIGStream:
 		s.handleTextG(data, addr, kind)
 	case packet.KindXMLSummary, packet.KindJSONSummary:
-		s.stats.Rejected[RejectSummary]++
+		s.handleSummary(data, addr, kind)
 	default:
 		s.reject(packet.ReasonUnknownCode)
 	}

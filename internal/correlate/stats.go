@@ -1,31 +1,54 @@
 package correlate
 
 import (
+	"errors"
+
 	"github.com/xrdmon/xrdmon/internal/packet"
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
 // RejectReason is why the correlator did not account a datagram. Values
 // 1..NumPacketReasons-1 are the decoder's packet.Reason values unchanged;
-// the correlator adds RejectSummary. The set is closed.
+// the correlator adds the summaries' reasons. The set is closed.
 type RejectReason uint8
 
 // The correlator's own rejection reasons, after the decoder's.
 const (
 	// NumPacketReasons is one more than the largest packet.Reason.
 	NumPacketReasons RejectReason = RejectReason(packet.ReasonSyntax) + 1
-	// RejectSummary: summary monitoring (XML or JSON), not a detailed stream.
+	// RejectSummary: a summary (xrd.report) whose XML is malformed.
 	RejectSummary = NumPacketReasons
+	// RejectSummaryJSON: a JSON summary that is malformed.
+	RejectSummaryJSON = RejectSummary + 1
+	// RejectSummaryHeader: a summary without its statistics header (tod, src).
+	RejectSummaryHeader = RejectSummary + 2
+	// RejectSummaryBounds: a summary too deep or with too many values.
+	RejectSummaryBounds = RejectSummary + 3
 	// NumRejectReasons sizes Stats.Rejected.
-	NumRejectReasons = RejectSummary + 1
+	NumRejectReasons = RejectSummary + 4
 )
+
+var summaryReasons = [...]string{"summary_bad_xml", "summary_bad_json", "summary_no_header", "summary_too_large"}
 
 // String returns the reason's metric label value.
 func (r RejectReason) String() string {
-	if r == RejectSummary {
-		return "summary"
+	if r >= RejectSummary && r < NumRejectReasons {
+		return summaryReasons[r-RejectSummary]
 	}
 	return packet.Reason(r).String()
+}
+
+// summaryReason is the rejection reason of a ParseSummary error.
+func summaryReason(err error) RejectReason {
+	switch {
+	case errors.Is(err, packet.ErrSummaryJSON):
+		return RejectSummaryJSON
+	case errors.Is(err, packet.ErrSummaryHeader):
+		return RejectSummaryHeader
+	case errors.Is(err, packet.ErrSummaryBounds):
+		return RejectSummaryBounds
+	}
+	return RejectSummary
 }
 
 // RejectReasons lists every rejection reason, for initialising counters.

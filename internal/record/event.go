@@ -22,6 +22,7 @@ const (
 	EventFRMPurge       EventType = "frm_purge"        // FRM 'p' record: a file purged from disk
 	EventFRMTransfer    EventType = "frm_transfer"     // FRM 'x' record: a file staged, migrated or copied
 	EventRedirect       EventType = "redirect"         // an r-stream redirect
+	EventSummary        EventType = "summary"          // an xrd.report summary: the server's counters
 )
 
 // Event is one g-stream record (one JSON line of a g packet), with the

@@ -63,6 +63,7 @@ func DefaultOptions() Options {
 // the sender allow-list and address map that every input applies.
 type Config struct {
 	UDP       string            `yaml:"udp" help:"UDP address to receive XRootD monitoring packets on; \":9930\" is every IPv4 and IPv6 address; empty disables UDP"`
+	Summary   string            `yaml:"summary" help:"a second UDP address for summary monitoring (xrd.report), conventionally \":9931\"; summaries sent to the udp address are recognised too; empty: none"`
 	Readers   int               `yaml:"readers" help:"reader goroutines, each with its own socket (SO_REUSEPORT) when more than one; 0 means GOMAXPROCS, at most 4"`
 	BatchSize int               `yaml:"batch_size" help:"datagrams read per batch by each reader"`
 	RcvBuf    units.ByteSize    `yaml:"rcvbuf" help:"socket receive buffer (SO_RCVBUF); the kernel may cap it (net.core.rmem_max)"`
@@ -96,6 +97,15 @@ func (c Config) Options() Options {
 	o.BatchMessages = c.BatchSize
 	o.ReceiveBuffer = int(c.RcvBuf)
 	o.Filter = c.Filter()
+	return o
+}
+
+// SummaryOptions returns the options of the summary listener (Summary):
+// Options with its address and one reader (a summary a minute per server).
+func (c Config) SummaryOptions() Options {
+	o := c.Options()
+	o.Addr = c.Summary
+	o.Readers, o.ReusePort = 1, false
 	return o
 }
 

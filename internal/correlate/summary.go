@@ -1,0 +1,59 @@
+package correlate
+
+import (
+	"encoding/json"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/packet"
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+// handleSummary makes an xrd.report summary an event. Summaries come
+// once a minute or so per server, beside the detailed stream: decoding
+// them here (XML or JSON) costs the hot path nothing measurable, and lets
+// a malformed one be a counted rejection with its reason.
+func (s *Shard) handleSummary(data []byte, addr netip.Addr, kind packet.Kind) {
+	sum, err := packet.ParseSummary(data)
+	if err != nil {
+		s.stats.Rejected[summaryReason(err)]++
+		return
+	}
+	s.accept(kind)
+	d := record.SummaryReport{Format: "xml", Src: sum.Src, Tod: sum.Tod, Tos: sum.Tos, Pid: sum.Pid, Pgm: sum.Pgm, Ins: sum.Ins,
+		Site: sum.Site, Ver: sum.Ver, Values: make(map[string]float64, len(sum.Values))}
+	if kind == packet.KindJSONSummary {
+		d.Format = "json"
+	}
+	for _, v := range sum.Values {
+		d.Values[v.Name] = v.Value
+	}
+	if len(sum.Texts) > 0 {
+		d.Texts = make(map[string]string, len(sum.Texts))
+		for _, t := range sum.Texts {
+			d.Texts[t.Name] = t.Text
+		}
+	}
+	raw, err := json.Marshal(d) // strings are valid UTF-8 (ParseSummary checks), numbers finite
+	if err != nil {
+		s.stats.Rejected[RejectSummaryBounds]++
+		return
+	}
+	ip := addr.String()
+	host, _, _ := net.SplitHostPort(sum.Src)
+	s.events = append(s.events, record.Event{
+		EventID:    record.EventID(ip, sum.Tos, 0, 'S', 0, sum.Tod, 0, data),
+		Type:       record.EventSummary,
+		Provider:   "S",
+		Time:       time.Unix(sum.Tod, 0).UTC(),
+		Received:   s.now,
+		ServerIP:   ip,
+		ServerHost: host,
+		ServerStod: sum.Tos,
+		Site:       sum.Site,
+		Data:       raw,
+		Valid:      true,
+	})
+	s.stats.Events++
+}

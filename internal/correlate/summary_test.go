@@ -1,0 +1,48 @@
+package correlate
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+// A summary becomes an event of its server with every value; the same
+// datagram again has the same id (the store keeps it once); malformed ones
+// are rejections with their reason.
+func TestSummaryEvents(t *testing.T) {
+	s := NewShard(DefaultConfig())
+	sv := newSrv("192.0.2.41:1", t0, 3)
+	xmlB, err := os.ReadFile("../packet/testdata/summary.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonB, err := os.ReadFile("../packet/testdata/summary.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range [][]byte{xmlB, xmlB, jsonB, []byte(`<statistics tod="1" src="h:1"><a>`), []byte(`{"statistics":{"tod":1,`)} {
+		s.Handle(d, sv.addr, at(0))
+	}
+	st := s.Stats()
+	if st.Accounted != 3 || st.Rejected[RejectSummary] != 1 || st.Rejected[RejectSummaryJSON] != 1 || st.Events != 3 {
+		t.Errorf("stats: accounted %d, rejected %v, events %d", st.Accounted, st.Rejected, st.Events)
+	}
+	evs := s.TakeEvents(nil)
+	if len(evs) != 3 {
+		t.Fatalf("%d events", len(evs))
+	}
+	e := evs[0]
+	if e.Type != record.EventSummary || e.ServerIP != "192.0.2.41" || e.ServerHost != "xrd1.example.org" || e.Site != "T2_US_Example" ||
+		e.Time.Unix() != 1767225660 || e.ServerStod != 1767225600 || !e.Valid || e.EventID != evs[1].EventID || e.EventID == evs[2].EventID {
+		t.Errorf("event %+v", e)
+	}
+	var d record.SummaryReport
+	if err := json.Unmarshal(e.Data, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Format != "xml" || d.Values["link.out"] != 1073741824 || d.Values["xrootd.ops.open"] != 900 || d.Texts["ofs.role"] != "server" || d.Pid != 4321 {
+		t.Errorf("data %+v", d)
+	}
+}
