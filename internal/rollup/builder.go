@@ -568,42 +568,64 @@ type walk struct {
 
 // walkStored calls fn with each series of a stored part that w selects.
 func walkStored(data []byte, w walk, fn func(key string, a *Agg)) error {
+	secs, err := sectionsOf(data, w.prefix)
+	if err != nil {
+		return err
+	}
+	for _, sc := range secs {
+		if err := walkSeries(&decoder{b: sc.raw}, sc.v, w, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// section is a decompressed list of series of a part of version v.
+type section struct {
+	v   byte
+	raw []byte
+}
+
+// sectionsOf returns the decompressed sections of a stored part that can
+// hold keys starting with prefix: a prefix of a spec and its zero byte
+// selects that spec's section only (parts of versions 1 and 2 have one
+// section of every spec).
+func sectionsOf(data []byte, prefix string) ([]section, error) {
 	if len(data) == 0 || data[0] != 0 {
 		raw, err := s2.Decode(nil, data) // versions 1 and 2
 		if err != nil {
-			return fmt.Errorf("%w: %v", errCorrupt, err)
+			return nil, fmt.Errorf("%w: %v", errCorrupt, err)
 		}
 		d := decoder{b: raw}
 		v := d.byte()
 		if d.err == nil && (v < 1 || v > 2) {
-			return fmt.Errorf("%w: part version %d", errCorrupt, v)
+			return nil, fmt.Errorf("%w: part version %d", errCorrupt, v)
 		}
-		return walkSeries(&d, v, w, fn)
+		return []section{{v, d.b}}, d.err
 	}
 	d := decoder{b: data[1:]}
 	if v := d.byte(); d.err == nil && v != partVersion {
-		return fmt.Errorf("%w: part version %d", errCorrupt, v)
+		return nil, fmt.Errorf("%w: part version %d", errCorrupt, v)
 	}
-	spec, whole := strings.CutSuffix(w.prefix, "\x00")
+	spec, whole := strings.CutSuffix(prefix, "\x00")
 	whole = whole && !strings.Contains(spec, "\x00")
+	var out []section
 	for range d.count(2) {
 		s := d.bytes(d.count(1))
 		z := d.bytes(d.count(1))
 		if d.err != nil {
-			return d.err
+			return nil, d.err
 		}
 		if whole && string(s) != spec {
 			continue
 		}
 		raw, err := s2.Decode(nil, z)
 		if err != nil {
-			return fmt.Errorf("%w: %v", errCorrupt, err)
+			return nil, fmt.Errorf("%w: %v", errCorrupt, err)
 		}
-		if err := walkSeries(&decoder{b: raw}, partVersion, w, fn); err != nil {
-			return err
-		}
+		out = append(out, section{partVersion, raw})
 	}
-	return d.err
+	return out, d.err
 }
 
 // walkSeries calls fn with each series of d, a list of series of a part

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/record"
@@ -175,33 +176,60 @@ func (b *Builder) Top(ctx context.Context, by []record.Dim, from, to time.Time, 
 		return nil, Agg{}, err
 	}
 	spans := b.cover(from.Unix(), to.Unix())
-	var keep func(string) bool
-	if n > 0 && m != ByUsers {
-		sums, err := b.sum(ctx, spans, spec, walk{light: true})
+	if n <= 0 || m == ByUsers {
+		// Every series in full: one pass.
+		sums, err := b.sum(ctx, spans, spec, walk{})
 		if err != nil {
 			return nil, Agg{}, err
 		}
-		rows, err := rank(sums, m, n)
-		if err != nil {
-			return nil, Agg{}, err
-		}
-		top := make(map[string]bool, len(rows))
-		for _, r := range rows {
-			top[r.key] = true
-		}
-		keep = func(k string) bool { return top[k] }
+		return topOf(sums, m, n)
 	}
-	sums, err := b.sum(ctx, spans, spec, walk{keep: keep})
+	// Rank by the sums alone, then read in full the n returned, from the
+	// same sections (read and decompressed once).
+	secs, head, err := b.load(ctx, spans, spec)
 	if err != nil {
 		return nil, Agg{}, err
 	}
-	rows, err := rank(sums, m, n)
+	pass := func(w walk) (map[string]*Agg, error) {
+		sums := make(map[string]*Agg)
+		for _, sc := range secs {
+			if err := walkSeries(&decoder{b: sc.raw}, sc.v, w, func(k string, a *Agg) { mergeInto(sums, k, a) }); err != nil {
+				return nil, err
+			}
+		}
+		for k, a := range head {
+			if w.keep == nil || w.keep(k) {
+				c := &Agg{}
+				c.Merge(a)
+				mergeInto(sums, k, c)
+			}
+		}
+		return sums, nil
+	}
+	prefix := string(spec) + "\x00"
+	light, err := pass(walk{prefix: prefix, light: true})
 	if err != nil {
 		return nil, Agg{}, err
+	}
+	rows, err := rank(light, m, n)
+	if err != nil {
+		return nil, Agg{}, err
+	}
+	top := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		top[r.key] = true
+	}
+	full, err := pass(walk{prefix: prefix, keep: func(k string) bool { return top[k] }})
+	if err != nil {
+		return nil, Agg{}, err
+	}
+	out := make([]Row, len(rows))
+	for i, r := range rows {
+		out[i] = Row{Keys: r.vals, Agg: *full[r.key]}
 	}
 	var total Agg
-	if keep == nil || spec == "" {
-		for _, a := range sums {
+	if spec == "" {
+		for _, a := range full {
 			total.Merge(a)
 		}
 	} else {
@@ -213,11 +241,58 @@ func (b *Builder) Top(ctx context.Context, by []record.Dim, from, to time.Time, 
 			total.Merge(a)
 		}
 	}
+	return out, total, nil
+}
+
+// topOf ranks every series of sums and returns the n first with the
+// total of all.
+func topOf(sums map[string]*Agg, m Measure, n int) ([]Row, Agg, error) {
+	rows, err := rank(sums, m, n)
+	if err != nil {
+		return nil, Agg{}, err
+	}
+	var total Agg
+	for _, a := range sums {
+		total.Merge(a)
+	}
 	out := make([]Row, len(rows))
 	for i, r := range rows {
 		out[i] = Row{Keys: r.vals, Agg: *sums[r.key]}
 	}
 	return out, total, nil
+}
+
+// load returns the decompressed sections of spec's series in the stored
+// parts of spans, and a copy of the head's sums of spec in spans.
+func (b *Builder) load(ctx context.Context, spans []span, spec Spec) ([]section, map[string]*Agg, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	prefix := string(spec) + "\x00"
+	var secs []section
+	head := make(map[string]*Agg)
+	for _, sp := range spans {
+		err := b.st.RollupParts(ctx, sp.step, sp.from, sp.to, string(spec), func(p store.RollupPart) error {
+			ss, err := sectionsOf(p.Data, prefix)
+			secs = append(secs, ss...)
+			return err
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		for bk, hm := range b.head {
+			if bk.step != sp.step || bk.start < sp.from || bk.start >= sp.to {
+				continue
+			}
+			for k, a := range hm {
+				if strings.HasPrefix(k, prefix) {
+					c := &Agg{}
+					c.Merge(a)
+					mergeInto(head, k, c)
+				}
+			}
+		}
+	}
+	return secs, head, nil
 }
 
 // sum merges, per series of spec that w keeps, the buckets of spans.
