@@ -69,6 +69,7 @@ func addGeneratorFlags(fs *flag.FlagSet, cfg *loadgen.Config) {
 	fs.DurationVar(&cfg.FStat, "fstat", cfg.FStat, "f-stream flush `interval` (simulated)")
 	fs.IntVar(&cfg.XfrEvery, "xfr", cfg.XfrEvery, "isXfr every `n` fstat intervals")
 	fs.DurationVar(&cfg.IdentInterval, "ident", cfg.IdentInterval, "server ident record `interval`")
+	fs.DurationVar(&cfg.SummaryInterval, "summary", cfg.SummaryInterval, "each data server also sends an xrd.report summary (XML) every `interval` (0: none)")
 	fs.IntVar(&cfg.GBuff, "gbuff", cfg.GBuff, "g-stream buffer `bytes`")
 	fs.DurationVar(&cfg.GFlush, "gflush", cfg.GFlush, "g-stream flush `interval`")
 	fs.Float64Var(&cfg.WriteFrac, "write-frac", cfg.WriteFrac, "`fraction` of accesses that write")

@@ -1,17 +1,22 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/api"
 	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/loadgen"
 )
 
 // summaryXML is an xrd.report summary of a server started at tos, with
@@ -120,5 +125,74 @@ func TestSummarySeries(t *testing.T) {
 	}
 	if g := s.Series[2]; g.Kind != "gauge" || len(g.Points) != 1 || *g.Points[0].Last != 9 || *g.Points[0].Max != 9 {
 		t.Errorf("link.num: %+v", g)
+	}
+}
+
+// loadgen's summaries, captured and imported, give per-server increases
+// equal to its truth, across its servers' restarts.
+func TestLoadgenSummaries(t *testing.T) {
+	dir := t.TempDir()
+	pcap, truthFile := dir+"/cap.pcap", dir+"/truth.json"
+	var stderr bytes.Buffer
+	if code := run(context.Background(), []string{"loadgen", "--pcap", pcap, "--truth", truthFile, "--servers", "4",
+		"--duration", "30m", "--seed", "9", "--summary", "1m", "--restarts", "2"}, io.Discard, &stderr); code != 0 {
+		t.Fatalf("loadgen exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(truthFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var truth loadgen.Truth
+	if err := json.Unmarshal(b, &truth); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.FileInput.Paths, cfg.FileInput.Flush = []string{pcap}, true
+	cfg.Listen.UDP, cfg.HTTP.Address, cfg.DNS.Enabled = "", "", false
+	cfg.Store.Path, cfg.Store.Retention = dir+"/store", 0
+	if err := collect(context.Background(), cfg, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatalf("collect: %v", err)
+	}
+	d := startDaemon(t, func(c *config.Config) { c.Store.Path, c.Store.Retention = cfg.Store.Path, 0 })
+	from, to := truth.Start.Add(-time.Hour), truth.Start.Add(2*time.Hour)
+	url := fmt.Sprintf("http://%s/api/v1/summary?from=%d&to=%d&step=1h&name=link.in,link.out,xrootd.ops.open", d.http, from.Unix(), to.Unix())
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var ans api.SummaryAnswer
+	if err := json.Unmarshal(body, &ans); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%s: %v %s", resp.Status, err, body)
+	}
+	got := map[string]api.ServerSummary{}
+	for _, s := range ans.Servers {
+		got[s.ServerIP] = s
+	}
+	n, restarts := 0, 0
+	for _, st := range truth.Servers {
+		if st.Summary == nil {
+			continue
+		}
+		n++
+		s, ok := got[st.IP]
+		if !ok || s.Samples != st.Summary.Reports {
+			t.Errorf("server %s: %d samples, truth %d reports", st.IP, s.Samples, st.Summary.Reports)
+			continue
+		}
+		restarts += s.Restarts
+		for _, sr := range s.Series {
+			var sum float64
+			for _, p := range sr.Points {
+				sum += *p.Delta
+			}
+			if want := st.Summary.Increase[sr.Name]; sum != float64(want) {
+				t.Errorf("server %s %s: increase %v, truth %d", st.IP, sr.Name, sum, want)
+			}
+		}
+	}
+	if n != 4 || len(ans.Servers) != 4 || restarts == 0 {
+		t.Errorf("%d servers with summaries in the truth, %d answered, %d restarts seen", n, len(ans.Servers), restarts)
 	}
 }

@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/xrdmon/xrdmon/internal/packet"
@@ -167,6 +168,8 @@ func (r *run) sendOpen(s *server, ss *session, ai int32, lfn []byte) bool {
 		return false
 	}
 	s.fb.Open(packet.FileOpen{FileID: a.fileID, FileSize: a.size, RW: a.rw, HasLFN: true, User: ss.dict, LFN: lfn})
+	s.sumOpens++
+	s.sumOpen++
 	s.ops = append(s.ops, fop{kind: opOpen, acc: ai})
 	return true
 }
@@ -313,5 +316,42 @@ func (r *run) tick(s *server) {
 			return
 		}
 	}
+	if cfg.SummaryInterval > 0 && r.now-s.sumAt >= cfg.SummaryInterval.Milliseconds() {
+		if !r.sendSummary(s) {
+			return
+		}
+	}
 	r.schedule(r.now+cfg.FStat.Milliseconds(), evTick, int32(s.idx), 0)
+}
+
+// sendSummary sends the server's xrd.report summary (XML, as XrdStats
+// writes it) and adds its increases to the truth; false when the run must
+// stop.
+func (r *run) sendSummary(s *server) bool {
+	if !r.room() {
+		return false
+	}
+	s.sumAt = r.now
+	tl := &r.tally[s.idx]
+	if tl.summary == nil {
+		tl.summary = &SummaryTruth{Increase: map[string]int64{"link.in": 0, "link.out": 0, "xrootd.ops.open": 0}}
+		s.sumPrev = [3]int64{-1, -1, -1}
+	}
+	cur := [3]int64{s.sumIn, s.sumOut, s.sumOpens}
+	if s.sumPrev[0] >= 0 {
+		for i, name := range [3]string{"link.in", "link.out", "xrootd.ops.open"} {
+			tl.summary.Increase[name] += cur[i] - s.sumPrev[i]
+		}
+	}
+	s.sumPrev = cur
+	tl.summary.Reports++
+	tod := r.now / 1000
+	start := len(r.arena)
+	r.arena = fmt.Appendf(r.arena, `<statistics tod="%d" ver="%s" src="%s:1094" tos="%d" pgm="xrootd" ins="anon" pid="%d" site="%s">`+
+		`<stats id="link"><num>%d</num><maxn>%d</maxn><tot>%d</tot><in>%d</in><out>%d</out><ctime>0</ctime><tmo>0</tmo><stall>0</stall><sfps>0</sfps></stats>`+
+		`<stats id="xrootd"><num>%d</num><ops><open>%d</open></ops></stats>`+
+		`<stats id="sgen"><as>1</as><et>0</et><toe>%d</toe></stats></statistics>`,
+		tod, verXrootd, s.host.s, s.stod, s.pid, s.site.s, s.sumOpen, r.cfg.Clients, s.sumOpens, s.sumIn, s.sumOut, s.sumOpens, s.sumOpens, tod)
+	r.emit(s, domSum, r.arena[start:])
+	return true
 }

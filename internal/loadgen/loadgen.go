@@ -98,8 +98,15 @@ type Config struct {
 	FStat         time.Duration `json:"fstat"`
 	XfrEvery      int           `json:"xfr_every"`
 	IdentInterval time.Duration `json:"ident_interval"`
-	GBuff         int           `json:"gbuff"`
-	GFlush        time.Duration `json:"gflush"`
+	// SummaryInterval, when set, makes each data server send an
+	// xrd.report summary (XML) this often: link.in and link.out, the
+	// bytes written and read by its transfers closed so far, xrootd.ops.open
+	// the files opened, link.num the files open; from zero again after a
+	// restart. ServerTruth.Summary gives the increases a collector must
+	// find.
+	SummaryInterval time.Duration `json:"summary_interval,omitempty"`
+	GBuff           int           `json:"gbuff"`
+	GFlush          time.Duration `json:"gflush"`
 
 	// Impairments, applied to generated packets on their way to the output:
 	// Loss drops, Duplicate sends twice, Reorder swaps a packet with the
@@ -219,6 +226,9 @@ func (c *Config) Validate() error {
 	}
 	if c.XfrEvery < 1 {
 		bad("xfr_every %d: want at least 1", c.XfrEvery)
+	}
+	if c.SummaryInterval != 0 && c.SummaryInterval < time.Second {
+		bad("summary_interval %s: want 0 (none) or at least 1s", c.SummaryInterval)
 	}
 	if c.IdentInterval < time.Second {
 		bad("ident_interval %s: want at least 1s", c.IdentInterval)

@@ -168,6 +168,10 @@ type server struct {
 	nextSess uint32
 	ticks    int
 	identAt  int64
+	// the summary counters (Config.SummaryInterval), of this process
+	sumAt, sumIn, sumOut, sumOpens int64
+	sumPrev                        [3]int64 // in, out, opens at the last summary; -1: none yet
+	sumOpen                        int64    // files open
 
 	fb     packet.FStreamBuilder
 	fbuf   []byte
@@ -469,6 +473,7 @@ func (r *run) closeFile(c *client, forced bool) {
 		return
 	}
 	s.fb.Close(packet.FileClose{FileID: a.fileID, Forced: forced, Read: rd, Readv: rv, Write: wr, HasOps: true, Ops: ops, HasSSQ: true, SSQ: ssq})
+	s.sumOut, s.sumIn, s.sumOpen = s.sumOut+rd+rv, s.sumIn+wr, s.sumOpen-1
 	a.fr, a.fv, a.fw, a.closedAt, a.forced, a.closed = rd, rv, wr, r.now, forced, true
 	s.ops = append(s.ops, fop{kind: opClose, acc: ai})
 	c.state, c.acc = stSession, -1
@@ -546,6 +551,12 @@ func (r *run) restart(s *server) {
 	}
 	s.stod = max(r.now/1000, s.stod+1)
 	s.pid++
+	// A new process counts from zero; its first summary's values are
+	// increases since the start.
+	s.sumIn, s.sumOut, s.sumOpens, s.sumOpen = 0, 0, 0, 0
+	if s.sumPrev[0] >= 0 {
+		s.sumPrev = [3]int64{}
+	}
 	s.pseqMain, s.pseqF = 0, 0
 	s.g[0].pseq, s.g[1].pseq = 1, 1
 	s.nextDict, s.nextSess = 1, 0

@@ -15,19 +15,21 @@ import (
 // Packet counter domains (protocol reference §7.4), the keys of
 // ServerTruth.Packets and ServerTruth.Dropped.
 const (
-	DomainMain   = "main"   // = u d i T U: the main pseq counter
-	DomainF      = "f"      // f-stream
-	DomainGCache = "g:C"    // g-stream provider C (XCache file_close)
-	DomainGTPC   = "g:P"    // g-stream provider P (TPC)
-	nDomains     = 4        //
-	domMain      = 0        //
-	domF         = 1        //
-	domGC        = 2        //
-	domGP        = 3        //
-	domainNone   = nDomains // not a packet domain
+	DomainMain   = "main"    // = u d i T U: the main pseq counter
+	DomainF      = "f"       // f-stream
+	DomainGCache = "g:C"     // g-stream provider C (XCache file_close)
+	DomainGTPC   = "g:P"     // g-stream provider P (TPC)
+	DomainSum    = "summary" // xrd.report summaries (not sequenced)
+	nDomains     = 5         //
+	domMain      = 0         //
+	domF         = 1         //
+	domGC        = 2         //
+	domGP        = 3         //
+	domSum       = 4         //
+	domainNone   = nDomains  // not a packet domain
 )
 
-var domainNames = [nDomains]string{DomainMain, DomainF, DomainGCache, DomainGTPC}
+var domainNames = [nDomains]string{DomainMain, DomainF, DomainGCache, DomainGTPC, DomainSum}
 
 // Truth is what a run generated and what a correlator that saw every packet
 // must produce from it. Records are expressed as record.Record, filled the
@@ -100,6 +102,16 @@ type ServerTruth struct {
 	Dropped map[string]int64 `json:"dropped"`
 	Events  map[string]int64 `json:"events"`
 	Bytes
+	// Summary is, with Config.SummaryInterval, what the server's summaries
+	// say: their count, and the increase of each counter between the first
+	// and the last, summed over the server's lifetimes.
+	Summary *SummaryTruth `json:"summary,omitempty"`
+}
+
+// SummaryTruth is what a server's summaries must add up to.
+type SummaryTruth struct {
+	Reports  int              `json:"reports"`
+	Increase map[string]int64 `json:"increase"` // link.in, link.out, xrootd.ops.open
 }
 
 // UserTruth is the byte tally of one user name (Record.User).
@@ -180,6 +192,7 @@ type serverTally struct {
 	events  [3]int64 // C, P, r (redirects)
 	stods   []int64
 	bytes   Bytes
+	summary *SummaryTruth
 }
 
 // settle fills the Truth from the tallies.
@@ -203,7 +216,8 @@ func (r *run) settle() {
 			Index: i, IP: s.ip, Sender: s.addr.String(), Host: s.host.s, SID: s.sid, Redirector: s.redir,
 			Stods: tl.stods, Cache: s.cache, Bytes: tl.bytes,
 			Packets: make(map[string]int64), Dropped: make(map[string]int64),
-			Events: map[string]int64{"C": tl.events[0], "P": tl.events[1]},
+			Events:  map[string]int64{"C": tl.events[0], "P": tl.events[1]},
+			Summary: tl.summary,
 		}
 		for d := range nDomains {
 			st.Packets[domainNames[d]] = tl.packets[d]
