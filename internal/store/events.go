@@ -69,10 +69,9 @@ func (r *Reader) QueryEvents(ctx context.Context, q EventQuery) ([]record.Event,
 	if err != nil {
 		return nil, nil, fmt.Errorf("query events: %w", err)
 	}
-	type cand struct{ first, minNs, maxNs int64 }
-	var cands []cand
+	var cands []blockCand
 	for rows.Next() {
-		var c cand
+		var c blockCand
 		if err := rows.Scan(&c.first, &c.minNs, &c.maxNs); err != nil {
 			rows.Close()
 			return nil, nil, fmt.Errorf("query events: %w", err)
@@ -88,34 +87,16 @@ func (r *Reader) QueryEvents(ctx context.Context, q EventQuery) ([]record.Event,
 		return nil, nil, fmt.Errorf("query events: %w", err)
 	}
 	pg := pager[record.Event]{limit: limit, newest: q.Newest}
-	for _, c := range cands {
-		if pg.past(c.minNs, c.maxNs) {
-			break
-		}
-		raw, err := r.block(ctx, c.first)
-		if err != nil {
-			return nil, nil, fmt.Errorf("query events: %w", err)
-		}
-		it := newEntryIter(raw, c.first)
-		for it.next() {
-			if it.cur.kind != entryEvent {
-				continue
-			}
-			var e record.Event
-			if err := record.DecodeStoredEvent(it.cur.data, &e); err != nil {
-				return nil, nil, fmt.Errorf("query events: decode seq %d: %w", it.cur.seq, err)
+	err = scan(ctx, r, "query events", cands, entryEvent, &pg, q.After,
+		func(data []byte, e *record.Event) (int64, bool, error) {
+			if err := record.DecodeStoredEvent(data, e); err != nil {
+				return 0, false, err
 			}
 			t := unixNanos(e.Time)
-			if q.After.passed(q.Newest, t, it.cur.seq) && q.match(&e, t) {
-				pg.add(t, it.cur.seq, e)
-			}
-		}
-		if it.err != nil {
-			return nil, nil, fmt.Errorf("query events: block %d: %w", c.first, it.err)
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, nil, err
-		}
+			return t, q.match(e, t), nil
+		})
+	if err != nil {
+		return nil, nil, err
 	}
 	out, next := pg.page()
 	return out, next, nil

@@ -286,10 +286,9 @@ func (r *Reader) QueryPage(ctx context.Context, q Query) ([]record.Record, *Posi
 	if err != nil {
 		return nil, nil, fmt.Errorf("query records: %w", err)
 	}
-	type cand struct{ first, minNs, maxNs int64 }
-	var cands []cand
+	var cands []blockCand
 	for rows.Next() {
-		var c cand
+		var c blockCand
 		var names []byte
 		var isPosted bool
 		if err := rows.Scan(&c.first, &c.minNs, &c.maxNs, &isPosted, &names); err != nil {
@@ -317,38 +316,60 @@ func (r *Reader) QueryPage(ctx context.Context, q Query) ([]record.Record, *Posi
 		return nil, nil, fmt.Errorf("query records: %w", err)
 	}
 	pg := pager[record.Record]{limit: limit, newest: q.Newest}
-	var rec record.Record
+	err = scan(ctx, r, "query records", cands, entryRecord, &pg, q.After,
+		func(data []byte, rec *record.Record) (int64, bool, error) {
+			if err := record.DecodeStored(data, rec); err != nil {
+				return 0, false, err
+			}
+			t := recordTime(rec)
+			return t, q.match(rec, t), nil
+		})
+	if err != nil {
+		return nil, nil, err
+	}
+	out, next := pg.page()
+	return out, next, nil
+}
+
+// blockCand is a block that may hold entries a listing wants.
+type blockCand struct{ first, minNs, maxNs int64 }
+
+// scan visits the blocks cands in the listing's order and adds to pg the
+// entries of kind that decode says match (it decodes data into its
+// value and returns the entry's time), after the cursor after; it stops as
+// soon as pg is past the next block.
+func scan[T any](ctx context.Context, r *Reader, what string, cands []blockCand, kind byte, pg *pager[T], after *Position,
+	decode func(data []byte, v *T) (t int64, match bool, err error)) error {
 	for _, c := range cands {
 		if pg.past(c.minNs, c.maxNs) {
 			break
 		}
 		raw, err := r.block(ctx, c.first)
 		if err != nil {
-			return nil, nil, fmt.Errorf("query records: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		it := newEntryIter(raw, c.first)
 		for it.next() {
-			if it.cur.kind != entryRecord {
+			if it.cur.kind != kind {
 				continue
 			}
-			rec = record.Record{}
-			if err := record.DecodeStored(it.cur.data, &rec); err != nil {
-				return nil, nil, fmt.Errorf("query records: decode seq %d: %w", it.cur.seq, err)
+			var v T
+			t, match, err := decode(it.cur.data, &v)
+			if err != nil {
+				return fmt.Errorf("%s: decode seq %d: %w", what, it.cur.seq, err)
 			}
-			t := recordTime(&rec)
-			if q.After.passed(q.Newest, t, it.cur.seq) && q.match(&rec, t) {
-				pg.add(t, it.cur.seq, rec)
+			if match && after.passed(pg.newest, t, it.cur.seq) {
+				pg.add(t, it.cur.seq, v)
 			}
 		}
 		if it.err != nil {
-			return nil, nil, fmt.Errorf("query records: block %d: %w", c.first, it.err)
+			return fmt.Errorf("%s: block %d: %w", what, c.first, it.err)
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
-	out, next := pg.page()
-	return out, next, nil
+	return nil
 }
 
 // passed reports whether the entry at time t and sequence seq comes after
