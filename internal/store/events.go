@@ -76,8 +76,8 @@ func (r *Reader) QueryEvents(ctx context.Context, q EventQuery) ([]record.Event,
 			rows.Close()
 			return nil, nil, fmt.Errorf("query events: %w", err)
 		}
-		if a := q.After; a != nil && ((!q.Newest && c.maxNs < a.T) || (q.Newest && c.minNs > a.T)) {
-			continue // wholly before the cursor
+		if q.After.beyond(q.Newest, c.minNs, c.maxNs) {
+			continue
 		}
 		cands = append(cands, c)
 	}

@@ -305,8 +305,8 @@ func (r *Reader) QueryPage(ctx context.Context, q Query) ([]record.Record, *Posi
 				continue
 			}
 		}
-		if a := q.After; a != nil && ((!q.Newest && c.maxNs < a.T) || (q.Newest && c.minNs > a.T)) {
-			continue // wholly before the cursor
+		if q.After.beyond(q.Newest, c.minNs, c.maxNs) {
+			continue
 		}
 		cands = append(cands, c)
 	}
@@ -370,6 +370,12 @@ func scan[T any](ctx context.Context, r *Reader, what string, cands []blockCand,
 		}
 	}
 	return nil
+}
+
+// beyond reports whether a block of entries timed in [minNs, maxNs] is
+// wholly before the cursor a in a listing (false when a is nil).
+func (a *Position) beyond(newest bool, minNs, maxNs int64) bool {
+	return a != nil && ((!newest && maxNs < a.T) || (newest && minNs > a.T))
 }
 
 // passed reports whether the entry at time t and sequence seq comes after
