@@ -84,17 +84,10 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 // (checkpointing open transfers), the outputs deliver what they can, the
 // store is closed.
 func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err error) {
-	reg := prometheus.NewRegistry()
-	ms := metrics.NewSet(reg)
-	metrics.Add(ms, collectors.NewGoCollector())
-	metrics.Add(ms, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics.Add(ms, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "xrdmon_build_info", Help: "Build information; the value is 1.", ConstLabels: prometheus.Labels{"version": versionString()},
-	}, func() float64 { return 1 }))
-	if err := ms.Err(); err != nil {
+	reg, err := newRegistry()
+	if err != nil {
 		return err
 	}
-
 	st, err := store.Open(cfg.Store.Options(), log.With("component", "store"), reg)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
@@ -111,68 +104,17 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		dns = dnscache.New(cfg.DNS.Options(), log.With("component", "dns"), reg)
 		namer = dns
 	}
-
 	importing := len(cfg.FileInput.Paths) > 0
-	popts := cfg.Correlate.Options(cfg.AMQPInput.Enabled && !importing)
-	popts.DNSMaxWait = cfg.DNS.MaxWait.D()
-	popts.InputClock = importing
-	if cfg.AMQPInput.Enabled && !importing {
-		// The broker stops at prefetch unacknowledged messages, and they
-		// are acknowledged at checkpoints: checkpoint when half of it waits.
-		prefetch := cfg.AMQPInput.Prefetch
-		if prefetch <= 0 {
-			prefetch = amqpsrc.DefaultConfig().Prefetch
-		}
-		popts.AckPackets = max(prefetch/2, 1)
-	}
-	popts.FlushOnExit = importing && cfg.FileInput.Flush
+	popts := pipelineOptions(cfg, importing)
 	pipe, err := pipeline.New(ctx, popts, st, namer, log.With("component", "pipeline"), reg)
 	if err != nil {
 		return fmt.Errorf("start pipeline: %w", err)
 	}
-
 	// Sources are created (and bound) now, so a bad address fails the start.
-	var sources []component
-	if importing {
-		fcfg := file.DefaultOptions()
-		fcfg.Paths = cfg.FileInput.Paths
-		fcfg.Filter = cfg.Listen.Filter()
-		f, err := file.New(fcfg, log.With("component", "file_input"), reg)
-		if err != nil {
-			return fmt.Errorf("file input: %w", err)
-		}
-		log.Info("Importing captures; the live inputs are not opened", "files", len(fcfg.Paths))
-		sources = append(sources, component{"file_input", f.Run})
-	}
-	if cfg.Listen.UDP != "" && !importing {
-		u, err := udp.New(cfg.Listen.Options(), log.With("component", "udp"), reg)
-		if err != nil {
-			return fmt.Errorf("listen udp: %w", err)
-		}
-		defer u.Close()
-		log.Info("Listening for XRootD monitoring packets", "udp", u.LocalAddr().String())
-		sources = append(sources, component{"udp", func(ctx context.Context, out chan<- *source.Batch) error { return u.Run(ctx, out) }})
-	}
-	if cfg.Listen.Summary != "" && !importing {
-		u, err := udp.New(cfg.Listen.SummaryOptions(), log.With("component", "udp_summary"), reg)
-		if err != nil {
-			return fmt.Errorf("listen udp summary: %w", err)
-		}
-		defer u.Close()
-		log.Info("Listening for XRootD summary monitoring", "udp", u.LocalAddr().String())
-		sources = append(sources, component{"udp_summary", func(ctx context.Context, out chan<- *source.Batch) error { return u.Run(ctx, out) }})
-	}
-	if cfg.AMQPInput.Enabled && !importing {
-		acfg := cfg.AMQPInput
-		acfg.Filter = cfg.Listen.Filter()
-		src, err := amqpsrc.New(acfg, log.With("component", "amqp_input"), reg)
-		if err != nil {
-			return fmt.Errorf("amqp input: %w", err)
-		}
-		sources = append(sources, component{"amqp_input", src.Run})
-	}
-	if len(sources) == 0 {
-		return errNoInput
+	sources, closeSources, err := newSources(cfg, importing, log, reg)
+	defer closeSources()
+	if err != nil {
+		return err
 	}
 
 	var rollups *rollup.Builder
@@ -201,15 +143,117 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	if rollups != nil {
 		outputs = append(outputs, output{"rollup", rollups.Run})
 	}
+	background := []output{{"store", st.Run}}
+	if dns != nil {
+		background = append(background, output{"dns", dns.Run})
+	}
+	if cfg.HTTP.Address != "" {
+		background = append(background, output{"http", srv.Run})
+	}
 
-	// The components run as one group; the first to end stops the others,
-	// in this order: the sources stop reading; the pipeline drains and
-	// commits (checkpointing open transfers); the outputs deliver what
-	// reached the store; the store, DNS and HTTP stop; the store is
-	// closed (deferred above).
+	start := time.Now()
+	log.Info("Collector running", "shards", popts.Shards, "store", cfg.Store.Options().Path, "outputs", len(outputs))
+	err = runGroup(ctx, pipe, sources, outputs, background, log)
+	st1 := pipe.Stats()
+	log.Info("Stopped", "uptime", time.Since(start).Round(time.Second), "packets", st1.Packets, "records", st1.TotalRecords(), "lost", st1.TotalLost(), "rejected", st1.TotalRejected())
+	return err
+}
+
+// newRegistry returns the collector's metrics registry, with the Go
+// runtime's, the process's and the build's.
+func newRegistry() (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	ms := metrics.NewSet(reg)
+	metrics.Add(ms, collectors.NewGoCollector())
+	metrics.Add(ms, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics.Add(ms, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "xrdmon_build_info", Help: "Build information; the value is 1.", ConstLabels: prometheus.Labels{"version": versionString()},
+	}, func() float64 { return 1 }))
+	return reg, ms.Err()
+}
+
+// pipelineOptions returns the pipeline's options for cfg: from the
+// correlate section, with the clock of the input when importing, and
+// checkpoints as often as the RabbitMQ input needs its acknowledgements.
+func pipelineOptions(cfg *config.Config, importing bool) pipeline.Options {
+	popts := cfg.Correlate.Options(cfg.AMQPInput.Enabled && !importing)
+	popts.DNSMaxWait = cfg.DNS.MaxWait.D()
+	popts.InputClock = importing
+	if cfg.AMQPInput.Enabled && !importing {
+		// The broker stops at prefetch unacknowledged messages, and they
+		// are acknowledged at checkpoints: checkpoint when half of it waits.
+		prefetch := cfg.AMQPInput.Prefetch
+		if prefetch <= 0 {
+			prefetch = amqpsrc.DefaultConfig().Prefetch
+		}
+		popts.AckPackets = max(prefetch/2, 1)
+	}
+	popts.FlushOnExit = importing && cfg.FileInput.Flush
+	return popts
+}
+
+// newSources creates (and binds) the configured inputs: the capture files
+// when importing, else the UDP listeners and the RabbitMQ input. The
+// returned function closes the sockets; call it also on error.
+func newSources(cfg *config.Config, importing bool, log *slog.Logger, reg prometheus.Registerer) ([]component, func(), error) {
+	var sources []component
+	var closers []func() error
+	closeAll := func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}
+	if importing {
+		fcfg := file.DefaultOptions()
+		fcfg.Paths = cfg.FileInput.Paths
+		fcfg.Filter = cfg.Listen.Filter()
+		f, err := file.New(fcfg, log.With("component", "file_input"), reg)
+		if err != nil {
+			return nil, closeAll, fmt.Errorf("file input: %w", err)
+		}
+		log.Info("Importing captures; the live inputs are not opened", "files", len(fcfg.Paths))
+		return []component{{"file_input", f.Run}}, closeAll, nil
+	}
+	for _, l := range []struct {
+		name, addr, what string
+		opts             udp.Options
+	}{
+		{"udp", cfg.Listen.UDP, "XRootD monitoring packets", cfg.Listen.Options()},
+		{"udp_summary", cfg.Listen.Summary, "XRootD summary monitoring", cfg.Listen.SummaryOptions()},
+	} {
+		if l.addr == "" {
+			continue
+		}
+		u, err := udp.New(l.opts, log.With("component", l.name), reg)
+		if err != nil {
+			return nil, closeAll, fmt.Errorf("listen %s: %w", l.name, err)
+		}
+		closers = append(closers, u.Close)
+		log.Info("Listening for "+l.what, "udp", u.LocalAddr().String())
+		sources = append(sources, component{l.name, func(ctx context.Context, out chan<- *source.Batch) error { return u.Run(ctx, out) }})
+	}
+	if cfg.AMQPInput.Enabled {
+		acfg := cfg.AMQPInput
+		acfg.Filter = cfg.Listen.Filter()
+		src, err := amqpsrc.New(acfg, log.With("component", "amqp_input"), reg)
+		if err != nil {
+			return nil, closeAll, fmt.Errorf("amqp input: %w", err)
+		}
+		sources = append(sources, component{"amqp_input", src.Run})
+	}
+	if len(sources) == 0 {
+		return nil, closeAll, errNoInput
+	}
+	return sources, closeAll, nil
+}
+
+// runGroup runs the components as one group; the first to end stops the
+// others, in this order: the sources stop reading; the pipeline drains
+// and commits (checkpointing open transfers); the outputs deliver what
+// reached the store; the background services (store, DNS, HTTP) stop.
+func runGroup(ctx context.Context, pipe *pipeline.Pipeline, sources []component, outputs, background []output, log *slog.Logger) error {
 	var g rungroup.Group
 	pipeDone, outputsDone := make(chan struct{}), make(chan struct{})
-	start := time.Now()
 	{
 		// Sources and pipeline: until a signal, a failure of any component,
 		// or the end of the input (file_input).
@@ -245,13 +289,6 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 			<-outputsDone
 		})
 	}
-	background := []output{{"store", st.Run}}
-	if dns != nil {
-		background = append(background, output{"dns", dns.Run})
-	}
-	if cfg.HTTP.Address != "" {
-		background = append(background, output{"http", srv.Run})
-	}
 	for _, b := range background {
 		bctx, stop := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -269,12 +306,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 			<-done
 		})
 	}
-
-	log.Info("Collector running", "shards", popts.Shards, "store", cfg.Store.Options().Path, "outputs", len(outputs))
-	err = g.Run()
-	st1 := pipe.Stats()
-	log.Info("Stopped", "uptime", time.Since(start).Round(time.Second), "packets", st1.Packets, "records", st1.TotalRecords(), "lost", st1.TotalLost(), "rejected", st1.TotalRejected())
-	return err
+	return g.Run()
 }
 
 // runPipeline runs the sources into the pipeline until ctx is cancelled or
