@@ -17,57 +17,10 @@ import (
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
-// Checkpoint format (Snapshot, RestoreShard). All integers are
-// encoding/binary varints (uvarint; zig-zag varint where marked "v"),
-// unless sized. Byte by byte:
-//
-//	magic    8 bytes "XRDMCSNP"
-//	version  uvarint, snapVersion (3; 1 and 2 are read too)
-//	shard    v nowS, nextInc
-//	stats    12 scalar counters (11 in version 1); then Rejected, ByKind, Lost, Records,
-//	         Truncated (not in version 1),
-//	         each as a count n and n counters (n may be smaller than the
-//	         array of a later release, never larger)
-//	incs     count; per incarnation, in creation order: id, addr (byte 4
-//	         or 16 + bytes, zone str), stod, sid, flags (hasSID, frm,
-//	         superseded, traced from version 3), site inst pgm ver host (str), v seen, 4 trackers,
-//	         count + (prov byte, tracker) of g trackers, 4 lost counters
-//	         tracker: seen (window bitmap), next (expected pseq), init
-//	         byte; from version 2 also known (bitmap), head, and count +
-//	         the fingerprints (uvarint each) of the window positions
-//	indexes  count + incarnation ids of byAddrStod, then of latest
-//	sessions count; per session, active (sessLRU) ones first in LRU order,
-//	         then disconnected ones (sessDisc): inc id, dictID, userText
-//	         prot user host (str), login ref, token ref, appInfo (str),
-//	         v exp, v act, flags (hasUEAC, disc), v seen
-//	files    count; per file, open ones (lru) first in LRU order, then
-//	         waiting ones (pendFiles): inc id, fileID, user, path (str),
-//	         v size, v read, v readv, v write, tOpen, tLast, seen, queued,
-//	         flags byte, pend byte; when flags has fClosed the waiting close:
-//	         fileID, flags (forced, ops, ssq), v read/readv/write, the 12 OPS
-//	         fields (v), 4 SSQ float64 (8 bytes LE each), tEnd
-//	lists    per incarnation: its files (count + positions in the files
-//	         section, in list order), its sessions (count + positions), its
-//	         byText index (count + (str text, session position), by text);
-//	         per session: its files (count + positions)
-//	pending  paths (count + (key, str path, user, v at), by key); users
-//	         (count + (key, token ref, v exp, v act, hasUEAC byte, v at), by
-//	         key); the fifo (count + (key, v at, kind byte))
-//	traces   (from version 3) count; per I/O profile being built, least
-//	         recently updated first: inc id, fileID, seen, v next, v unwind,
-//	         ended byte, then the profile: 8 counters (v) and the 4
-//	         histograms (count + buckets, uvarint each)
-//	crc      4 bytes LE: CRC-32C of everything before it
-//
-// A str is 0 for "", 1 followed by uvarint length and bytes for a string
-// not seen before in the snapshot (it gets the next index), or 2+i for
-// the string of index i. Login and token refs work the same way, with
-// their fields (10 str and an IPv6 byte; 5 str) in place of the bytes.
-//
-// Slab indices are not kept: sessions and files are numbered by their
-// position in the snapshot. Records and events not yet taken, the
-// interning tables and the login-payload cache are not part of it (the
-// tables are refilled from the restored strings).
+// The checkpoint format (Snapshot, RestoreShard) is described in
+// docs/checkpoint.md, section by section in the order of the functions
+// below: header (and stats), incarnations, sessions, files, lists,
+// pending, traces, then a CRC-32C.
 const (
 	snapMagic   = "XRDMCSNP"
 	snapVersion = 3
@@ -112,6 +65,29 @@ func (s *Shard) Snapshot(w io.Writer) error {
 	defer e.reset()
 	e.w, e.crc, e.err = w, 0, nil
 	e.buf = append(e.buf[:0], snapMagic...)
+	e.header(s)
+	e.incarnations(s)
+	if err := e.sessions(s); err != nil {
+		return err
+	}
+	if err := e.files(s); err != nil {
+		return err
+	}
+	e.lists(s)
+	e.pending(s)
+	e.traces(s)
+
+	e.crc = crc32.Update(e.crc, crcTable, e.buf)
+	e.buf = binary.LittleEndian.AppendUint32(e.buf, e.crc)
+	e.write()
+	if e.err != nil {
+		return fmt.Errorf("write snapshot: %w", e.err)
+	}
+	return nil
+}
+
+// header writes the version, the shard's clock and incarnation counter, and the counters (Stats).
+func (e *snapScratch) header(s *Shard) {
 	e.uv(snapVersion)
 	e.v(s.nowS)
 	e.uv(uint64(s.nextInc))
@@ -126,7 +102,10 @@ func (s *Shard) Snapshot(w io.Writer) error {
 			e.uv(v)
 		}
 	}
+}
 
+// incarnations writes the server incarnations: address, identity, sequence trackers, loss.
+func (e *snapScratch) incarnations(s *Shard) {
 	// incarnations
 	e.uv(uint64(len(s.incList)))
 	for _, inc := range s.incList {
@@ -187,7 +166,10 @@ func (s *Shard) Snapshot(w io.Writer) error {
 			e.uv(uint64(inc.id))
 		}
 	}
+}
 
+// sessions writes the sessions, numbered in snapshot order (e.sessPos).
+func (e *snapScratch) sessions(s *Shard) error {
 	// sessions, numbered in snapshot order
 	e.sessPos = slices.Grow(e.sessPos[:0], len(s.sess))[:len(s.sess)]
 	e.uv(uint64(len(s.sessIdx)))
@@ -215,11 +197,15 @@ func (s *Shard) Snapshot(w io.Writer) error {
 	if int(pos) != len(s.sessIdx) {
 		return fmt.Errorf("snapshot: %d sessions listed, %d indexed", pos, len(s.sessIdx))
 	}
+	return nil
+}
 
+// files writes the open and waiting files, numbered in snapshot order (e.filePos).
+func (e *snapScratch) files(s *Shard) error {
 	// files, numbered in snapshot order
 	e.filePos = slices.Grow(e.filePos[:0], len(s.files))[:len(s.files)]
 	e.uv(uint64(len(s.fileIdx)))
-	pos = 0
+	pos := int32(0)
 	for _, l := range [2]*list{&s.lru, &s.pendFiles} {
 		for i := l.head; i >= 0; i = s.files[i].ln[fileLRU].next {
 			e.filePos[i] = pos
@@ -250,7 +236,11 @@ func (s *Shard) Snapshot(w io.Writer) error {
 	if int(pos) != len(s.fileIdx) {
 		return fmt.Errorf("snapshot: %d files listed, %d indexed", pos, len(s.fileIdx))
 	}
+	return nil
+}
 
+// lists writes each server's files, sessions and user index, and each session's files, by snapshot number.
+func (e *snapScratch) lists(s *Shard) {
 	// lists
 	for _, inc := range s.incList {
 		e.uv(uint64(inc.files.n))
@@ -281,7 +271,10 @@ func (s *Shard) Snapshot(w io.Writer) error {
 			}
 		}
 	}
+}
 
+// pending writes the references waiting for their map record (paths, users) and their expiry queue.
+func (e *snapScratch) pending(s *Shard) {
 	// pending references
 	e.keys = e.keys[:0]
 	for k := range s.paths {
@@ -318,15 +311,6 @@ func (s *Shard) Snapshot(w io.Writer) error {
 		e.v(q[i].at)
 		e.buf = append(e.buf, q[i].kind)
 	}
-	e.traces(s)
-
-	e.crc = crc32.Update(e.crc, crcTable, e.buf)
-	e.buf = binary.LittleEndian.AppendUint32(e.buf, e.crc)
-	e.write()
-	if e.err != nil {
-		return fmt.Errorf("write snapshot: %w", e.err)
-	}
-	return nil
 }
 
 const snapChunk = 64 << 10
@@ -502,6 +486,8 @@ type decoder struct {
 	logins  []*loginInfo
 	tokens  []*tokenInfo
 	s       *Shard
+	// the numbers of sessions and files read, for the lists that index them
+	nSess, nFiles int
 }
 
 func (d *decoder) fail(format string, args ...any) {
@@ -766,6 +752,27 @@ func (s *Shard) restore(data []byte) error {
 	s.setNow(time.Unix(d.v(), 0).UTC())
 	s.nextInc = d.u32()
 
+	d.stats()
+	d.incarnations()
+	d.sessions()
+	d.files()
+	d.lists()
+	d.pending()
+	if d.version >= 3 {
+		d.traces()
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d bytes of trailing data", len(d.b))
+	}
+	if d.err == nil {
+		s.recountBytes()
+	}
+	return d.err
+}
+
+// stats reads the counters (the end of snapScratch.header).
+func (d *decoder) stats() {
+	s := d.s
 	for i, p := range statScalars(&s.stats) {
 		if d.version < 2 && i >= 11 {
 			break // SeqCollisions came with version 2
@@ -785,7 +792,11 @@ func (s *Shard) restore(data []byte) error {
 			a[i] = d.uv()
 		}
 	}
+}
 
+// incarnations reads the server incarnations (see snapScratch.incarnations).
+func (d *decoder) incarnations() {
+	s := d.s
 	// incarnations
 	nInc := d.count()
 	s.incList = make([]*incarnation, 0, nInc)
@@ -859,9 +870,14 @@ func (s *Shard) restore(data []byte) error {
 		}
 		s.latest[addrSID{inc.key.addr, inc.key.sid}] = inc
 	}
+}
 
+// sessions reads the sessions (see snapScratch.sessions).
+func (d *decoder) sessions() {
+	s := d.s
 	// sessions
 	nSess := d.count()
+	d.nSess = nSess
 	s.sess = make([]session, nSess)
 	s.sessIdx = make(map[uint64]int32, nSess)
 	for i := 0; i < nSess && d.err == nil; i++ {
@@ -890,9 +906,14 @@ func (s *Shard) restore(data []byte) error {
 			lpush(s.sess, &s.sessLRU, sessLRU, int32(i))
 		}
 	}
+}
 
+// files reads the open and waiting files (see snapScratch.files).
+func (d *decoder) files() {
+	s := d.s
 	// files
 	nFiles := d.count()
+	d.nFiles = nFiles
 	s.files = make([]fileEntry, nFiles)
 	s.fileIdx = make(map[uint64]int32, nFiles)
 	if len(s.pathsI.m) == 0 {
@@ -923,8 +944,13 @@ func (s *Shard) restore(data []byte) error {
 			lpush(s.files, &s.lru, fileLRU, int32(i))
 		}
 	}
+}
 
+// lists reads the servers' and sessions' lists (see snapScratch.lists).
+func (d *decoder) lists() {
+	s := d.s
 	// lists: every file and session in its server's list exactly once
+	nFiles, nSess := d.nFiles, d.nSess
 	const inIncList, inSessList = 1, 2
 	var placed []uint8
 	if d.err == nil {
@@ -982,7 +1008,11 @@ func (s *Shard) restore(data []byte) error {
 			}
 		}
 	}
+}
 
+// pending reads the pending references (see snapScratch.pending).
+func (d *decoder) pending() {
+	s := d.s
 	// pending references
 	for n, i := d.count(), 0; i < n && d.err == nil; i++ {
 		k := d.uv()
@@ -1006,16 +1036,6 @@ func (s *Shard) restore(data []byte) error {
 		}
 		s.pending.q = append(s.pending.q, e)
 	}
-	if d.version >= 3 {
-		d.traces()
-	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d bytes of trailing data", len(d.b))
-	}
-	if d.err == nil {
-		s.recountBytes()
-	}
-	return d.err
 }
 
 // traces writes the I/O profiles being built (the traces section).
