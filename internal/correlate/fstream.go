@@ -317,6 +317,11 @@ func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *pac
 	if len(s.prog) > 0 && f.flags&fXfr != 0 {
 		s.dropProgress(f, inc)
 	}
+	if len(s.out) == cap(s.out) {
+		// Double: a drain closes thousands of files in a few packets, and
+		// append's 1.25x steps would copy these large records many times.
+		s.out = slices.Grow(s.out, max(len(s.out), 64))
+	}
 	s.out = append(s.out, record.Record{})
 	rec := &s.out[len(s.out)-1]
 	s.fill(rec, f, inc, end)

@@ -16,6 +16,11 @@ type BatchPool struct {
 	arenaCap int
 }
 
+// BatchBytesPerPacket is the arena room per packet that file and bus
+// sources give their batches: their messages carry whole monitoring
+// buffers (often 16 KiB f-stream packets), not 1,500-byte datagrams.
+const BatchBytesPerPacket = 4096
+
 // NewBatchPool returns a pool of batches with room for packets packets and an
 // arena of arenaBytes bytes (both grow when needed).
 func NewBatchPool(packets, arenaBytes int) *BatchPool {
@@ -68,6 +73,15 @@ func (b *PooledBatch) Len() int { return len(b.Packets) }
 
 // Bytes returns the number of datagram bytes in the arena.
 func (b *PooledBatch) Bytes() int { return len(b.arena) }
+
+// Full reports whether the batch should be handed over: it holds the
+// pool's number of packets, or its arena has no room left for a largest
+// datagram. Sources that check it before each packet never grow the arena,
+// so a batch's memory is bounded in bytes (arenaBytes + one datagram) and
+// the arena is reused as it is.
+func (b *PooledBatch) Full() bool {
+	return len(b.Packets) >= b.pool.packets || cap(b.arena)-len(b.arena) < MaxDatagram
+}
 
 func (b *PooledBatch) release() {
 	clear(b.Packets) // drop references for the GC

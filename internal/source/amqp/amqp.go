@@ -151,7 +151,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 	if err != nil {
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
-	a := &AMQP{cfg: cfg, log: log, filter: filter, pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*512)}
+	a := &AMQP{cfg: cfg, log: log, filter: filter, pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket)}
 	a.dialer, err = amqpconn.NewDialer(cfg.Config, amqpconn.Options{
 		Name: "input",
 		Wrap: func(c net.Conn) net.Conn { a.netConn.Store(&c); return c },
@@ -310,7 +310,7 @@ func (c *consumer) receive(d *amqp.Delivery) error {
 	}
 	c.last = d.DeliveryTag
 	c.a.add(c.b, d.Body)
-	if c.b.Len() >= c.a.cfg.BatchSize || int(c.last-c.first+1) >= c.a.cfg.BatchSize {
+	if c.b.Full() || int(c.last-c.first+1) >= c.a.cfg.BatchSize {
 		return c.flush()
 	}
 	return nil

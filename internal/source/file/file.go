@@ -77,7 +77,7 @@ func New(cfg Options, log *slog.Logger, reg prometheus.Registerer) (*File, error
 	}
 	f := &File{
 		cfg: cfg, log: log, filter: filter, stdin: os.Stdin,
-		pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*512),
+		pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket),
 	}
 	ms := metrics.NewSet(reg)
 	f.packets = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
@@ -152,7 +152,7 @@ func (f *File) Read(ctx context.Context, r io.Reader, out chan<- *source.Batch) 
 		return fmt.Errorf("detect format: %w", err)
 	}
 	f.loggedBad = false
-	s := &sender{ctx: ctx, out: out, pool: f.pool, size: f.cfg.BatchSize}
+	s := &sender{ctx: ctx, out: out, pool: f.pool}
 	switch {
 	case len(magic) == 4 && isPcapMagic(magic):
 		err = f.readPcap(br, s)
@@ -335,7 +335,6 @@ type sender struct {
 	ctx  context.Context
 	out  chan<- *source.Batch
 	pool *source.BatchPool
-	size int
 	cur  *source.PooledBatch
 }
 
@@ -350,7 +349,7 @@ func (s *sender) batch() (*source.PooledBatch, error) {
 }
 
 func (s *sender) maybeSend() error {
-	if s.cur.Len() >= s.size {
+	if s.cur.Full() {
 		return s.flush()
 	}
 	return nil
