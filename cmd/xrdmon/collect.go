@@ -17,6 +17,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/api"
 	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/dashboard"
 	"github.com/xrdmon/xrdmon/internal/dnscache"
 	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
@@ -125,9 +126,11 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	}
 	srv := web.New(cfg.HTTP, reg, log.With("component", "web"))
 	srv.AddCheck("pipeline", pipe.Ready)
-	if err := mountAPI(srv, cfg.HTTP, st, pipe, rollups, log); err != nil {
+	history := api.NewHistory(reg, healthStep, healthKeep)
+	if err := mountAPI(srv, cfg.HTTP, st, pipe, rollups, history, log); err != nil {
 		return err
 	}
+	srv.Handle("/", dashboard.Handler())
 	if cfg.HTTP.Address != "" {
 		addr, err := srv.Listen()
 		if err != nil {
@@ -148,7 +151,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		background = append(background, output{"dns", dns.Run})
 	}
 	if cfg.HTTP.Address != "" {
-		background = append(background, output{"http", srv.Run})
+		background = append(background, output{"http", srv.Run}, output{"health", history.Run})
 	}
 
 	start := time.Now()
@@ -357,8 +360,14 @@ func runPipeline(ctx context.Context, stop context.CancelFunc, pipe *pipeline.Pi
 	return fatal
 }
 
+// The health history the dashboard shows: a sample every 10 s, one hour.
+const (
+	healthStep = 10 * time.Second
+	healthKeep = 360
+)
+
 // mountAPI serves the query API on srv, with the collector's status.
-func mountAPI(srv *web.Server, c web.Config, st *store.Store, pipe *pipeline.Pipeline, rollups *rollup.Builder, log *slog.Logger) error {
+func mountAPI(srv *web.Server, c web.Config, st *store.Store, pipe *pipeline.Pipeline, rollups *rollup.Builder, history *api.History, log *slog.Logger) error {
 	var token string
 	if c.APITokenFile != "" {
 		var err error
@@ -376,7 +385,7 @@ func mountAPI(srv *web.Server, c web.Config, st *store.Store, pipe *pipeline.Pip
 		}
 		return newStatus(started, pipe.Stats(), last, st.Sinks()), nil
 	}
-	opts := api.Options{Status: status, Token: token}
+	opts := api.Options{Status: status, Token: token, History: history}
 	if rollups != nil {
 		opts.Rollups = rollups
 	}

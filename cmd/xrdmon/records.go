@@ -131,7 +131,7 @@ func runRecords(ctx context.Context, args []string, stdout, stderr io.Writer) er
 const reportSynopsis = "[--since 24h] [--by vo | --by site,vo | --top users] [--format table|csv|json] [flags]\n\n" +
 	"Sums the transfers of a window by dimension: transfers, partial ones, bytes read\n" +
 	"and written, distinct users, average rate. --by groups by one or more of\n" +
-	"server, site, vo, user, identity, domain, protocol, app, dir; --top DIM lists\n" +
+	"server, site, vo, user, identity, domain, protocol, app, dir, locality; --top DIM lists\n" +
 	"the N (--n) groups that moved the most bytes. Reads a store or a collector's\n" +
 	"API, as xrdmon records does: from the collector's rollups when they keep those\n" +
 	"dimensions and no record filter is given (the window in whole minutes, bytes of\n" +

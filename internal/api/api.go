@@ -53,6 +53,8 @@ type Options struct {
 	MaxLimit int
 	// Rollups answers /rollups and /top (nil: they answer 404).
 	Rollups Rollups
+	// History answers /health (nil: it answers 404).
+	History *History
 }
 
 // Rollups is what the API reads rollups from (rollup.Builder).
@@ -85,6 +87,7 @@ func New(recs Records, opts Options, log *slog.Logger) *API {
 	a.mux.HandleFunc("GET "+Prefix+"events", a.events)
 	a.mux.HandleFunc("GET "+Prefix+"summary", a.summary)
 	a.mux.HandleFunc("GET "+Prefix+"status", a.status)
+	a.mux.HandleFunc("GET "+Prefix+"health", a.health)
 	a.mux.HandleFunc("GET "+Prefix+"rollups", a.rollups)
 	a.mux.HandleFunc("GET "+Prefix+"top", a.top)
 	a.mux.HandleFunc("GET "+Prefix+"openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {

@@ -22,10 +22,13 @@ const (
 	DimProtocol Dim = "protocol"
 	DimApp      Dim = "app"
 	DimDir      Dim = "dir" // the path's first three levels
+	// DimLocality says whether the client is in the server's domain:
+	// "local", "remote", or "unknown" when either has no host name.
+	DimLocality Dim = "locality"
 )
 
 // Dims lists every dimension, in the order help texts show them.
-var Dims = []Dim{DimServer, DimSite, DimVO, DimUser, DimIdentity, DimDomain, DimProtocol, DimApp, DimDir}
+var Dims = []Dim{DimServer, DimSite, DimVO, DimUser, DimIdentity, DimDomain, DimProtocol, DimApp, DimDir, DimLocality}
 
 // ParseDims reads a comma-separated list of dimensions ("site,vo"); the
 // plural forms ("users") are accepted too.
@@ -87,8 +90,33 @@ func (r *Record) Dim(d Dim) string {
 		return r.AppName
 	case DimDir:
 		return dir(r.Path, 3)
+	case DimLocality:
+		return r.locality()
 	}
 	return ""
+}
+
+// locality compares the client's domain with the server's.
+func (r *Record) locality() string {
+	c, s := cmp.Or(r.ClientName, r.ClientHost), r.ServerHost
+	if !isName(c) || !isName(s) {
+		return "unknown"
+	}
+	if strings.EqualFold(domain(c), domain(s)) {
+		return "local"
+	}
+	return "remote"
+}
+
+// isName reports whether host is a host name with a domain (not an
+// address, not a bare name).
+func isName(host string) bool {
+	h := strings.Trim(host, "[]")
+	if _, err := netip.ParseAddr(h); err == nil || h == "" {
+		return false
+	}
+	i := strings.IndexByte(h, '.')
+	return i > 0 && i+1 < len(h)
 }
 
 // domain returns the domain of a host name (all but its first label), or

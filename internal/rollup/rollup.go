@@ -47,7 +47,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Enabled:         true,
-		Dimensions:      []string{"server", "site", "vo", "user", "domain", "protocol", "app", "dir", "site,vo"},
+		Dimensions:      []string{"server", "site", "vo", "user", "domain", "protocol", "app", "dir", "locality", "site,vo"},
 		RetentionMinute: units.Duration(48 * time.Hour),
 		RetentionHour:   units.Duration(90 * 24 * time.Hour),
 		FlushInterval:   units.Duration(10 * time.Second),
