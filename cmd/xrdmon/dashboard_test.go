@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/xrdmon/xrdmon/internal/api"
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/loadgen"
 	"github.com/xrdmon/xrdmon/internal/record"
@@ -104,19 +106,38 @@ func TestDashboard(t *testing.T) {
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.WindowSize(1400, 1000))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	// The browser lives at most five minutes (the test takes seconds): a
+	// step that waits for something that never comes fails the test at
+	// that step instead of hanging it.
+	bctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	actx, cancel := chromedp.NewExecAllocator(bctx, opts...)
 	defer cancel()
 	ctx, cancel := chromedp.NewContext(actx)
 	defer cancel()
 
-	// loaded waits for the page to finish a render and fails on its error box.
-	loaded := func(t *testing.T) {
+	// act runs steps that make the page render (a navigation, a click) and
+	// waits for that render to finish; it fails on the page's error box.
+	act := func(t *testing.T, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		if err := chromedp.Do(ctx,
-			chromedp.Sleep(100*time.Millisecond),
-			chromedp.WaitVisible(chromedp.CSS(`body[data-loading="false"]`)),
-		); err != nil {
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.body ? (document.body.dataset.render = 'stale', true) : false`)); err != nil {
 			t.Fatal(err)
+		}
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			done, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!document.body && document.body.dataset.loading === 'false' && /^[0-9]+$/.test(document.body.dataset.render || '')`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if done {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the page did not finish rendering in 20 s")
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 		errText, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('error').hidden ? '' : document.getElementById('error').textContent`))
 		if err != nil {
@@ -125,6 +146,13 @@ func TestDashboard(t *testing.T) {
 		if errText != "" {
 			t.Fatalf("the page shows an error: %s", errText)
 		}
+	}
+	// choose sets a select's value as a user would.
+	choose := func(id, value string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const s = document.getElementById(%q); s.value = %q; s.dispatchEvent(new Event('change')); return true; })()`, id, value))(ctx, tg)
+			return err
+		})
 	}
 	attr := func(t *testing.T, sel, name string) int64 {
 		t.Helper()
@@ -143,7 +171,7 @@ func TestDashboard(t *testing.T) {
 		if out == "" {
 			return
 		}
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,10 +181,7 @@ func TestDashboard(t *testing.T) {
 	}
 
 	t.Run("traffic equals the truth", func(t *testing.T) {
-		if err := chromedp.Do(ctx, chromedp.Navigate(base+"#tab=traffic&"+custom)); err != nil {
-			t.Fatal(err)
-		}
-		loaded(t)
+		act(t, chromedp.Navigate(base+"#tab=traffic&"+custom))
 		if got := attr(t, "#traffic-sums", "data-read"); got != read {
 			t.Errorf("total read %d bytes, truth %d", got, read)
 		}
@@ -186,10 +211,7 @@ func TestDashboard(t *testing.T) {
 
 	t.Run("time picker", func(t *testing.T) {
 		// The last hour (now) holds nothing of a January workload...
-		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const s = document.getElementById('range'); s.value = '1h'; s.dispatchEvent(new Event('change')); return true; })()`)); err != nil {
-			t.Fatal(err)
-		}
-		loaded(t)
+		act(t, choose("range", "1h"))
 		if got := attr(t, "#traffic-sums", "data-transfers"); got != 0 {
 			t.Errorf("last hour: %d transfers, want 0", got)
 		}
@@ -201,40 +223,19 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("permalink %q still holds the custom range", hash)
 		}
 		// ...and a custom range typed into the picker brings it back.
-		if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const s = document.getElementById('range'); s.value = 'custom'; s.dispatchEvent(new Event('change')); return true; })()`)); err != nil {
-			t.Fatal(err)
-		}
-		err = chromedp.Do(ctx,
+		act(t, choose("range", "custom"),
 			chromedp.SetValue(chromedp.CSS(`#from`), from.Format("2006-01-02T15:04")),
 			chromedp.SetValue(chromedp.CSS(`#to`), to.Format("2006-01-02T15:04")),
 			chromedp.Click(chromedp.CSS(`#apply`)),
 		)
-		if err != nil {
-			t.Fatal(err)
-		}
-		loaded(t)
 		if got := attr(t, "#traffic-sums", "data-read"); got != read {
 			t.Errorf("custom range: read %d bytes, truth %d", got, read)
 		}
 	})
 
 	t.Run("search", func(t *testing.T) {
-		err := chromedp.Do(ctx,
-			chromedp.Navigate(base+"#tab=transfers&"+custom),
-			chromedp.WaitVisible(chromedp.CSS(`#q-user`)),
-		)
-		if err != nil {
-			t.Fatal(err)
-		}
-		loaded(t)
-		err = chromedp.Do(ctx,
-			chromedp.SendKeys(chromedp.CSS(`#q-user`), user),
-			chromedp.Submit(chromedp.CSS(`#q-user`)),
-		)
-		if err != nil {
-			t.Fatal(err)
-		}
-		loaded(t)
+		act(t, chromedp.Navigate(base+"#tab=transfers&"+custom))
+		act(t, chromedp.SetValue(chromedp.CSS(`#q-user`), user), chromedp.Click(chromedp.CSS(`#search button[type=submit]`)))
 		cells, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#records tbody tr')].map(r => r.cells[1].textContent)`))
 		if err != nil {
 			t.Fatal(err)
@@ -251,22 +252,8 @@ func TestDashboard(t *testing.T) {
 	})
 
 	t.Run("hostile record is text", func(t *testing.T) {
-		err := chromedp.Do(ctx,
-			chromedp.Click(chromedp.CSS(`#q-clear`)),
-			chromedp.Sleep(200*time.Millisecond),
-		)
-		if err != nil {
-			t.Fatal(err)
-		}
-		loaded(t)
-		err = chromedp.Do(ctx,
-			chromedp.SendKeys(chromedp.CSS(`#q-user`), hostileUser),
-			chromedp.Submit(chromedp.CSS(`#q-user`)),
-		)
-		if err != nil {
-			t.Fatal(err)
-		}
-		loaded(t)
+		act(t, chromedp.Click(chromedp.CSS(`#q-clear`)))
+		act(t, chromedp.SetValue(chromedp.CSS(`#q-user`), hostileUser), chromedp.Click(chromedp.CSS(`#search button[type=submit]`)))
 		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#records tbody tr`)), chromedp.WaitVisible(chromedp.CSS(`#detail-panel`))); err != nil {
 			t.Fatal(err)
 		}
@@ -292,18 +279,62 @@ func TestDashboard(t *testing.T) {
 		if got.XSS != nil || got.Imgs != 0 || got.Script != 0 {
 			t.Errorf("the hostile record ran or made elements: __xss=%v, %d img, %d script", got.XSS, got.Imgs, got.Script)
 		}
-		wantPath := strings.ToValidUTF8(hostilePath, "\uFFFD")
+		wantPath := string([]rune(hostilePath)) // each byte that is not UTF-8 becomes U+FFFD, as in the API's JSON
 		if got.User != hostileUser || got.Path != wantPath || got.Row != wantPath {
 			t.Errorf("hostile strings not shown as text: user %q, path %q, row %q; want %q and %q", got.User, got.Path, got.Row, hostileUser, wantPath)
 		}
 	})
 
-	t.Run("health, top and servers render", func(t *testing.T) {
-		for _, tab := range []string{"health", "top", "servers"} {
-			if err := chromedp.Do(ctx, chromedp.Navigate(base+"#tab="+tab+"&"+custom)); err != nil {
-				t.Fatal(err)
+	t.Run("health follows live traffic", func(t *testing.T) {
+		// Live UDP traffic, simulated three hours ago (outside the
+		// ranges above): the health tab's packets-in chart counts every
+		// datagram sent.
+		liveTruth := dir + "/live.json"
+		epoch := time.Now().Add(-3 * time.Hour).UTC().Format(time.RFC3339)
+		if code := run(context.Background(), []string{"loadgen", "--udp", d.udp, "--truth", liveTruth, "--servers", "2",
+			"--duration", "3m", "--seed", "9", "--epoch", epoch, "--rate", "20000"}, io.Discard, &stderr); code != 0 {
+			t.Fatalf("loadgen exit %d: %s", code, stderr.String())
+		}
+		var live loadgen.Truth
+		if b, err := os.ReadFile(liveTruth); err != nil || json.Unmarshal(b, &live) != nil || live.Emitted == 0 {
+			t.Fatalf("live truth: %v", err)
+		}
+		// Wait for a health sample (every 10 s) that holds them all.
+		for deadline := time.Now().Add(40 * time.Second); ; {
+			var h api.HealthAnswer
+			d.getJSON(t, "/api/v1/health", &h)
+			if n := len(h.Samples); n > 1 {
+				if i := slices.Index(h.Names, "xrdmon_udp_packets_received_total"); i >= 0 && i < len(h.Samples[n-1].Values) {
+					if v := h.Samples[n-1].Values[i]; v != nil && int64(*v) == live.Emitted {
+						break
+					}
+				}
 			}
-			loaded(t)
+			if time.Now().After(deadline) {
+				t.Fatalf("no health sample holds the %d datagrams sent", live.Emitted)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		act(t, chromedp.Navigate(base+"#tab=health&range=1h"))
+		if got := attr(t, "#c-in", "data-sum"); got != live.Emitted {
+			t.Errorf("packets-in chart counts %d datagrams, %d sent", got, live.Emitted)
+		}
+		if attr(t, "#c-in", "data-points") < 1 {
+			t.Error("packets-in chart not drawn")
+		}
+		handled, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#t-status td[data-key="packets handled"]').textContent`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.ReplaceAll(handled, ",", "") != fmt.Sprint(live.Emitted) {
+			t.Errorf("status: %s packets handled, %d sent", handled, live.Emitted)
+		}
+		shot(t, "health")
+	})
+
+	t.Run("health, top and servers render", func(t *testing.T) {
+		for _, tab := range []string{"top", "servers"} {
+			act(t, chromedp.Navigate(base+"#tab="+tab+"&"+custom))
 			shot(t, tab)
 		}
 		verdict, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(`#verdict`), "data-status"))

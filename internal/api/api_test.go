@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/xrdmon/xrdmon/internal/record"
@@ -275,7 +276,7 @@ func TestToken(t *testing.T) {
 // TestOpenAPIDescribesEveryEndpoint: the served document parses and lists
 // every path the API answers, and nothing else.
 func TestOpenAPIDescribesEveryEndpoint(t *testing.T) {
-	srv, _ := serve(t, 3, Options{Status: func(context.Context) (any, error) { return struct{}{}, nil }, Rollups: noRollups{}})
+	srv, _ := serve(t, 3, Options{Status: func(context.Context) (any, error) { return struct{}{}, nil }, Rollups: noRollups{}, History: NewHistory(prometheus.NewRegistry(), time.Second, 10)})
 	code, body := get(t, srv, "/api/v1/openapi.yaml")
 	if code != 200 {
 		t.Fatal(code)
@@ -293,7 +294,7 @@ func TestOpenAPIDescribesEveryEndpoint(t *testing.T) {
 			t.Errorf("documented %s answers %d", p, code)
 		}
 	}
-	for _, p := range []string{"/records", "/events", "/summary", "/status", "/rollups", "/top", "/openapi.yaml"} {
+	for _, p := range []string{"/records", "/events", "/summary", "/status", "/health", "/rollups", "/top", "/openapi.yaml"} {
 		if _, ok := doc.Paths[p]; !ok {
 			t.Errorf("%s is served but not documented", p)
 		}

@@ -172,6 +172,9 @@
     const from = Math.max(w.from, w.to - 3600);
     const [h, st] = await Promise.all([api('health', { from: String(from) }), api('status')]);
     await loadVerdict(h);
+    // The collector keeps the last hour of its own samples; show those in
+    // the chosen range.
+    h.samples = h.samples.filter((s) => secs(s.time) <= w.to);
     const xs = h.samples.map((s) => secs(s.time));
     const col = (name) => { const i = h.names.indexOf(name); return h.samples.map((s) => (i < 0 ? null : s.values[i])); };
     const rate = (vals) => vals.map((v, k) => {
@@ -184,8 +187,11 @@
     const rs = xs.slice(1);
     const rates = (names, lab) => names.map((n) => ({ label: lab ? lab(n) : label(n), values: rate(col(n)).slice(1) }));
     const present = (names) => names.filter((n) => h.names.includes(n));
-    chart('c-in', rs, rates(present(['xrdmon_udp_packets_received_total', 'xrdmon_amqp_messages_received_total', 'xrdmon_file_packets_read_total']),
-      (n) => ({ xrdmon_udp_packets_received_total: 'UDP', xrdmon_amqp_messages_received_total: 'RabbitMQ', xrdmon_file_packets_read_total: 'files' })[n]), fmt.per);
+    const inputs = present(['xrdmon_udp_packets_received_total', 'xrdmon_amqp_messages_received_total', 'xrdmon_file_packets_read_total']);
+    // data-sum: the packets received over the samples shown.
+    const received = inputs.reduce((acc, n) => { const v = col(n).filter((x) => x !== null); return acc + (v.length ? v[v.length - 1] - v[0] : 0); }, 0);
+    chart('c-in', rs, rates(inputs,
+      (n) => ({ xrdmon_udp_packets_received_total: 'UDP', xrdmon_amqp_messages_received_total: 'RabbitMQ', xrdmon_file_packets_read_total: 'files' })[n]), fmt.per, { sum: received });
     chart('c-outcome', rs, rates(present(['xrdmon_packets_total{outcome="accounted"}', 'xrdmon_packets_total{outcome="rejected"}',
       'xrdmon_packets_lost_total', 'xrdmon_udp_kernel_drops_total']), (n) => (n.includes('outcome') ? label(n) : { xrdmon_packets_lost_total: 'lost (sequence gaps)', xrdmon_udp_kernel_drops_total: 'kernel drops' })[n] || label(n)), fmt.per);
     const rej = pick(/^xrdmon_packets_rejected_total\{/).filter((n) => col(n).some((v) => v > 0));
@@ -381,7 +387,10 @@
     } catch (e) {
       showError(e);
     } finally {
-      if (my === seq) document.body.dataset.loading = 'false';
+      // data-render: the number of the last finished render, for tests
+      // and scripts that wait for the page (body[data-loading] is true
+      // while one runs).
+      if (my === seq) { document.body.dataset.loading = 'false'; document.body.dataset.render = String(my); }
     }
     clearInterval(timer);
     if (+state.refresh > 0) timer = setInterval(render, +state.refresh * 1000);
