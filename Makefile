@@ -6,7 +6,7 @@ STATICCHECK_VERSION := v0.8.2
 VERSION     := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS     := -X main.version=$(VERSION)
 
-.PHONY: all build run test unit crash hostile lint vet staticcheck fuzz bench clean
+.PHONY: all build run test unit browser crash hostile lint vet staticcheck fuzz bench clean
 
 all: build
 
@@ -21,8 +21,18 @@ run: build
 # PostgreSQL skip with a message when the service is absent, and fail in CI (CI=true).
 test: lint unit crash
 
-unit:
+unit: browser
 	$(GO) test -count=1 -timeout 30m ./...
+
+# browser: Debian's chromium, which the dashboard's browser test drives
+# headless; installed with apt-get when missing (as root, or through sudo).
+# Without it the test skips outside CI and fails in CI.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium (the dashboard's browser test drives it)"; \
+	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium \
+	    || echo "could not install chromium: the dashboard's browser test will skip"; }
 
 # crash: kill -9, RabbitMQ and PostgreSQL outages, full disk (test/crash).
 # They stop the shared services and run one at a time; about 5 minutes.

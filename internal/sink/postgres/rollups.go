@@ -34,6 +34,7 @@ var rollupDims = []struct {
 	{"server", record.DimServer}, {"site", record.DimSite}, {"vo", record.DimVO},
 	{"user_name", record.DimUser}, {"identity", record.DimIdentity}, {"domain", record.DimDomain},
 	{"protocol", record.DimProtocol}, {"app", record.DimApp}, {"dir", record.DimDir},
+	{"locality", record.DimLocality},
 }
 
 // rollupMeasures are the measure columns, in table order (rowOf writes

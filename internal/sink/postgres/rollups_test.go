@@ -15,8 +15,9 @@ import (
 // pgSums is a rollups table's sums of one dimension combination, by value.
 type pgSums map[string][3]int64 // key -> read+readv, write, transfers+partial
 
-// readPGRollups returns nil while the table is not there.
-func readPGRollups(t *testing.T, u, schema string, step int, dims string) pgSums {
+// readPGRollups returns the sums by the values of the columns of by (one
+// or two dimensions), nil while the table is not there.
+func readPGRollups(t *testing.T, u, schema string, step int, by []record.Dim) pgSums {
 	t.Helper()
 	ctx := context.Background()
 	c, err := pgx.Connect(ctx, u)
@@ -28,9 +29,22 @@ func readPGRollups(t *testing.T, u, schema string, step int, dims string) pgSums
 	if err := c.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema+".rollups").Scan(&exists); err != nil || !exists {
 		return nil
 	}
-	rows, err := c.Query(ctx, `SELECT coalesce(site, '') || '/' || coalesce(vo, ''), sum(read_bytes + readv_bytes)::bigint,
+	col := func(d record.Dim) string {
+		for _, c := range rollupDims {
+			if c.dim == d {
+				return "coalesce(" + c.col + ", '')"
+			}
+		}
+		t.Fatalf("no column for %s", d)
+		return ""
+	}
+	key := col(by[0]) + " || '/'"
+	if len(by) > 1 {
+		key += " || " + col(by[1])
+	}
+	rows, err := c.Query(ctx, `SELECT `+key+`, sum(read_bytes + readv_bytes)::bigint,
 		sum(write_bytes)::bigint, sum(transfers + partial)::bigint
-		FROM `+pgx.Identifier{schema}.Sanitize()+`.rollups WHERE step = $1 AND dims = $2 GROUP BY 1`, step, dims)
+		FROM `+pgx.Identifier{schema}.Sanitize()+`.rollups WHERE step = $1 AND dims = $2 GROUP BY 1`, step, string(rollup.SpecOf(by)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,13 +120,13 @@ func TestRollupExport(t *testing.T) {
 	}
 	check := func(what string) {
 		t.Helper()
-		for _, by := range [][]record.Dim{{record.DimSite}, {record.DimSite, record.DimVO}} {
+		for _, by := range [][]record.Dim{{record.DimSite}, {record.DimSite, record.DimVO}, {record.DimLocality}} {
 			want := builderSums(t, b, by)
 			for _, step := range []int{60, 3600, 86400} {
 				var got pgSums
 				deadline := time.Now().Add(10 * time.Second)
 				for {
-					got = readPGRollups(t, u, schema, step, string(rollup.SpecOf(by)))
+					got = readPGRollups(t, u, schema, step, by)
 					if len(got) == len(want) && equalSums(got, want) {
 						break
 					}

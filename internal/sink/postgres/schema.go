@@ -11,7 +11,7 @@ import (
 
 // SchemaVersion is the version of the schema this package writes;
 // docs/postgres.md documents each version.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // migrations[i] brings a schema from version i to i+1. "{{S}}" is replaced
 // by the quoted schema name. Version 1 is the initial schema.
@@ -143,6 +143,8 @@ CREATE TABLE {{S}}.rollup_exports (
 	part      bigint      NOT NULL,
 	updated   timestamptz NOT NULL
 );
+`, `
+ALTER TABLE {{S}}.rollups ADD COLUMN locality text;
 `}
 
 // recordColumns are the records table's columns in table order; rowOf
