@@ -18,7 +18,8 @@ require (
 	github.com/rabbitmq/amqp091-go v1.16.0
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/net v0.62.0
-	golang.org/x/sys v0.49.0
+	golang.org/x/sys v0.50.0
+	golang.org/x/term v0.48.0
 )
 
 require (

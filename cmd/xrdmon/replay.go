@@ -13,6 +13,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/correlate"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
+	"github.com/xrdmon/xrdmon/internal/progress"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/source"
 	"github.com/xrdmon/xrdmon/internal/source/file"
@@ -106,7 +107,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if ew != nil {
 		rw.ew = bufio.NewWriterSize(ew, 1<<20)
 	}
-	sum, st, err := replay(ctx, src, rw)
+	sum, st, err := replay(ctx, src, rw, stderr)
 	sum.write(stderr, st)
 	if err != nil {
 		return err
@@ -131,8 +132,9 @@ func replayPipeline(ctx context.Context, out pipeline.Store) (*pipeline.Pipeline
 	return pipeline.New(ctx, o, out, nil, nil, nil)
 }
 
-// replay runs src through the pipeline into out and returns what happened.
-func replay(ctx context.Context, src *file.File, out *replayWriter) (replaySummary, correlate.Stats, error) {
+// replay runs src through the pipeline into out and returns what happened;
+// on a terminal, progress shows how far it has come.
+func replay(ctx context.Context, src *file.File, out *replayWriter, progressTo io.Writer) (replaySummary, correlate.Stats, error) {
 	var sum replaySummary
 	start := time.Now()
 	pipe, err := replayPipeline(ctx, out)
@@ -145,7 +147,13 @@ func replay(ctx context.Context, src *file.File, out *replayWriter) (replaySumma
 		readDone <- src.Run(ctx, batches)
 		close(batches)
 	}()
+	stopProgress := progress.Start(progressTo, func() progress.Sample {
+		done, total := src.Progress()
+		return progress.Sample{Label: "replay", Done: done, Total: total, Bytes: true,
+			Count: int64(pipe.Stats().Packets), CountUnit: "packets"}
+	})
 	err = pipe.Run(context.Background(), batches)
+	stopProgress()
 	sum.readErr = <-readDone
 	if errors.Is(sum.readErr, context.Canceled) {
 		sum.readErr = nil

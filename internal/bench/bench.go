@@ -89,7 +89,9 @@ type Config struct {
 	// seconds in the middle of each step and writes it to
 	// WorkDir/<step>.pprof.
 	Profile time.Duration
-	// Progress, if set, receives a line per step as it finishes.
+	// Progress, if set, receives a line per step as it finishes, and, on a
+	// terminal, a line redrawn in place while it runs (packets sent, then
+	// records seen, of the step's total, the rate and the time left).
 	Progress io.Writer
 	// StopOnLoss ends the scenario after the first step with loss (a
 	// rate ramp "until loss appears").
@@ -184,7 +186,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) ([]Row, error) {
 	}
 	var rows []Row
 	for i, st := range steps {
-		row, err := runStep(ctx, cfg, i, st, log)
+		row, err := runStep(ctx, cfg, i, len(steps), st, log)
 		if err != nil {
 			return rows, fmt.Errorf("step %s: %w", st.Name, err)
 		}

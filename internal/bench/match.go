@@ -50,6 +50,8 @@ type matcher struct {
 	sentN  []int   // from the Sent hook: records 0..sentN[k]-1 were sent
 	sentAt []int64 // ... by sentAt[k] (ns since start)
 
+	open       int // expected records still open at the end (not to be written)
+	seenN      int // expected records seen, not counting open ones
 	unexpected int // observed records matching no expected one
 	duplicates int // observed again after a match
 	late       int // first seen after the step's measurement ended
@@ -83,6 +85,9 @@ func (m *matcher) add(i int, r *record.Record) {
 		e.read, e.readv, e.write = -1, -1, -1 // a partial: bytes are not compared
 	}
 	m.exp = append(m.exp, e)
+	if e.open {
+		m.open++
+	}
 	srv := m.server(r.ServerIP)
 	m.byID[idKey{srv, r.FileID, r.ServerStod}] = int32(i)
 	if m.byPath {
@@ -121,6 +126,9 @@ func (m *matcher) observe(obs []Observed, at time.Time, late bool) {
 			continue
 		}
 		e.seen = ns
+		if !e.open {
+			m.seenN++
+		}
 		if late {
 			e.seen = -ns
 			m.late++
@@ -168,6 +176,14 @@ func (m *matcher) find(o *Observed) int {
 		return int(cands[0]) // every candidate already seen: a duplicate
 	}
 	return first
+}
+
+// progress returns the expected records seen so far and those expected
+// (neither counting the ones still open at the end).
+func (m *matcher) progress() (seen, expected int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.seenN, len(m.exp) - m.open
 }
 
 // pending returns the number of expected records not yet seen, not

@@ -11,9 +11,11 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/loadgen"
+	"github.com/xrdmon/xrdmon/internal/progress"
 )
 
 // step is one scenario step while it runs: where it writes, what it sends
@@ -48,13 +50,17 @@ type step struct {
 	drops0 int64
 	m0     metricSums
 	start  time.Time
+
+	// handled is the xrdmon target's packets handled in the step, as last
+	// scraped after sending (for the progress line).
+	handled atomic.Int64
 }
 
 // runStep runs one step: start the sender and the collector, send while
 // following the collector's records, wait for them to settle, stop the
 // collector, read the rest back and check them against the truth, and
 // measure.
-func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slog.Logger) (Row, error) {
+func runStep(ctx context.Context, cfg Config, idx, of int, st loadgen.Step, log *slog.Logger) (Row, error) {
 	s, err := newStep(cfg, idx, st, log)
 	if err != nil {
 		return s.row, err
@@ -78,11 +84,26 @@ func runStep(ctx context.Context, cfg Config, idx int, st loadgen.Step, log *slo
 	p := startPoller(ctx, s.src, s.m, cfg.Poll)
 	defer p.stop()
 	profDone := s.startProfile(ctx)
+	var settling atomic.Bool
+	label := fmt.Sprintf("step %d/%d %s", idx+1, of, st.Name)
+	stopProgress := progress.Start(cfg.Progress, func() progress.Sample {
+		switch {
+		case settling.Load() && cfg.Target.Xrdmon:
+			return progress.Sample{Label: label + ": packets handled", Done: s.handled.Load(), Total: s.row.Sent}
+		case settling.Load():
+			seen, expected := s.m.progress()
+			return progress.Sample{Label: label + ": records", Done: int64(seen), Total: int64(expected)}
+		}
+		return progress.Sample{Label: label + ": packets sent", Done: s.udp.SentSoFar(), Total: s.plannedPackets()}
+	})
+	defer stopProgress()
 	sendEnd, err := s.send(ctx, cpu0)
 	if err != nil {
 		return s.row, err
 	}
+	settling.Store(!cfg.Target.Null) // a null target writes no records
 	w := s.settle(ctx, p, sendEnd)
+	stopProgress()
 	if profDone != nil {
 		<-profDone
 	}
@@ -133,6 +154,15 @@ func newStep(cfg Config, idx int, st loadgen.Step, log *slog.Logger) (*step, err
 	return s, nil
 }
 
+// plannedPackets is how many packets the step sends: Config.Packets, or
+// the step's rate for Config.StepDuration.
+func (s *step) plannedPackets() int64 {
+	if s.st.Config.Rate > 0 {
+		return int64(s.st.Config.Rate * s.cfg.StepDuration.Seconds())
+	}
+	return s.cfg.Packets
+}
+
 // startSender makes the step's generator (its records feed the matcher)
 // and UDP output, and with Config.Pregenerate generates the packets.
 func (s *step) startSender(ctx context.Context) error {
@@ -140,10 +170,7 @@ func (s *step) startSender(ctx context.Context) error {
 	gcfg := s.st.Config
 	gcfg.KeepRecords = false
 	gcfg.Duration = 0
-	gcfg.Count = cfg.Packets
-	if gcfg.Rate > 0 {
-		gcfg.Count = int64(gcfg.Rate * cfg.StepDuration.Seconds())
-	}
+	gcfg.Count = s.plannedPackets()
 	gen, err := loadgen.New(gcfg)
 	if err != nil {
 		return err
@@ -357,6 +384,7 @@ func (s *step) scrapeProgress(ctx context.Context, w *settled, now time.Time) {
 		w.lastAccounted, w.lastGrowth = acc, w.prevScrape
 	}
 	w.prevScrape = now
+	s.handled.Store(int64(acc - s.m0.get("xrdmon_packets_total")))
 }
 
 // readBack reads what the stopped collector made durable and checks it

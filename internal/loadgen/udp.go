@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/net/ipv4"
@@ -41,7 +42,13 @@ type UDP struct {
 	// example ECONNREFUSED while nothing listens on the destination).
 	// Both are updated at the end of each Write.
 	Sent, Failed int64
+	// sentSoFar is Sent, readable while Write runs (SentSoFar).
+	sentSoFar atomic.Int64
 }
+
+// SentSoFar returns the datagrams sent by the Writes that have ended; safe
+// to call while another goroutine writes (a progress display).
+func (u *UDP) SentSoFar() int64 { return u.sentSoFar.Load() }
 
 // NewUDP returns an output sending to dst (host:port; the host must be an
 // IP address).
@@ -160,6 +167,7 @@ func (u *UDP) tally() {
 		u.Sent += u.stats[i].sent
 		u.Failed += u.stats[i].failed
 	}
+	u.sentSoFar.Store(u.Sent)
 }
 
 type udpStats struct {

@@ -51,6 +51,26 @@ func Bytes(n int64) string {
 	return strconv.FormatFloat(f, 'f', prec(f), 64) + " " + units[i:i+1] + "B"
 }
 
+// Count writes n with thousands separators: "1,234,567".
+func Count(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := n < 0
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
 // Rate humanises bytes per second: "1.2 GB/s".
 func Rate(bytes int64, seconds float64) string {
 	if seconds <= 0 {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
@@ -61,6 +62,9 @@ type File struct {
 	badLines *prometheus.CounterVec
 	// badLineLog limits logging of unparsable lines to the first per file.
 	loggedBad bool
+
+	// consumed counts the input bytes read so far, for Progress.
+	consumed atomic.Int64
 }
 
 // New returns a file source. Metrics are registered on reg (nil: none).
@@ -120,6 +124,33 @@ func (f *File) Run(ctx context.Context, out chan<- *source.Batch) error {
 	return nil
 }
 
+// Progress returns the input bytes read so far and their total: the sizes
+// of the input files, or -1 when one is not a regular file (standard
+// input, a pipe). Safe to call while Run reads.
+func (f *File) Progress() (done, total int64) {
+	for _, p := range f.cfg.Paths {
+		st, err := os.Stat(p)
+		if p == "-" || err != nil || !st.Mode().IsRegular() {
+			total = -1
+			break
+		}
+		total += st.Size()
+	}
+	return f.consumed.Load(), total
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
 func (f *File) readPath(ctx context.Context, path string, out chan<- *source.Batch) error {
 	var r io.Reader
 	if path == "-" {
@@ -132,6 +163,7 @@ func (f *File) readPath(ctx context.Context, path string, out chan<- *source.Bat
 		defer fh.Close()
 		r = fh
 	}
+	r = &countingReader{r: r, n: &f.consumed}
 	f.log.Info("Reading input file", "path", path)
 	if err := f.Read(ctx, r, out); err != nil {
 		return fmt.Errorf("file source: read %s: %w", path, err)
