@@ -471,17 +471,23 @@ loop:
 			if !ok {
 				break loop
 			}
+			// Read what the dispatcher needs of the batch before the
+			// shards have it: the last of them releases it to its pool,
+			// and its reader fills it again.
+			n, ack := len(b.Packets), b.Ack
+			if p.opts.InputClock {
+				inputNow = latest(b, inputNow)
+			}
 			t := &tracked{b: b}
 			t.pending.Store(int32(len(p.shards)))
 			for _, s := range p.shards {
 				s.in <- shardMsg{batch: t}
 			}
-			if b.Ack != nil {
-				acks = append(acks, b.Ack)
-				unacked += len(b.Packets)
+			if ack != nil {
+				acks = append(acks, ack)
+				unacked += n
 			}
 			if p.opts.InputClock {
-				inputNow = latest(b, inputNow)
 				if !inputNow.Before(nextTick) {
 					// In every shard's queue after the batch: the same
 					// input expires the same state at the same point.
@@ -492,7 +498,7 @@ loop:
 				}
 			}
 			ackDue := p.opts.AckPackets > 0 && unacked >= p.opts.AckPackets
-			if pending += len(b.Packets); pending >= p.opts.CommitPackets || ackDue {
+			if pending += n; pending >= p.opts.CommitPackets || ackDue {
 				send(p.commitBarrier(time.Now(), ackDue && p.opts.StateKey != "", inputNow))
 			}
 		case now := <-ticker.C:

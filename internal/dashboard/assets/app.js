@@ -113,7 +113,10 @@
     box.dataset.points = String(xs.length);
     box.dataset.series = String(series.length);
     if (opts.sum !== undefined) box.dataset.sum = String(opts.sum);
-    if (!xs.length || !series.length) { box.append(el('div', { class: 'empty' }, 'no data in this range')); return; }
+    if (!xs.length || !series.some((s) => s.values.some((v) => v !== null && v !== undefined))) {
+      box.append(el('div', { class: 'empty' }, opts.empty || 'no data in this range'));
+      return;
+    }
     const css = getComputedStyle(document.documentElement);
     const muted = css.getPropertyValue('--muted').trim(), line = css.getPropertyValue('--line').trim();
     const raw = series.map((s) => s.values);
@@ -195,14 +198,14 @@
     chart('c-outcome', rs, rates(present(['xrdmon_packets_total{outcome="accounted"}', 'xrdmon_packets_total{outcome="rejected"}',
       'xrdmon_packets_lost_total', 'xrdmon_udp_kernel_drops_total']), (n) => (n.includes('outcome') ? label(n) : { xrdmon_packets_lost_total: 'lost (sequence gaps)', xrdmon_udp_kernel_drops_total: 'kernel drops' })[n] || label(n)), fmt.per);
     const rej = pick(/^xrdmon_packets_rejected_total\{/).filter((n) => col(n).some((v) => v > 0));
-    chart('c-rejected', rs, rates(rej), fmt.per);
+    chart('c-rejected', rs, rates(rej), fmt.per, { empty: 'nothing rejected in this range' });
     chart('c-backlog', xs, pick(/^xrdmon_sink_backlog_records\{/).map((n) => ({ label: label(n), values: col(n) })), fmt.count);
     chart('c-state', xs, pick(/^xrdmon_state_bytes(\{|$)/).filter((n) => n.includes('{') || pick(/^xrdmon_state_bytes\{/).length === 0)
       .map((n) => ({ label: label(n), values: col(n) })), fmt.bytes);
     const hits = rate(col('xrdmon_dns_cache_hits_total')), misses = rate(col('xrdmon_dns_cache_misses_total'));
     chart('c-dns', rs, [
       { label: 'hit ratio', values: hits.slice(1).map((v, k) => (v === null || misses[k + 1] === null || v + misses[k + 1] === 0 ? null : v / (v + misses[k + 1]))) },
-    ], fmt.pct);
+    ], fmt.pct, { empty: h.names.includes('xrdmon_dns_cache_hits_total') ? 'no lookups in this range' : 'reverse DNS is off (dns.enabled)' });
     const rows = [
       ['running since', fmt.time(st.started)],
       ['packets handled', st.packets.handled], ['accounted', st.packets.accounted], ['rejected', st.packets.rejected],
@@ -253,7 +256,7 @@
       { label: 'partial', values: t.points.map((p) => (p.partial || 0) / step) },
     ], fmt.per, { stacked: true, sum: (tot.transfers || 0) + (tot.partial || 0) });
     const reasons = [...new Set(t.points.flatMap((p) => Object.keys(p.partial_by || {})))].sort();
-    chart('c-partial', xs, reasons.map((r) => ({ label: r, values: t.points.map((p) => ((p.partial_by || {})[r] || 0) / step) })), fmt.per, { stacked: true });
+    chart('c-partial', xs, reasons.map((r) => ({ label: r, values: t.points.map((p) => ((p.partial_by || {})[r] || 0) / step) })), fmt.per, { stacked: true, empty: 'no partial transfers in this range' });
     const q3 = (key, scale) => ['p50', 'p90', 'p99'].map((q) => ({ label: q, values: t.points.map((p) => (p[key] && p[key][q] !== undefined ? p[key][q] * scale : null)) }));
     chart('c-duration', xs, q3('duration_ms', 0.001), fmt.secs);
     chart('c-size', xs, q3('size_bytes', 1), fmt.bytes);
