@@ -6,7 +6,7 @@ STATICCHECK_VERSION := v0.8.2
 VERSION     := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS     := -X main.version=$(VERSION)
 
-.PHONY: all build run test unit browser crash hostile lint vet staticcheck fuzz bench clean
+.PHONY: all build run test unit race browser crash hostile lint vet staticcheck fuzz bench clean
 
 all: build
 
@@ -19,10 +19,16 @@ run: build
 
 # test: formatting, vet, staticcheck and every test. Tests that need RabbitMQ or
 # PostgreSQL skip with a message when the service is absent, and fail in CI (CI=true).
-test: lint unit crash
+test: lint unit race crash
 
 unit: browser
 	$(GO) test -count=1 -timeout 30m ./...
+
+# race: the packages whose goroutines share batches, state and counters, and
+# replay end to end, under the race detector (about 2 minutes).
+race:
+	$(GO) test -race -count=1 -timeout 20m ./internal/...
+	$(GO) test -race -count=1 -timeout 10m -run 'TestReplay' ./cmd/xrdmon/
 
 # browser: Debian's chromium, which the dashboard's browser test drives
 # headless; installed with apt-get when missing (as root, or through sudo).
