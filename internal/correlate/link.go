@@ -6,10 +6,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
@@ -450,57 +452,20 @@ func (l *Linker) MarshalBinary() ([]byte, error) {
 	return b, nil
 }
 
-var errLinkCheckpoint = errors.New("redirect linker checkpoint: truncated or corrupt")
-
 // UnmarshalBinary restores what MarshalBinary wrote, replacing the state.
 func (l *Linker) UnmarshalBinary(b []byte) error {
 	if !bytes.HasPrefix(b, []byte(linkMagic)) {
 		return errors.New("redirect linker checkpoint: bad magic")
 	}
-	b = b[len(linkMagic):]
-	bad := false
-	uv := func() uint64 {
-		v, k := binary.Uvarint(b)
-		if k <= 0 {
-			bad = true
-			return 0
-		}
-		b = b[k:]
-		return v
-	}
-	v := func() int64 {
-		x, k := binary.Varint(b)
-		if k <= 0 {
-			bad = true
-			return 0
-		}
-		b = b[k:]
-		return x
-	}
-	str := func() string {
-		n := uv()
-		if n > uint64(len(b)) {
-			bad = true
-			return ""
-		}
-		s := string(b[:n])
-		b = b[n:]
-		return s
-	}
+	d := codec.NewDec(b[len(linkMagic):])
+	uv, v := d.Uvarint, d.Varint
+	str := func() string { return string(d.UvarintBytes()) }
 	rec := func() recKey { return recKey{str(), v(), uv(), uint32(uv())} }
-	count := func() int {
-		n := uv()
-		if n > uint64(len(b)) { // every entry takes at least a byte
-			bad = true
-			return 0
-		}
-		return int(n)
-	}
 	fresh := NewLinker(0, 0, l.maxBytes)
 	fresh.window, fresh.hold, fresh.stats = l.window, l.hold, l.stats
 	*l = *fresh
 	l.now = v()
-	for n, i := count(), 0; i < n && !bad; i++ {
+	for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
 		kind := uv()
 		k := linkKey{str(), str(), str()}
 		switch kind {
@@ -515,10 +480,10 @@ func (l *Linker) UnmarshalBinary(b []byte) error {
 			l.order = append(l.order, fifoRef{key: k, id: o.id, received: o.received, open: true})
 			l.bytes += openCost(k)
 		default:
-			bad = true
+			d.Fail("entry kind %d", kind)
 		}
 	}
-	for n, i := count(), 0; i < n && !bad; i++ {
+	for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
 		k := rec()
 		res := &linkResult{hops: int32(v()), first: v(), start: v(), end: v(), received: v()}
 		if _, dup := l.linked[k]; !dup {
@@ -527,9 +492,9 @@ func (l *Linker) UnmarshalBinary(b []byte) error {
 		}
 		l.linked[k] = res
 	}
-	if bad || len(b) != 0 {
+	if d.Done(); d.Err() != nil {
 		*l = *fresh
-		return errLinkCheckpoint
+		return fmt.Errorf("redirect linker checkpoint: %w", d.Err())
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
@@ -476,12 +477,11 @@ func RestoreShard(cfg Config, r io.Reader) (*Shard, error) {
 	return s, nil
 }
 
-// decoder reads a snapshot body; the first error sticks and every later
-// read returns zero values.
+// decoder reads a snapshot body on the binary cursor (codec.Dec): the
+// first error sticks and every later read returns zero values.
 type decoder struct {
+	codec.Dec
 	version uint64 // of the snapshot being read
-	b       []byte
-	err     error
 	strs    []string
 	logins  []*loginInfo
 	tokens  []*tokenInfo
@@ -490,126 +490,19 @@ type decoder struct {
 	nSess, nFiles int
 }
 
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf(format, args...)
-	}
-}
-
-func (d *decoder) uv() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	x, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("truncated or overlong varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return x
-}
-
-func (d *decoder) v() int64 {
-	if d.err != nil {
-		return 0
-	}
-	x, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("truncated or overlong varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return x
-}
-
-func (d *decoder) u32() uint32 {
-	x := d.uv()
-	if x > math.MaxUint32 {
-		d.fail("value %d out of range", x)
-		return 0
-	}
-	return uint32(x)
-}
-
-func (d *decoder) i32() int32 {
-	x := d.v()
-	if x < math.MinInt32 || x > math.MaxInt32 {
-		d.fail("value %d out of range", x)
-		return 0
-	}
-	return int32(x)
-}
-
-func (d *decoder) i16() int16 {
-	x := d.v()
-	if x < math.MinInt16 || x > math.MaxInt16 {
-		d.fail("value %d out of range", x)
-		return 0
-	}
-	return int16(x)
-}
-
-func (d *decoder) byte() byte {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) == 0 {
-		d.fail("truncated")
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *decoder) bytes(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n < 0 || n > len(d.b) {
-		d.fail("truncated")
-		return nil
-	}
-	p := d.b[:n]
-	d.b = d.b[n:]
-	return p
-}
-
-// count reads an element count; every element takes at least one byte,
-// so a count beyond the remaining input is corrupt (and is not allowed to
-// size an allocation).
-func (d *decoder) count() int {
-	x := d.uv()
-	if x > uint64(len(d.b)) || x > math.MaxInt32 {
-		d.fail("count %d beyond input", x)
-		return 0
-	}
-	return int(x)
-}
-
-// index reads a position below n.
-func (d *decoder) index(n int) int32 {
-	x := d.uv()
-	if x >= uint64(n) {
-		d.fail("index %d out of range %d", x, n)
-		return 0
-	}
-	return int32(x)
-}
-
 // str reads a string reference; in is the interning table it belongs to
 // (nil: kept as is, e.g. raw userid text).
 func (d *decoder) str(in *interner) string {
-	switch x := d.uv(); {
-	case d.err != nil || x == 0:
+	switch x := d.Uvarint(); {
+	case d.Err() != nil || x == 0:
 		return ""
 	case x == 1:
-		n := d.uv()
-		if n > uint64(len(d.b)) {
-			d.fail("truncated string")
+		n := d.Uvarint()
+		if n > uint64(d.Len()) {
+			d.Fail("truncated string")
 			return ""
 		}
-		raw := string(d.bytes(int(n)))
+		raw := string(d.Bytes(int(n)))
 		d.strs = append(d.strs, raw)
 		if in != nil {
 			return in.str(raw)
@@ -617,7 +510,7 @@ func (d *decoder) str(in *interner) string {
 		return raw
 	default:
 		if x-2 >= uint64(len(d.strs)) {
-			d.fail("string reference %d out of range", x-2)
+			d.Fail("string reference %d out of range", x-2)
 			return ""
 		}
 		if in != nil {
@@ -647,19 +540,19 @@ func (in *interner) str(s string) string {
 }
 
 func (d *decoder) login() *loginInfo {
-	switch x := d.uv(); {
-	case d.err != nil || x == 0:
+	switch x := d.Uvarint(); {
+	case d.Err() != nil || x == 0:
 		return nil
 	case x == 1:
 		n := &d.s.names
 		l := &loginInfo{authProt: d.str(n), dn: d.str(n), host: d.str(n), vo: d.str(n), role: d.str(n),
 			groups: d.str(n), monInfo: d.str(n), release: d.str(n), app: d.str(n), info: d.str(n)}
-		l.ipv6 = d.byte() != 0
+		l.ipv6 = d.Byte() != 0
 		d.logins = append(d.logins, l)
 		return l
 	default:
 		if x-2 >= uint64(len(d.logins)) {
-			d.fail("login reference %d out of range", x-2)
+			d.Fail("login reference %d out of range", x-2)
 			return nil
 		}
 		return d.logins[x-2]
@@ -667,8 +560,8 @@ func (d *decoder) login() *loginInfo {
 }
 
 func (d *decoder) token() *tokenInfo {
-	switch x := d.uv(); {
-	case d.err != nil || x == 0:
+	switch x := d.Uvarint(); {
+	case d.Err() != nil || x == 0:
 		return nil
 	case x == 1:
 		n := &d.s.names
@@ -677,7 +570,7 @@ func (d *decoder) token() *tokenInfo {
 		return t
 	default:
 		if x-2 >= uint64(len(d.tokens)) {
-			d.fail("token reference %d out of range", x-2)
+			d.Fail("token reference %d out of range", x-2)
 			return nil
 		}
 		return d.tokens[x-2]
@@ -685,13 +578,13 @@ func (d *decoder) token() *tokenInfo {
 }
 
 func (d *decoder) tracker(t *seqTracker) {
-	t.seen = d.uv()
-	next := d.uv()
+	t.seen = d.Uvarint()
+	next := d.Uvarint()
 	if next >= 1000 {
-		d.fail("sequence %d out of range", next)
+		d.Fail("sequence %d out of range", next)
 	}
 	t.next = uint16(next)
-	t.init = d.byte() != 0
+	t.init = d.Byte() != 0
 	if d.version < 2 {
 		// Version 1 kept no fingerprints, and marked the positions before
 		// the first packet as seen: start the window afresh at the next
@@ -699,17 +592,17 @@ func (d *decoder) tracker(t *seqTracker) {
 		t.init = false
 		return
 	}
-	t.known = d.uv()
-	t.head = d.byte()
-	n := d.count()
+	t.known = d.Uvarint()
+	t.head = d.Byte()
+	n := d.Count(1)
 	if n > 64 || (n > 0 && int(t.head) >= n) {
-		d.fail("tracker window %d, head %d", n, t.head)
+		d.Fail("tracker window %d, head %d", n, t.head)
 		return
 	}
 	if n > 0 {
 		t.hashes = make([]uint32, n)
 		for i := range t.hashes {
-			t.hashes[i] = d.u32()
+			t.hashes[i] = d.Uint32()
 		}
 	}
 }
@@ -717,21 +610,21 @@ func (d *decoder) tracker(t *seqTracker) {
 func (d *decoder) close() *closeData {
 	cd := &closeData{}
 	c := &cd.c
-	c.FileID = d.u32()
-	fl := d.byte()
+	c.FileID = d.Uint32()
+	fl := d.Byte()
 	c.Forced, c.HasOps, c.HasSSQ = fl&1 != 0, fl&2 != 0, fl&4 != 0
-	c.Read, c.Readv, c.Write = d.v(), d.v(), d.v()
+	c.Read, c.Readv, c.Write = d.Varint(), d.Varint(), d.Varint()
 	o := &c.Ops
-	o.Read, o.Readv, o.Write = d.i32(), d.i32(), d.i32()
-	o.RsMin, o.RsMax = d.i16(), d.i16()
-	o.Rsegs = d.v()
-	o.RdMin, o.RdMax, o.RvMin, o.RvMax, o.WrMin, o.WrMax = d.i32(), d.i32(), d.i32(), d.i32(), d.i32(), d.i32()
+	o.Read, o.Readv, o.Write = d.Int32(), d.Int32(), d.Int32()
+	o.RsMin, o.RsMax = d.Int16(), d.Int16()
+	o.Rsegs = d.Varint()
+	o.RdMin, o.RdMax, o.RvMin, o.RvMax, o.WrMin, o.WrMax = d.Int32(), d.Int32(), d.Int32(), d.Int32(), d.Int32(), d.Int32()
 	for _, p := range [...]*float64{&c.SSQ.Read, &c.SSQ.Readv, &c.SSQ.ReadvSegs, &c.SSQ.Write} {
-		if b := d.bytes(8); b != nil {
+		if b := d.Bytes(8); b != nil {
 			*p = math.Float64frombits(binary.LittleEndian.Uint64(b))
 		}
 	}
-	cd.tEnd = d.u32()
+	cd.tEnd = d.Uint32()
 	return cd
 }
 
@@ -744,13 +637,13 @@ func (s *Shard) restore(data []byte) error {
 	if crc32.Checksum(body, crcTable) != binary.LittleEndian.Uint32(data[len(data)-4:]) {
 		return errors.New("checksum mismatch (truncated or corrupt)")
 	}
-	d := &decoder{b: body[len(snapMagic):], s: s}
-	d.version = d.uv()
-	if d.err == nil && (d.version < 1 || d.version > snapVersion) {
+	d := &decoder{Dec: codec.NewDec(body[len(snapMagic):]), s: s}
+	d.version = d.Uvarint()
+	if d.Err() == nil && (d.version < 1 || d.version > snapVersion) {
 		return fmt.Errorf("unsupported snapshot version %d (want 1 to %d)", d.version, snapVersion)
 	}
-	s.setNow(time.Unix(d.v(), 0).UTC())
-	s.nextInc = d.u32()
+	s.setNow(time.Unix(d.Varint(), 0).UTC())
+	s.nextInc = d.Uint32()
 
 	d.stats()
 	d.incarnations()
@@ -761,13 +654,11 @@ func (s *Shard) restore(data []byte) error {
 	if d.version >= 3 {
 		d.traces()
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d bytes of trailing data", len(d.b))
-	}
-	if d.err == nil {
+	d.Done()
+	if d.Err() == nil {
 		s.recountBytes()
 	}
-	return d.err
+	return d.Err()
 }
 
 // stats reads the counters (the end of snapScratch.header).
@@ -777,19 +668,19 @@ func (d *decoder) stats() {
 		if d.version < 2 && i >= 11 {
 			break // SeqCollisions came with version 2
 		}
-		*p = d.uv()
+		*p = d.Uvarint()
 	}
 	for j, a := range statArrays(&s.stats) {
 		if d.version < 2 && j >= 4 {
 			break // Truncated came with version 2
 		}
-		n := d.count()
+		n := d.Count(1)
 		if n > len(a) {
-			d.fail("%d counters, at most %d known", n, len(a))
+			d.Fail("%d counters, at most %d known", n, len(a))
 			break
 		}
 		for i := 0; i < n; i++ {
-			a[i] = d.uv()
+			a[i] = d.Uvarint()
 		}
 	}
 }
@@ -798,54 +689,54 @@ func (d *decoder) stats() {
 func (d *decoder) incarnations() {
 	s := d.s
 	// incarnations
-	nInc := d.count()
+	nInc := d.Count(1)
 	s.incList = make([]*incarnation, 0, nInc)
-	for k := 0; k < nInc && d.err == nil; k++ {
+	for k := 0; k < nInc && d.Err() == nil; k++ {
 		inc := &incarnation{files: newList(), sessions: newList(), byText: make(map[string]int32)}
-		inc.id = d.u32()
+		inc.id = d.Uint32()
 		var addr netip.Addr
-		switch n := d.byte(); n {
+		switch n := d.Byte(); n {
 		case 4:
-			if b := d.bytes(4); b != nil {
+			if b := d.Bytes(4); b != nil {
 				addr = netip.AddrFrom4([4]byte(b))
 			}
 		case 16:
-			if b := d.bytes(16); b != nil {
+			if b := d.Bytes(16); b != nil {
 				addr = netip.AddrFrom16([16]byte(b))
 			}
 		default:
-			d.fail("address length %d", n)
+			d.Fail("address length %d", n)
 		}
 		if z := d.str(nil); z != "" && addr.Is6() {
 			addr = addr.WithZone(z)
 		}
-		inc.key = incKey{addr: addr, stod: d.u32(), sid: d.uv()}
-		fl := d.byte()
+		inc.key = incKey{addr: addr, stod: d.Uint32(), sid: d.Uvarint()}
+		fl := d.Byte()
 		inc.hasSID, inc.frm, inc.superseded, inc.traced = fl&1 != 0, fl&2 != 0, fl&4 != 0, fl&8 != 0
 		inc.site, inc.inst, inc.pgm = d.str(&s.names), d.str(&s.names), d.str(&s.names)
 		inc.ver, inc.host = d.str(&s.names), d.str(&s.names)
-		inc.seen = d.v()
+		inc.seen = d.Varint()
 		for i := range inc.seq {
 			d.tracker(&inc.seq[i])
 		}
-		ng := d.count()
+		ng := d.Count(1)
 		if ng > 256 {
-			d.fail("%d g-stream trackers", ng)
+			d.Fail("%d g-stream trackers", ng)
 			break
 		}
-		for i := 0; i < ng && d.err == nil; i++ {
-			p := provSeq{prov: d.byte()}
+		for i := 0; i < ng && d.Err() == nil; i++ {
+			p := provSeq{prov: d.Byte()}
 			d.tracker(&p.t)
 			inc.gseq = append(inc.gseq, p)
 		}
 		for i := range inc.lost {
-			inc.lost[i] = d.uv()
+			inc.lost[i] = d.Uvarint()
 		}
-		if d.err != nil {
+		if d.Err() != nil {
 			break
 		}
 		if inc.id == 0 || inc.id > s.nextInc || s.byID[inc.id] != nil || s.incs[inc.key] != nil {
-			d.fail("incarnation %d duplicated or out of range", inc.id)
+			d.Fail("incarnation %d duplicated or out of range", inc.id)
 			break
 		}
 		inc.ip = addr.String()
@@ -854,18 +745,18 @@ func (d *decoder) incarnations() {
 		s.incList = append(s.incList, inc)
 		s.byAddr[inc.key.addr] = append(s.byAddr[inc.key.addr], inc)
 	}
-	for n, i := d.count(), 0; i < n && d.err == nil; i++ {
-		inc := s.byID[d.u32()]
+	for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
+		inc := s.byID[d.Uint32()]
 		if inc == nil || s.byAddrStod[addrStod{inc.key.addr, inc.key.stod}] != nil {
-			d.fail("bad server index entry")
+			d.Fail("bad server index entry")
 			break
 		}
 		s.byAddrStod[addrStod{inc.key.addr, inc.key.stod}] = inc
 	}
-	for n, i := d.count(), 0; i < n && d.err == nil; i++ {
-		inc := s.byID[d.u32()]
+	for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
+		inc := s.byID[d.Uint32()]
 		if inc == nil || s.latest[addrSID{inc.key.addr, inc.key.sid}] != nil {
-			d.fail("bad latest-server entry")
+			d.Fail("bad latest-server entry")
 			break
 		}
 		s.latest[addrSID{inc.key.addr, inc.key.sid}] = inc
@@ -876,27 +767,27 @@ func (d *decoder) incarnations() {
 func (d *decoder) sessions() {
 	s := d.s
 	// sessions
-	nSess := d.count()
+	nSess := d.Count(1)
 	d.nSess = nSess
 	s.sess = make([]session, nSess)
 	s.sessIdx = make(map[uint64]int32, nSess)
-	for i := 0; i < nSess && d.err == nil; i++ {
+	for i := 0; i < nSess && d.Err() == nil; i++ {
 		ss := &s.sess[i]
-		ss.inc = d.u32()
-		ss.dictID = d.u32()
+		ss.inc = d.Uint32()
+		ss.dictID = d.Uint32()
 		ss.userText = d.str(nil)
 		ss.prot, ss.user, ss.host = d.str(&s.names), d.str(&s.names), d.str(&s.names)
 		ss.login = d.login()
 		ss.token = d.token()
 		ss.appInfo = d.str(&s.names)
-		ss.exp, ss.act = d.i32(), d.i32()
-		fl := d.byte()
+		ss.exp, ss.act = d.Int32(), d.Int32()
+		fl := d.Byte()
 		ss.hasUEAC, ss.disc = fl&1 != 0, fl&2 != 0
-		ss.seen = d.v()
+		ss.seen = d.Varint()
 		ss.files = newList()
 		k := dictKey(ss.inc, ss.dictID)
 		if _, dup := s.sessIdx[k]; dup || s.byID[ss.inc] == nil {
-			d.fail("session %d: unknown server or duplicate", ss.dictID)
+			d.Fail("session %d: unknown server or duplicate", ss.dictID)
 			break
 		}
 		s.sessIdx[k] = int32(i)
@@ -912,29 +803,29 @@ func (d *decoder) sessions() {
 func (d *decoder) files() {
 	s := d.s
 	// files
-	nFiles := d.count()
+	nFiles := d.Count(1)
 	d.nFiles = nFiles
 	s.files = make([]fileEntry, nFiles)
 	s.fileIdx = make(map[uint64]int32, nFiles)
 	if len(s.pathsI.m) == 0 {
 		s.pathsI.m = make(map[string]string, min(nFiles, s.pathsI.max))
 	}
-	for i := 0; i < nFiles && d.err == nil; i++ {
+	for i := 0; i < nFiles && d.Err() == nil; i++ {
 		f := &s.files[i]
-		f.inc = d.u32()
-		f.fileID = d.u32()
-		f.user = d.u32()
+		f.inc = d.Uint32()
+		f.fileID = d.Uint32()
+		f.user = d.Uint32()
 		f.path = d.str(&s.pathsI)
-		f.size, f.read, f.readv, f.wrt = d.v(), d.v(), d.v(), d.v()
-		f.tOpen, f.tLast, f.seen, f.queued = d.u32(), d.u32(), d.u32(), d.u32()
-		f.flags, f.pend = d.byte(), d.byte()
+		f.size, f.read, f.readv, f.wrt = d.Varint(), d.Varint(), d.Varint(), d.Varint()
+		f.tOpen, f.tLast, f.seen, f.queued = d.Uint32(), d.Uint32(), d.Uint32(), d.Uint32()
+		f.flags, f.pend = d.Byte(), d.Byte()
 		f.sess = -1
 		if f.flags&fClosed != 0 {
 			s.closes[int32(i)] = d.close()
 		}
 		k := dictKey(f.inc, f.fileID)
 		if _, dup := s.fileIdx[k]; dup || s.byID[f.inc] == nil || f.pend >= numRecordReasons {
-			d.fail("file %d: unknown server, duplicate or bad reason", f.fileID)
+			d.Fail("file %d: unknown server, duplicate or bad reason", f.fileID)
 			break
 		}
 		s.fileIdx[k] = int32(i)
@@ -953,56 +844,56 @@ func (d *decoder) lists() {
 	nFiles, nSess := d.nFiles, d.nSess
 	const inIncList, inSessList = 1, 2
 	var placed []uint8
-	if d.err == nil {
+	if d.Err() == nil {
 		placed = make([]uint8, max(nFiles, nSess))
 	}
 	nf, ns := 0, 0
 	for _, inc := range s.incList {
-		if d.err != nil {
+		if d.Err() != nil {
 			break
 		}
-		for n, j := d.count(), 0; j < n && d.err == nil; j++ {
-			fi := d.index(nFiles)
-			if d.err == nil && (s.files[fi].inc != inc.id || placed[fi]&inIncList != 0) {
-				d.fail("file list of server %d", inc.id)
+		for n, j := d.Count(1), 0; j < n && d.Err() == nil; j++ {
+			fi := int32(d.Index(nFiles))
+			if d.Err() == nil && (s.files[fi].inc != inc.id || placed[fi]&inIncList != 0) {
+				d.Fail("file list of server %d", inc.id)
 			}
-			if d.err == nil {
+			if d.Err() == nil {
 				placed[fi] |= inIncList
 				lpush(s.files, &inc.files, fileInc, fi)
 				nf++
 			}
 		}
-		for n, j := d.count(), 0; j < n && d.err == nil; j++ {
-			si := d.index(nSess)
-			if d.err == nil && (s.sess[si].inc != inc.id || placed[si]&inSessList != 0) {
-				d.fail("session list of server %d", inc.id)
+		for n, j := d.Count(1), 0; j < n && d.Err() == nil; j++ {
+			si := int32(d.Index(nSess))
+			if d.Err() == nil && (s.sess[si].inc != inc.id || placed[si]&inSessList != 0) {
+				d.Fail("session list of server %d", inc.id)
 			}
-			if d.err == nil {
+			if d.Err() == nil {
 				placed[si] |= inSessList
 				lpush(s.sess, &inc.sessions, sessInc, si)
 				ns++
 			}
 		}
-		for n, j := d.count(), 0; j < n && d.err == nil; j++ {
+		for n, j := d.Count(1), 0; j < n && d.Err() == nil; j++ {
 			t := d.str(nil)
-			si := d.index(nSess)
-			if d.err == nil && s.sess[si].inc != inc.id {
-				d.fail("userid index of server %d", inc.id)
+			si := int32(d.Index(nSess))
+			if d.Err() == nil && s.sess[si].inc != inc.id {
+				d.Fail("userid index of server %d", inc.id)
 			}
 			inc.byText[t] = si
 		}
 	}
-	if d.err == nil && (nf != nFiles || ns != nSess) {
-		d.fail("%d of %d files and %d of %d sessions in server lists", nf, nFiles, ns, nSess)
+	if d.Err() == nil && (nf != nFiles || ns != nSess) {
+		d.Fail("%d of %d files and %d of %d sessions in server lists", nf, nFiles, ns, nSess)
 	}
-	for si := 0; si < nSess && d.err == nil; si++ {
+	for si := 0; si < nSess && d.Err() == nil; si++ {
 		ss := &s.sess[si]
-		for n, j := d.count(), 0; j < n && d.err == nil; j++ {
-			fi := d.index(nFiles)
-			if d.err == nil && (s.files[fi].inc != ss.inc || s.files[fi].sess >= 0) {
-				d.fail("file list of session %d", ss.dictID)
+		for n, j := d.Count(1), 0; j < n && d.Err() == nil; j++ {
+			fi := int32(d.Index(nFiles))
+			if d.Err() == nil && (s.files[fi].inc != ss.inc || s.files[fi].sess >= 0) {
+				d.Fail("file list of session %d", ss.dictID)
 			}
-			if d.err == nil {
+			if d.Err() == nil {
 				s.files[fi].sess = int32(si)
 				lpush(s.files, &ss.files, fileSess, fi)
 			}
@@ -1014,25 +905,25 @@ func (d *decoder) lists() {
 func (d *decoder) pending() {
 	s := d.s
 	// pending references
-	for n, i := d.count(), 0; i < n && d.err == nil; i++ {
-		k := d.uv()
-		s.paths[k] = pendingPath{path: d.str(&s.pathsI), user: d.u32(), sess: -1, at: d.v()}
+	for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
+		k := d.Uvarint()
+		s.paths[k] = pendingPath{path: d.str(&s.pathsI), user: d.Uint32(), sess: -1, at: d.Varint()}
 	}
-	for n, i := d.count(), 0; i < n && d.err == nil; i++ {
-		k := d.uv()
-		p := &pendingUser{token: d.token(), exp: d.i32(), act: d.i32()}
-		p.hasUEAC = d.byte() != 0
-		p.at = d.v()
+	for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
+		k := d.Uvarint()
+		p := &pendingUser{token: d.token(), exp: d.Int32(), act: d.Int32()}
+		p.hasUEAC = d.Byte() != 0
+		p.at = d.Varint()
 		s.users[k] = p
 	}
-	nq := d.count()
-	if d.err == nil {
+	nq := d.Count(1)
+	if d.Err() == nil {
 		s.pending.q = make([]fifoEntry, 0, nq)
 	}
-	for i := 0; i < nq && d.err == nil; i++ {
-		e := fifoEntry{key: d.uv(), at: d.v(), kind: d.byte()}
+	for i := 0; i < nq && d.Err() == nil; i++ {
+		e := fifoEntry{key: d.Uvarint(), at: d.Varint(), kind: d.Byte()}
 		if e.kind > pendUser {
-			d.fail("pending kind %d", e.kind)
+			d.Fail("pending kind %d", e.kind)
 		}
 		s.pending.q = append(s.pending.q, e)
 	}
@@ -1076,25 +967,25 @@ func (e *snapScratch) traces(s *Shard) {
 // traces reads the traces section.
 func (d *decoder) traces() {
 	s := d.s
-	for n, i := d.count(), 0; i < n && d.err == nil; i++ {
-		ts := traceState{inc: d.u32(), fileID: d.u32(), seen: d.u32(), next: d.v(), unwind: d.i32()}
-		ts.ended = d.byte() != 0
+	for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
+		ts := traceState{inc: d.Uint32(), fileID: d.Uint32(), seen: d.Uint32(), next: d.Varint(), unwind: d.Int32()}
+		ts.ended = d.Byte() != 0
 		p := &ts.io
 		for _, v := range [...]*int64{&p.Reads, &p.Readvs, &p.Writes, &p.ReadBytes, &p.ReadvBytes, &p.WriteBytes, &p.SequentialReads, &p.ReadvSegments} {
-			*v = d.v()
+			*v = d.Varint()
 		}
 		for _, h := range [...]*record.Log2Hist{&p.ReadSizes, &p.WriteSizes, &p.ReadvSizes, &p.ReadvCounts} {
-			if m := d.count(); m != len(h) {
-				d.fail("histogram of %d buckets", m)
+			if m := d.Count(1); m != len(h) {
+				d.Fail("histogram of %d buckets", m)
 				return
 			}
 			for j := range h {
-				h[j] = d.u32()
+				h[j] = d.Uint32()
 			}
 		}
 		k := dictKey(ts.inc, ts.fileID)
 		if _, dup := s.traceIdx[k]; dup || s.byID[ts.inc] == nil || len(s.traceIdx) >= s.cfg.maxTraces() {
-			d.fail("trace of file %d: unknown server, duplicate or over the bound", ts.fileID)
+			d.Fail("trace of file %d: unknown server, duplicate or over the bound", ts.fileID)
 			return
 		}
 		s.traces = append(s.traces, ts)

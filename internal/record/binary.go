@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/xrdmon/xrdmon/internal/codec"
 )
 
 // This file holds the compact binary form of Record and Event, the form the
@@ -57,8 +59,9 @@ var (
 	// does not know (a newer format, or data that is not this encoding).
 	ErrBinaryVersion = errors.New("unknown binary version")
 	// ErrBinaryCorrupt is returned for data that is truncated, has lengths
-	// past its end, values out of range or trailing bytes.
-	ErrBinaryCorrupt = errors.New("corrupt binary data")
+	// past its end, values out of range or trailing bytes (the binary
+	// cursor's error, codec.ErrCorrupt).
+	ErrBinaryCorrupt = codec.ErrCorrupt
 )
 
 // The Unix seconds for which a time's nanoseconds fit in an int64.
@@ -291,77 +294,59 @@ func AppendEventBinary(dst []byte, e *Event) []byte {
 	return append(dst, e.Raw...)
 }
 
-// binReader reads the fields of one binary record or event. Each read takes
-// the next field, or returns the zero value when no field is left: when the
-// data has fewer fields than the decoder knows, or after an error (which
-// sets left to 0). The common cases are small enough to be inlined; the
-// rest is in the *Slow methods.
+// binReader reads the fields of one binary record or event, on the
+// project's binary cursor (codec.Dec). Each read takes the next field, or
+// returns the zero value when no field is left: when the data has fewer
+// fields than the decoder knows, or after an error.
 type binReader struct {
-	b    []byte
-	off  int
+	codec.Dec
 	n    uint64 // fields present
 	left uint64 // fields present and not yet read
 	s    string // the string section (a copy)
 	soff int
-	err  error
+	verr error // the version byte is not this type's
 }
 
 // start checks the kind-and-version byte, reads the field count and copies
 // the string section.
 func (d *binReader) start(version byte) {
-	b := d.b
-	if len(b) == 0 {
-		d.err = fmt.Errorf("empty data: %w", ErrBinaryCorrupt)
+	if d.Len() == 0 {
+		d.Fail("empty data")
 		return
 	}
-	if b[0] != version {
+	if b := d.Byte(); b != version {
 		switch {
-		case b[0] == '{':
-			d.err = fmt.Errorf("data is JSON, not the binary form: %w", ErrBinaryVersion)
-		case b[0]^version == binaryEventBit:
-			d.err = fmt.Errorf("data is the binary form of another type (byte 0x%02x, want 0x%02x): %w", b[0], version, ErrBinaryVersion)
+		case b == '{':
+			d.verr = fmt.Errorf("data is JSON, not the binary form: %w", ErrBinaryVersion)
+		case b^version == binaryEventBit:
+			d.verr = fmt.Errorf("data is the binary form of another type (byte 0x%02x, want 0x%02x): %w", b, version, ErrBinaryVersion)
 		default:
-			d.err = fmt.Errorf("version byte 0x%02x, want 0x%02x: %w", b[0], version, ErrBinaryVersion)
+			d.verr = fmt.Errorf("version byte 0x%02x, want 0x%02x: %w", b, version, ErrBinaryVersion)
 		}
 		return
 	}
-	d.off = 1
-	n := d.rawUvarint()
-	slen := d.rawUvarint()
-	if d.err == nil && slen > uint64(len(b)-d.off) {
-		d.fail("string section past the end")
+	n := d.Uvarint()
+	d.s = string(d.UvarintBytes())
+	if d.Err() == nil {
+		d.n, d.left = n, n
 	}
-	if d.err != nil {
-		return
-	}
-	if slen > 0 {
-		d.s = string(b[d.off : d.off+int(slen)])
-		d.off += int(slen)
-	}
-	d.n, d.left = n, n
 }
 
-// rawUvarint reads a uvarint, for the header and inside fields.
-func (d *binReader) rawUvarint() uint64 {
-	if d.err != nil {
-		return 0
+// err returns the first error.
+func (d *binReader) err() error {
+	if d.verr != nil {
+		return d.verr
 	}
-	v, k := binary.Uvarint(d.b[d.off:])
-	if k <= 0 {
-		d.failVarint(k)
-		return 0
-	}
-	d.off += k
-	return v
+	return d.Err()
 }
 
 // finish checks what follows the last known field: nothing, unless the
 // writer wrote more fields (n > known) than this decoder knows.
 func (d *binReader) finish(known uint64) {
-	if d.err != nil || d.n > known {
+	if d.err() != nil || d.n > known {
 		return
 	}
-	if d.off != len(d.b) {
+	if d.Len() != 0 {
 		d.fail("trailing bytes")
 	} else if d.soff != len(d.s) {
 		d.fail("string section longer than the strings")
@@ -370,79 +355,29 @@ func (d *binReader) finish(known uint64) {
 
 // fail records the first error, for the field just read, and stops reading.
 func (d *binReader) fail(msg string) {
-	if d.err != nil {
-		return
-	}
 	if field := d.n - d.left; field == 0 {
-		d.err = fmt.Errorf("header at byte %d: %s: %w", d.off, msg, ErrBinaryCorrupt)
+		d.Fail("header: %s", msg)
 	} else {
-		d.err = fmt.Errorf("field %d at byte %d: %s: %w", field, d.off, msg, ErrBinaryCorrupt)
+		d.Fail("field %d: %s", field, msg)
 	}
 	d.left = 0
 }
 
-func (d *binReader) failVarint(k int) {
-	if k == 0 {
-		d.fail("truncated varint")
-	} else {
-		d.fail("varint overflows 64 bits")
-	}
-}
-
 func (d *binReader) uvarint() uint64 {
-	if d.left > 0 && d.off < len(d.b) {
-		if c := d.b[d.off]; c < 0x80 {
-			d.off++
-			d.left--
-			return uint64(c)
-		}
-	}
-	return d.uvarintSlow()
-}
-
-func (d *binReader) uvarintSlow() uint64 {
 	if d.left == 0 {
 		return 0
 	}
 	d.left--
-	v, k := binary.Uvarint(d.b[d.off:])
-	if k <= 0 {
-		d.failVarint(k)
-		return 0
-	}
-	d.off += k
-	return v
+	return d.Uvarint()
 }
 
 // uvarints reads the next len(dst) fields, all uvarints, into dst (0 for
-// fields not present). It is uvarint in a loop, written for speed.
+// fields not present).
 func (d *binReader) uvarints(dst []uint64) {
-	b, off, left := d.b, d.off, d.left
-	for i := range dst {
-		if left > 0 && len(b)-off >= binary.MaxVarintLen64 {
-			// Enough bytes for any varint: decode without length checks.
-			var v uint64
-			for shift := uint(0); shift < 64; shift += 7 {
-				c := b[off]
-				off++
-				if c < 0x80 {
-					if shift == 63 && c > 1 {
-						break // overflow: the slow path below reports it
-					}
-					dst[i] = v | uint64(c)<<shift
-					left--
-					goto next
-				}
-				v |= uint64(c&0x7f) << shift
-			}
-			off -= binary.MaxVarintLen64
-		}
-		d.off, d.left = off, left
-		dst[i] = d.uvarintSlow()
-		off, left = d.off, d.left
-	next:
-	}
-	d.off, d.left = off, left
+	k := min(uint64(len(dst)), d.left)
+	d.Uvarints(dst[:k])
+	clear(dst[k:])
+	d.left -= k
 }
 
 // strs sets *dst[i] to the next lens[i] bytes of the string section.
@@ -496,8 +431,8 @@ func (d *binReader) checkKinds(v []uint64, kinds []uint8, first uint64) {
 		default:
 			ok = true
 		}
-		if !ok && d.err == nil {
-			d.err = fmt.Errorf("field %d: value out of range: %w", first+uint64(i), ErrBinaryCorrupt)
+		if !ok {
+			d.Fail("field %d: value out of range", first+uint64(i))
 			d.left = 0
 		}
 	}
@@ -513,33 +448,24 @@ func (d *binReader) varint() int64 {
 // copy); nil when the field is not present.
 func (d *binReader) view() []byte {
 	n := d.uvarint()
-	if n > uint64(len(d.b)-d.off) {
+	if n > uint64(d.Len()) {
 		d.fail("bytes past the end")
 		return nil
 	}
-	b := d.b[d.off : d.off+int(n)]
-	d.off += int(n)
-	return b
+	return d.Bytes(int(n))
 }
 
 // bytes reads a length and returns a copy of that many bytes: nil unless
 // present.
 func (d *binReader) bytes(present bool) []byte {
-	n := d.uvarint()
-	if n > uint64(len(d.b)-d.off) {
-		d.fail("bytes past the end")
-		return nil
-	}
+	b := d.view()
 	if !present {
-		if n != 0 {
+		if len(b) != 0 {
 			d.fail("bytes for a nil slice")
 		}
 		return nil
 	}
-	b := make([]byte, n)
-	copy(b, d.b[d.off:])
-	d.off += int(n)
-	return b
+	return append(make([]byte, 0, len(b)), b...)
 }
 
 func (d *binReader) time(zero, wide bool) time.Time {
@@ -559,9 +485,9 @@ func (d *binReader) timeSlow(zero, wide bool) time.Time {
 	}
 	// wide: seconds and nanoseconds, in one field.
 	d.left--
-	sec := zigzag(d.rawUvarint())
-	nsec := d.rawUvarint()
-	if d.err != nil {
+	sec := zigzag(d.Uvarint())
+	nsec := d.Uvarint()
+	if d.Err() != nil {
 		return time.Time{}
 	}
 	if nsec >= 1e9 {
@@ -572,22 +498,11 @@ func (d *binReader) timeSlow(zero, wide bool) time.Time {
 }
 
 func (d *binReader) float() float64 {
-	if d.left > 0 && len(d.b)-d.off >= 8 {
-		v := binary.LittleEndian.Uint64(d.b[d.off:])
-		d.off += 8
-		d.left--
-		return math.Float64frombits(v)
-	}
-	return d.floatSlow()
-}
-
-func (d *binReader) floatSlow() float64 {
 	if d.left == 0 {
 		return 0
 	}
 	d.left--
-	d.fail("truncated float")
-	return 0
+	return d.Float64LE()
 }
 
 // DecodeBinary decodes the binary form of a record (AppendBinary) into r,
@@ -595,7 +510,7 @@ func (d *binReader) floatSlow() float64 {
 // one new allocation, so b may be reused at once. On error, which wraps
 // ErrBinaryVersion or ErrBinaryCorrupt, r is left unchanged.
 func DecodeBinary(b []byte, r *Record) error {
-	d := binReader{b: b}
+	d := binReader{Dec: codec.NewDec(b)}
 	d.start(binaryRecordV1)
 	var x Record
 	flags := d.uvarint()
@@ -659,8 +574,8 @@ func DecodeBinary(b []byte, r *Record) error {
 		d.fail("I/O profile without its flag")
 	}
 	d.finish(recordFieldsV1)
-	if d.err != nil {
-		return fmt.Errorf("decode record: %w", d.err)
+	if err := d.err(); err != nil {
+		return fmt.Errorf("decode record: %w", err)
 	}
 	*r = x
 	return nil
@@ -671,7 +586,7 @@ func DecodeBinary(b []byte, r *Record) error {
 // strings share one new allocation, Data and Raw are copies. On error, which
 // wraps ErrBinaryVersion or ErrBinaryCorrupt, e is left unchanged.
 func DecodeEventBinary(b []byte, e *Event) error {
-	d := binReader{b: b}
+	d := binReader{Dec: codec.NewDec(b)}
 	d.start(binaryEventV1)
 	var x Event
 	flags := d.uvarint()
@@ -687,8 +602,8 @@ func DecodeEventBinary(b []byte, e *Event) error {
 	x.Data = d.bytes(flags&efData != 0)
 	x.Raw = d.bytes(flags&efRaw != 0)
 	d.finish(eventFieldsV1)
-	if d.err != nil {
-		return fmt.Errorf("decode event: %w", d.err)
+	if err := d.err(); err != nil {
+		return fmt.Errorf("decode event: %w", err)
 	}
 	*e = x
 	return nil

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"strconv"
+
+	"github.com/xrdmon/xrdmon/internal/codec"
 )
 
 // IOProfile is the I/O pattern of one file access as the server's t-stream
@@ -142,29 +144,18 @@ func appendIOBinary(dst []byte, p *IOProfile) []byte {
 // decodeIOBinary decodes appendIOBinary's form; ok is false for data that
 // is not one.
 func decodeIOBinary(b []byte, p *IOProfile) (ok bool) {
-	next := func() (uint64, bool) {
-		v, k := binary.Uvarint(b)
-		if k <= 0 {
-			return 0, false
-		}
-		b = b[k:]
-		return v, true
-	}
-	n, ok := next()
-	if !ok || n < ioScalars || n > 64 {
+	d := codec.NewDec(b)
+	n := d.Uvarint()
+	if d.Err() != nil || n < ioScalars || n > 64 {
 		return false
 	}
 	var v [ioScalars]uint64
 	for i := range n {
-		x, ok := next()
-		if !ok {
-			return false
-		}
-		if i < ioScalars {
+		if x := d.Uvarint(); i < ioScalars {
 			v[i] = x
 		}
 	}
-	if v[0] > 1 {
+	if d.Err() != nil || v[0] > 1 {
 		return false
 	}
 	*p = IOProfile{Complete: v[0] == 1}
@@ -172,17 +163,14 @@ func decodeIOBinary(b []byte, p *IOProfile) (ok bool) {
 		*dst = zigzag(v[i+1])
 	}
 	for _, h := range [...]*Log2Hist{&p.ReadSizes, &p.WriteSizes, &p.ReadvSizes, &p.ReadvCounts} {
-		m, ok := next()
-		if !ok || m > uint64(len(h)) {
+		m := d.Uvarint()
+		if m > uint64(len(h)) {
 			return false
 		}
 		for i := range m {
-			c, ok := next()
-			if !ok || c > uint64(^uint32(0)) {
-				return false
-			}
-			h[i] = uint32(c)
+			h[i] = d.Uint32()
 		}
 	}
-	return len(b) == 0
+	d.Done()
+	return d.Err() == nil
 }

@@ -2,14 +2,13 @@ package rollup
 
 import (
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"math"
 	"slices"
 
 	"github.com/axiomhq/hyperloglog"
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
@@ -304,130 +303,71 @@ func appendHist(b []byte, h *Hist) []byte {
 	return b
 }
 
-// errCorrupt is returned for a part that does not decode.
-var errCorrupt = errors.New("corrupt rollup part")
+// errCorrupt is returned for a part, a state or a key that does not
+// decode: the binary cursor's error (codec.ErrCorrupt), so that every
+// corrupt thing xrdmon reads is one error.
+var errCorrupt = codec.ErrCorrupt
 
-// decoder reads a part with a sticky error: after the first failure every
-// read returns zero and err says why.
+// decoder reads a part on the binary cursor (codec.Dec): after the first
+// failure every read returns zero and Err says why.
 type decoder struct {
-	b       []byte
-	err     error
+	codec.Dec
 	version byte // of the part being read
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = fmt.Errorf("%w: bad uvarint", errCorrupt)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = fmt.Errorf("%w: bad varint", errCorrupt)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// count reads a uvarint that counts items of at least min bytes each and
-// checks it against what is left.
-func (d *decoder) count(min int) int {
-	n := d.uvarint()
-	if d.err == nil && n > uint64(len(d.b)/min) {
-		d.err = fmt.Errorf("%w: %d items in %d bytes", errCorrupt, n, len(d.b))
-		return 0
-	}
-	return int(n)
-}
-
-func (d *decoder) bytes(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n > len(d.b) {
-		d.err = fmt.Errorf("%w: %d bytes wanted, %d left", errCorrupt, n, len(d.b))
-		return nil
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) byte() byte {
-	v := d.bytes(1)
-	if v == nil {
-		return 0
-	}
-	return v[0]
 }
 
 // sums reads the leading sums of an Agg: bytes and transfers.
 func (d *decoder) sums(a *Agg) {
 	for _, p := range []*int64{&a.ReadBytes, &a.ReadvBytes, &a.WriteBytes, &a.Transfers, &a.Partial} {
-		*p = int64(d.uvarint())
+		*p = int64(d.Uvarint())
 	}
 }
 
 func (d *decoder) agg(a *Agg) {
 	d.sums(a)
-	for range d.count(2) {
-		i, v := d.uvarint(), d.uvarint()
+	for range d.Count(2) {
+		i, v := d.Uvarint(), d.Uvarint()
 		if i < uint64(len(a.PartialBy)) {
 			a.PartialBy[i] = int64(v)
 		}
 	}
-	switch d.byte() {
+	switch d.Byte() {
 	case 0:
-		n := d.count(8)
+		n := d.Count(8)
 		for range n {
-			a.Users.small = append(a.Users.small, binary.LittleEndian.Uint64(d.bytes(8)))
+			a.Users.small = append(a.Users.small, d.Uint64LE())
 		}
-		if d.err == nil && !slices.IsSorted(a.Users.small) {
+		if d.Err() == nil && !slices.IsSorted(a.Users.small) {
 			slices.Sort(a.Users.small)
 		}
 	case 1:
-		sk := d.bytes(d.count(1))
-		if d.err == nil {
+		sk := d.UvarintBytes()
+		if d.Err() == nil {
 			a.Users.hll = newSketch()
 			if err := a.Users.hll.UnmarshalBinary(sk); err != nil {
-				d.err = fmt.Errorf("%w: users sketch: %v", errCorrupt, err)
+				d.Fail("users sketch: %v", err)
 			}
 		}
 	default:
-		if d.err == nil {
-			d.err = fmt.Errorf("%w: unknown users kind", errCorrupt)
-		}
+		d.Fail("unknown users kind")
 	}
 	d.hist(&a.Duration)
 	d.hist(&a.Size)
 	if d.version >= 2 {
-		a.DurationMS = int64(d.uvarint())
+		a.DurationMS = int64(d.Uvarint())
 	}
 }
 
 func (d *decoder) hist(h *Hist) {
-	n := d.count(2)
+	n := d.Count(2)
 	prev := int64(0)
 	for range n {
-		prev += d.varint()
-		c := d.uvarint()
-		if d.err != nil {
+		prev += d.Varint()
+		c := d.Uvarint()
+		if d.Err() != nil {
 			return
 		}
 		if prev < math.MinInt16 || prev > math.MaxInt16 {
-			d.err = fmt.Errorf("%w: histogram index %d", errCorrupt, prev)
+			d.Fail("histogram index %d", prev)
 			return
 		}
 		h.add(int16(prev), int64(c))

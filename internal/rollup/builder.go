@@ -14,6 +14,7 @@ import (
 	"github.com/klauspost/compress/s2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
@@ -573,7 +574,7 @@ func walkStored(data []byte, w walk, fn func(key string, a *Agg)) error {
 		return err
 	}
 	for _, sc := range secs {
-		if err := walkSeries(&decoder{b: sc.raw}, sc.v, w, fn); err != nil {
+		if err := walkSeries(&decoder{Dec: codec.NewDec(sc.raw)}, sc.v, w, fn); err != nil {
 			return err
 		}
 	}
@@ -596,25 +597,25 @@ func sectionsOf(data []byte, prefix string) ([]section, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", errCorrupt, err)
 		}
-		d := decoder{b: raw}
-		v := d.byte()
-		if d.err == nil && (v < 1 || v > 2) {
+		d := decoder{Dec: codec.NewDec(raw)}
+		v := d.Byte()
+		if d.Err() == nil && (v < 1 || v > 2) {
 			return nil, fmt.Errorf("%w: part version %d", errCorrupt, v)
 		}
-		return []section{{v, d.b}}, d.err
+		return []section{{v, d.Rest()}}, d.Err()
 	}
-	d := decoder{b: data[1:]}
-	if v := d.byte(); d.err == nil && v != partVersion {
+	d := decoder{Dec: codec.NewDec(data[1:])}
+	if v := d.Byte(); d.Err() == nil && v != partVersion {
 		return nil, fmt.Errorf("%w: part version %d", errCorrupt, v)
 	}
 	spec, whole := strings.CutSuffix(prefix, "\x00")
 	whole = whole && !strings.Contains(spec, "\x00")
 	var out []section
-	for range d.count(2) {
-		s := d.bytes(d.count(1))
-		z := d.bytes(d.count(1))
-		if d.err != nil {
-			return nil, d.err
+	for range d.Count(2) {
+		s := d.Bytes(d.Count(1))
+		z := d.Bytes(d.Count(1))
+		if d.Err() != nil {
+			return nil, d.Err()
 		}
 		if whole && string(s) != spec {
 			continue
@@ -625,34 +626,34 @@ func sectionsOf(data []byte, prefix string) ([]section, error) {
 		}
 		out = append(out, section{partVersion, raw})
 	}
-	return out, d.err
+	return out, d.Err()
 }
 
 // walkSeries calls fn with each series of d, a list of series of a part
 // of version v, that w selects.
 func walkSeries(d *decoder, v byte, w walk, fn func(key string, a *Agg)) error {
-	for range d.count(2) {
-		key := d.bytes(d.count(1))
-		ab := d.bytes(d.count(1))
-		if d.err != nil {
-			return d.err
+	for range d.Count(2) {
+		key := d.Bytes(d.Count(1))
+		ab := d.Bytes(d.Count(1))
+		if d.Err() != nil {
+			return d.Err()
 		}
 		if len(key) < len(w.prefix) || string(key[:len(w.prefix)]) != w.prefix || (w.keep != nil && !w.keep(string(key))) {
 			continue
 		}
 		a := &Agg{}
-		ad := decoder{b: ab, version: v}
+		ad := decoder{Dec: codec.NewDec(ab), version: v}
 		if w.light {
 			ad.sums(a)
 		} else {
 			ad.agg(a)
 		}
-		if ad.err != nil {
-			return ad.err
+		if ad.Err() != nil {
+			return ad.Err()
 		}
 		fn(string(key), a)
 	}
-	return d.err
+	return d.Err()
 }
 
 // State encoding: byte version (1), varint part, varint watermark,
@@ -687,28 +688,28 @@ func (b *Builder) unmarshalState(state []byte) error {
 	if len(state) == 0 {
 		return nil
 	}
-	d := decoder{b: state}
-	if v := d.byte(); v != 1 {
+	d := decoder{Dec: codec.NewDec(state)}
+	if v := d.Byte(); v != 1 {
 		return fmt.Errorf("%w: state version %d", errCorrupt, v)
 	}
-	b.part = d.varint()
-	b.watermark = d.varint()
-	n := d.count(10)
+	b.part = d.Varint()
+	b.watermark = d.Varint()
+	n := d.Count(10)
 	for range n {
 		var k record.AccessKey
-		k.ServerIP = string(d.bytes(d.count(1)))
-		k.ServerStod = d.varint()
-		k.ServerID = d.uvarint()
-		k.FileID = uint32(d.uvarint())
-		k.Start = d.varint()
-		o := &openAccess{read: d.varint(), readv: d.varint(), write: d.varint(), last: d.varint()}
-		o.closed = d.byte() == 1
-		if d.err != nil {
-			return d.err
+		k.ServerIP = string(d.Bytes(d.Count(1)))
+		k.ServerStod = d.Varint()
+		k.ServerID = d.Uvarint()
+		k.FileID = uint32(d.Uvarint())
+		k.Start = d.Varint()
+		o := &openAccess{read: d.Varint(), readv: d.Varint(), write: d.Varint(), last: d.Varint()}
+		o.closed = d.Byte() == 1
+		if d.Err() != nil {
+			return d.Err()
 		}
 		b.open[k] = o
 		b.openBytes += openSize(&k)
 		b.seen(&k, o.last)
 	}
-	return d.err
+	return d.Err()
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
@@ -193,7 +194,7 @@ func (b *Builder) Top(ctx context.Context, by []record.Dim, from, to time.Time, 
 	pass := func(w walk) (map[string]*Agg, error) {
 		sums := make(map[string]*Agg)
 		for _, sc := range secs {
-			if err := walkSeries(&decoder{b: sc.raw}, sc.v, w, func(k string, a *Agg) { mergeInto(sums, k, a) }); err != nil {
+			if err := walkSeries(&decoder{Dec: codec.NewDec(sc.raw)}, sc.v, w, func(k string, a *Agg) { mergeInto(sums, k, a) }); err != nil {
 				return nil, err
 			}
 		}

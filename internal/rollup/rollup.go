@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/units"
 )
@@ -144,14 +145,10 @@ func splitKey(key string) (Spec, []string, error) {
 		return "", nil, fmt.Errorf("%w: series key without spec", errCorrupt)
 	}
 	spec := Spec(key[:i])
-	d := decoder{b: []byte(key[i+1:])}
+	d := decoder{Dec: codec.NewDec([]byte(key[i+1:]))}
 	var vals []string
-	for len(d.b) > 0 && d.err == nil {
-		n := d.uvarint()
-		if d.err == nil && n > uint64(len(d.b)) {
-			return "", nil, fmt.Errorf("%w: series value of %d bytes in %d", errCorrupt, n, len(d.b))
-		}
-		vals = append(vals, string(d.bytes(int(n))))
+	for d.Len() > 0 && d.Err() == nil {
+		vals = append(vals, string(d.UvarintBytes()))
 	}
-	return spec, vals, d.err
+	return spec, vals, d.Err()
 }

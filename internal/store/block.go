@@ -8,6 +8,7 @@ import (
 
 	"github.com/klauspost/compress/s2"
 
+	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
@@ -130,14 +131,12 @@ func encodeIDs(dst []byte, ids []int64) []byte {
 func decodeIDs(b []byte) ([]int64, error) {
 	var out []int64
 	prev := int64(0)
-	for len(b) > 0 {
-		d, n := binary.Uvarint(b)
-		if n <= 0 {
+	for d := codec.NewDec(b); d.Len() > 0; {
+		prev += int64(d.Uvarint())
+		if d.Err() != nil {
 			return nil, fmt.Errorf("block names: %w", errBlockCorrupt)
 		}
-		prev += int64(d)
 		out = append(out, prev)
-		b = b[n:]
 	}
 	return out, nil
 }
@@ -173,7 +172,7 @@ type rawEntry struct {
 
 // entryIter walks a decompressed entry list.
 type entryIter struct {
-	raw  []byte
+	d    codec.Dec
 	seq  int64
 	err  error
 	cur  rawEntry
@@ -181,43 +180,28 @@ type entryIter struct {
 }
 
 func newEntryIter(raw []byte, firstSeq int64) entryIter {
-	return entryIter{raw: raw, seq: firstSeq - 1}
+	return entryIter{d: codec.NewDec(raw), seq: firstSeq - 1}
 }
 
 // next advances to the next entry; it returns false at the end or on a
 // corrupt entry (then err is set).
 func (it *entryIter) next() bool {
-	if it.done || len(it.raw) == 0 {
+	if it.done || it.d.Len() == 0 {
 		it.done = true
 		return false
 	}
-	b := it.raw
-	kind := b[0]
-	d, n := binary.Uvarint(b[1:])
-	if n <= 0 || d == 0 || (kind != entryRecord && kind != entryEvent) {
-		return it.fail()
+	kind := it.d.Byte()
+	delta := it.d.Uvarint()
+	rid := it.d.Uint64LE()
+	data := it.d.UvarintBytes()
+	if it.d.Err() != nil || delta == 0 || (kind != entryRecord && kind != entryEvent) {
+		it.err = errBlockCorrupt
+		it.done = true
+		return false
 	}
-	b = b[1+n:]
-	if len(b) < 8 {
-		return it.fail()
-	}
-	rid := binary.LittleEndian.Uint64(b)
-	b = b[8:]
-	l, n := binary.Uvarint(b)
-	if n <= 0 || l > uint64(len(b)-n) {
-		return it.fail()
-	}
-	b = b[n:]
-	it.seq += int64(d)
-	it.cur = rawEntry{kind: kind, seq: it.seq, rid: rid, data: b[:l:l]}
-	it.raw = b[l:]
+	it.seq += int64(delta)
+	it.cur = rawEntry{kind: kind, seq: it.seq, rid: rid, data: data}
 	return true
-}
-
-func (it *entryIter) fail() bool {
-	it.err = errBlockCorrupt
-	it.done = true
-	return false
 }
 
 // decodeEntry decodes a raw entry into a store Entry.
