@@ -45,6 +45,10 @@ func (d *Dec) Len() int { return len(d.b) - d.off }
 // Rest returns the bytes left without reading them.
 func (d *Dec) Rest() []byte { return d.b[d.off:] }
 
+// Skip moves past n bytes that Rest showed (n <= len(Rest())). With Rest,
+// it lets a hot decoder read a field without a call.
+func (d *Dec) Skip(n int) { d.off += n }
+
 // Fail sets the error, unless one is set: the message, at the current
 // byte, wrapping ErrCorrupt; nothing more is read. Decoders call it for
 // what only they can check (a value out of its range, a bad tag).

@@ -310,11 +310,13 @@ type binReader struct {
 // start checks the kind-and-version byte, reads the field count and copies
 // the string section.
 func (d *binReader) start(version byte) {
-	if d.Len() == 0 {
+	r := d.Rest()
+	if len(r) == 0 {
 		d.Fail("empty data")
 		return
 	}
-	if b := d.Byte(); b != version {
+	d.Skip(1)
+	if b := r[0]; b != version {
 		switch {
 		case b == '{':
 			d.verr = fmt.Errorf("data is JSON, not the binary form: %w", ErrBinaryVersion)
@@ -368,6 +370,10 @@ func (d *binReader) uvarint() uint64 {
 		return 0
 	}
 	d.left--
+	if r := d.Rest(); len(r) > 0 && r[0] < 0x80 { // most fields: one byte, no call
+		d.Skip(1)
+		return uint64(r[0])
+	}
 	return d.Uvarint()
 }
 
@@ -448,11 +454,13 @@ func (d *binReader) varint() int64 {
 // copy); nil when the field is not present.
 func (d *binReader) view() []byte {
 	n := d.uvarint()
-	if n > uint64(d.Len()) {
+	r := d.Rest()
+	if n > uint64(len(r)) {
 		d.fail("bytes past the end")
 		return nil
 	}
-	return d.Bytes(int(n))
+	d.Skip(int(n))
+	return r[:n:n]
 }
 
 // bytes reads a length and returns a copy of that many bytes: nil unless
@@ -465,7 +473,9 @@ func (d *binReader) bytes(present bool) []byte {
 		}
 		return nil
 	}
-	return append(make([]byte, 0, len(b)), b...)
+	c := make([]byte, len(b))
+	copy(c, b)
+	return c
 }
 
 func (d *binReader) time(zero, wide bool) time.Time {

@@ -2,6 +2,7 @@ package record
 
 import (
 	"encoding/binary"
+	"math"
 	"math/bits"
 	"strconv"
 
@@ -150,10 +151,9 @@ func decodeIOBinary(b []byte, p *IOProfile) (ok bool) {
 		return false
 	}
 	var v [ioScalars]uint64
-	for i := range n {
-		if x := d.Uvarint(); i < ioScalars {
-			v[i] = x
-		}
+	d.Uvarints(v[:])
+	for range n - ioScalars { // fields of a later version
+		d.Uvarint()
 	}
 	if d.Err() != nil || v[0] > 1 {
 		return false
@@ -167,8 +167,13 @@ func decodeIOBinary(b []byte, p *IOProfile) (ok bool) {
 		if m > uint64(len(h)) {
 			return false
 		}
-		for i := range m {
-			h[i] = d.Uint32()
+		var c [len(Log2Hist{})]uint64
+		d.Uvarints(c[:m])
+		for i, x := range c[:m] {
+			if x > math.MaxUint32 {
+				return false
+			}
+			h[i] = uint32(x)
 		}
 	}
 	d.Done()
