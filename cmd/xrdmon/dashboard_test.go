@@ -352,6 +352,58 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("connections chart: %d servers, truth %d", servers, len(truth.Servers))
 		}
 	})
+
+	t.Run("dark and light themes", func(t *testing.T) {
+		act(t, chromedp.Navigate(base+"#tab=traffic&"+custom))
+		type look struct {
+			Theme string `json:"theme"`
+			BG    string `json:"bg"`
+		}
+		looks := func() look {
+			l, err := chromedp.Run(ctx, chromedp.Evaluate[look](`({theme: document.documentElement.dataset.theme, bg: getComputedStyle(document.body).backgroundColor})`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		before := looks()
+		act(t, chromedp.Click(chromedp.CSS(`#theme`)))
+		after := looks()
+		if after.Theme == before.Theme || after.BG == before.BG || (after.Theme != "dark" && after.Theme != "light") {
+			t.Errorf("the theme button: %+v, then %+v", before, after)
+		}
+		act(t, chromedp.Reload())
+		if again := looks(); again != after {
+			t.Errorf("the theme is not kept over a reload: %+v, then %+v", after, again)
+		}
+		if after.Theme == "dark" {
+			shot(t, "traffic-dark")
+		}
+		act(t, chromedp.Click(chromedp.CSS(`#theme`))) // back, for the tests that follow
+	})
+
+	t.Run("API token", func(t *testing.T) {
+		// A collector whose API needs a token: the page asks for it, and
+		// works once it has it.
+		tokenFile := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(tokenFile, []byte("s3cret-token\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		d2 := startDaemon(t, func(c *config.Config) { c.HTTP.APITokenFile = tokenFile })
+		base2 := "http://" + d2.http + "/"
+		if err := chromedp.Do(ctx, chromedp.Navigate(base2+"#tab=health"), chromedp.WaitVisible(chromedp.CSS(`#tokenbox`))); err != nil {
+			t.Fatal(err)
+		}
+		act(t, chromedp.SetValue(chromedp.CSS(`#token`), "s3cret-token"), chromedp.Click(chromedp.CSS(`#tokenform button`)))
+		hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('tokenbox').hidden`))
+		if err != nil || !hidden {
+			t.Errorf("the token box stays open (%v)", err)
+		}
+		// The verdict comes from the API: it answered the token.
+		if v, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(`#verdict`), "data-status")); err != nil || v.Value != "ok" {
+			t.Errorf("with the token, the verdict is %q (%v)", v.Value, err)
+		}
+	})
 }
 
 // appendHostile adds to the store at path one record whose strings are
