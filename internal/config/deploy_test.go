@@ -1,0 +1,62 @@
+package config
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDeployConfigs: the example configurations of deploy/ load and
+// validate (Load validates), with the secrets the unit's environment file
+// gives them, and say what they claim: the bus-fed one consumes RabbitMQ
+// without UDP, the direct one listens on UDP.
+func TestDeployConfigs(t *testing.T) {
+	env := []string{ // /etc/xrdmon/xrdmon.env
+		"XRDMON_OUTPUTS_POSTGRES_URL=postgres://xrdmon@db.example.org/accounting",
+		"XRDMON_OUTPUTS_AMQP_URL=amqps://xrdmon@broker.example.org:5671/osg",
+	}
+	direct, err := Load("../../deploy/xrdmon.yaml", env, nil)
+	if err != nil {
+		t.Fatalf("deploy/xrdmon.yaml: %v", err)
+	}
+	if direct.Listen.UDP == "" || !direct.Outputs.Postgres.Enabled || direct.HTTP.APITokenFile == "" {
+		t.Errorf("deploy/xrdmon.yaml: udp %q, postgres %v, api token %q", direct.Listen.UDP, direct.Outputs.Postgres.Enabled, direct.HTTP.APITokenFile)
+	}
+	bus, err := Load("../../deploy/xrdmon-bus.yaml", env[:1], nil)
+	if err != nil {
+		t.Fatalf("deploy/xrdmon-bus.yaml: %v", err)
+	}
+	if bus.Listen.UDP != "" || !bus.AMQPInput.Enabled || bus.AMQPInput.TokenFile == "" {
+		t.Errorf("deploy/xrdmon-bus.yaml: udp %q, amqp input %v, token %q", bus.Listen.UDP, bus.AMQPInput.Enabled, bus.AMQPInput.TokenFile)
+	}
+}
+
+// TestSystemdUnit: systemd-analyze accepts deploy/xrdmon.service (with its
+// binary path pointed at an executable that exists here), and the unit
+// runs `collect` with the configuration the examples are installed as.
+func TestSystemdUnit(t *testing.T) {
+	unit, err := os.ReadFile("../../deploy/xrdmon.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(unit), "ExecStart=/usr/bin/xrdmon collect --config /etc/xrdmon/xrdmon.yaml") {
+		t.Error("the unit does not run xrdmon collect with /etc/xrdmon/xrdmon.yaml")
+	}
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze is not installed")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "xrdmon.service")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(unit), "/usr/bin/xrdmon", self)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(analyze, "verify", path).CombinedOutput(); err != nil || len(out) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
