@@ -43,6 +43,11 @@ type Config struct {
 	// Prefetch is the QoS prefetch count: how many unacknowledged
 	// messages the broker sends ahead.
 	Prefetch int `yaml:"prefetch" help:"unacknowledged deliveries the broker may send ahead"`
+	// SingleActiveConsumer declares the queue with single active consumer:
+	// of the collectors consuming it, the broker delivers to one, and to
+	// another when that one goes (the shard queues of `xrdmon bus setup`
+	// have it, and must be declared with it).
+	SingleActiveConsumer bool `yaml:"single_active_consumer" help:"declare the queue with single active consumer (one collector at a time; the shard queues of xrdmon bus setup)"`
 
 	// ExchangeType, when set ("fanout", "topic", "direct"), declares the
 	// exchange (durable) before binding. Empty: the exchange must exist.
@@ -397,7 +402,11 @@ func (a *AMQP) consume(ctx context.Context, conn *amqp.Connection) (*amqp.Channe
 	if err := ch.Qos(a.cfg.Prefetch, 0, false); err != nil {
 		return nil, nil, fmt.Errorf("set prefetch: %w", err)
 	}
-	if _, err := ch.QueueDeclare(a.cfg.Queue, true, false, false, false, nil); err != nil {
+	var args amqp.Table
+	if a.cfg.SingleActiveConsumer {
+		args = amqp.Table{"x-single-active-consumer": true}
+	}
+	if _, err := ch.QueueDeclare(a.cfg.Queue, true, false, false, false, args); err != nil {
 		return nil, nil, fmt.Errorf("declare queue %s: %w", a.cfg.Queue, err)
 	}
 	if a.cfg.Exchange != "-" {
