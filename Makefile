@@ -6,7 +6,7 @@ STATICCHECK_VERSION := v0.8.2
 VERSION     := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS     := -X main.version=$(VERSION)
 
-.PHONY: all build run test unit race browser crash hostile lint vet staticcheck fuzz bench clean
+.PHONY: all build run test unit race browser rabbitmq-plugins crash hostile lint vet staticcheck fuzz bench clean
 
 all: build
 
@@ -21,7 +21,7 @@ run: build
 # PostgreSQL skip with a message when the service is absent, and fail in CI (CI=true).
 test: lint unit race crash
 
-unit: browser
+unit: browser rabbitmq-plugins
 	$(GO) test -count=1 -timeout 30m ./...
 
 # race: the packages whose goroutines share batches, state and counters, and
@@ -29,6 +29,13 @@ unit: browser
 race:
 	$(GO) test -race -count=1 -timeout 20m ./internal/...
 	$(GO) test -race -count=1 -timeout 10m -run 'TestReplay' ./cmd/xrdmon/
+
+# rabbitmq-plugins: the consistent-hash exchange the bus tests shard with
+# (shipped with RabbitMQ; enabled on the local broker when it runs here).
+rabbitmq-plugins:
+	@if command -v rabbitmq-plugins >/dev/null 2>&1; then \
+	  rabbitmq-plugins -q enable rabbitmq_consistent_hash_exchange >/dev/null 2>&1 \
+	    || echo "could not enable rabbitmq_consistent_hash_exchange: the bus tests will skip"; fi
 
 # browser: Debian's chromium, which the dashboard's browser test drives
 # headless; installed with apt-get when missing (as root, or through sudo).

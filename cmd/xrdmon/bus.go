@@ -37,6 +37,7 @@ func runBus(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	from := fs.String("from", def.From, "the shoveler's `exchange`")
 	fromKey := fs.String("from-key", def.FromKey, "binding `key` of the route queue on the shoveler's exchange")
 	routeQueue := fs.String("route-queue", def.RouteQueue, "the router's input `queue`")
+	fromType := fs.String("declare-from", "", "setup: declare the shoveler's exchange as this `type` (fanout, topic) if it does not exist")
 	httpAddr := fs.String("http", "", "route: serve /metrics, /healthz on `ADDR` (e.g. 127.0.0.1:9940)")
 	if len(args) == 0 || (args[0] != "setup" && args[0] != "route") {
 		fmt.Fprintln(stderr, "xrdmon bus: say setup or route")
@@ -51,7 +52,7 @@ func runBus(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stderr, "xrdmon bus: no broker: --url or XRDMON_BUS_URL")
 		return errUsage
 	}
-	topo := bus.Topology{From: *from, FromKey: *fromKey, RouteQueue: *routeQueue,
+	topo := bus.Topology{From: *from, FromKey: *fromKey, RouteQueue: *routeQueue, FromType: *fromType,
 		Exchange: *exchange, QueuePrefix: *prefix, Shards: *shards}
 	if err := topo.Validate(); err != nil {
 		return err

@@ -44,6 +44,10 @@ type Topology struct {
 	// queue bound to it (with FromKey). Empty From: no route queue (the
 	// messages reach Exchange some other way, already keyed by server).
 	From, FromKey, RouteQueue string
+	// FromType, when set (fanout, topic), declares From (durable) if it
+	// does not exist; empty: From must exist (the shoveler's brokers have
+	// it).
+	FromType string
 	// Exchange is the consistent-hash exchange, QueuePrefix the prefix of
 	// the Shards shard queues (QueuePrefix + "00", "01", ...).
 	Exchange    string
@@ -103,7 +107,8 @@ var ErrNoPlugin = errors.New("the broker has no x-consistent-hash exchange type:
 
 // Setup declares t on the broker: the consistent-hash exchange, the
 // shard queues (durable, single active consumer) bound to it with equal
-// weights, and the route queue bound to the shoveler's exchange. It is
+// weights, and the route queue (durable, single active consumer) bound to
+// the shoveler's exchange. It is
 // idempotent; what exists with other arguments is an error from the
 // broker (a queue declared without single-active-consumer must be deleted
 // first). It closes ch when it fails (the broker closes a channel on a
@@ -134,7 +139,14 @@ func Setup(conn *amqp.Connection, t Topology) error {
 		}
 	}
 	if t.From != "" {
-		if _, err := ch.QueueDeclare(t.RouteQueue, true, false, false, false, nil); err != nil {
+		if t.FromType != "" {
+			if err := ch.ExchangeDeclare(t.From, t.FromType, true, false, false, false, nil); err != nil {
+				return fmt.Errorf("bus setup: declare exchange %s: %w", t.From, err)
+			}
+		}
+		// Single active consumer here too: a second router is a standby,
+		// so that a server's messages keep their order.
+		if _, err := ch.QueueDeclare(t.RouteQueue, true, false, false, false, amqp.Table{"x-single-active-consumer": true}); err != nil {
 			return fmt.Errorf("bus setup: declare queue %s: %w", t.RouteQueue, err)
 		}
 		if err := ch.QueueBind(t.RouteQueue, t.FromKey, t.From, false, nil); err != nil {

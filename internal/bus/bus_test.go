@@ -61,6 +61,9 @@ func dial(t *testing.T) (*amqp.Connection, string) {
 	} else if err != nil {
 		t.Fatal(err)
 	}
+	if err := ch.ExchangeDelete(probe.Exchange, false, false); err != nil {
+		t.Fatal(err)
+	}
 	ch.Close()
 	return conn, u
 }
