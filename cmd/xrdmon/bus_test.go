@@ -58,7 +58,9 @@ func TestBusShardedCollectors(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	routed := make(chan int, 1)
-	go func() { routed <- run(ctx, append([]string{"bus", "route"}, flags...), &bytes.Buffer{}, &bytes.Buffer{}) }()
+	go func() {
+		routed <- run(ctx, append([]string{"bus", "route"}, flags...), &bytes.Buffer{}, &bytes.Buffer{})
+	}()
 	defer func() {
 		cancel()
 		if code := <-routed; code != 0 {

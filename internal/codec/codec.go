@@ -114,23 +114,19 @@ func (d *Dec) Uint32() uint32 {
 }
 
 // Int32 reads a signed varint that must fit 32 bits.
-func (d *Dec) Int32() int32 {
-	x := d.Varint()
-	if x < math.MinInt32 || x > math.MaxInt32 {
-		d.Fail("value %d out of range", x)
-		return 0
-	}
-	return int32(x)
-}
+func (d *Dec) Int32() int32 { return int32(d.varintIn(math.MinInt32, math.MaxInt32)) }
 
 // Int16 reads a signed varint that must fit 16 bits.
-func (d *Dec) Int16() int16 {
+func (d *Dec) Int16() int16 { return int16(d.varintIn(math.MinInt16, math.MaxInt16)) }
+
+// varintIn reads a signed varint that must be in [lo, hi].
+func (d *Dec) varintIn(lo, hi int64) int64 {
 	x := d.Varint()
-	if x < math.MinInt16 || x > math.MaxInt16 {
+	if x < lo || x > hi {
 		d.Fail("value %d out of range", x)
 		return 0
 	}
-	return int16(x)
+	return x
 }
 
 // Byte reads one byte.

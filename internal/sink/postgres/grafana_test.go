@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/xrdmon/xrdmon/internal/record"
-	"github.com/xrdmon/xrdmon/internal/rollup"
 	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 )
 
@@ -50,29 +49,15 @@ func TestGrafanaRollupsDashboard(t *testing.T) {
 
 	// Rollups of ten hours of records, some partial, exported by collector c1.
 	schema := testSchema(t, u)
-	st := sinktest.OpenStore(t)
+	st, builder := rollupStore(t)
 	ctx := context.Background()
-	cfg := rollup.DefaultConfig()
-	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
-	builder, err := rollup.New(cfg, st, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := builder.Restore(ctx); err != nil {
-		t.Fatal(err)
-	}
 	recs := testRecords(0, 600)
 	for i := range recs {
 		if i%7 == 0 {
 			recs[i].Reason = []record.Reason{record.Timeout, record.Disconnect}[i%2]
 		}
 	}
-	if err := st.Append(ctx, recs, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := builder.CatchUp(ctx); err != nil {
-		t.Fatal(err)
-	}
+	addRolledUp(t, st, builder, recs)
 	opts := fastOptions(schema)
 	opts.RollupInterval = 50 * time.Millisecond
 	s, err := NewWithOptions(Config{Enabled: true, URL: u, Rollups: true, Collector: "c1"}, opts, st, sinktest.Discard(), nil)

@@ -10,6 +10,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/rollup"
 	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
+	"github.com/xrdmon/xrdmon/internal/store"
 )
 
 // pgSums is a rollups table's sums of one dimension combination, by value.
@@ -80,6 +81,35 @@ func builderSums(t *testing.T, b *rollup.Builder, by []record.Dim) pgSums {
 	return out
 }
 
+// rollupStore returns a store and the rollup builder that follows it,
+// keeping every resolution forever (the records are from 2026).
+func rollupStore(t *testing.T) (*store.Store, *rollup.Builder) {
+	t.Helper()
+	st := sinktest.OpenStore(t)
+	cfg := rollup.DefaultConfig()
+	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
+	b, err := rollup.New(cfg, st, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restore(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return st, b
+}
+
+// addRolledUp appends recs to st and rolls them up with b.
+func addRolledUp(t *testing.T, st *store.Store, b *rollup.Builder, recs []record.Record) {
+	t.Helper()
+	ctx := context.Background()
+	if err := st.Append(ctx, recs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRollupExport: the rollups the collector builds reach PostgreSQL's
 // rollups table with the builder's sums, at every resolution; new records
 // update the buckets they touch, and a restarted sink exports nothing
@@ -88,25 +118,10 @@ func TestRollupExport(t *testing.T) {
 	u := testURL(t)
 	t.Parallel()
 	schema := testSchema(t, u)
-	st := sinktest.OpenStore(t)
-	ctx := context.Background()
-	cfg := rollup.DefaultConfig()
-	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
-	b, err := rollup.New(cfg, st, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Restore(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st, b := rollupStore(t)
 	add := func(from, n int) {
 		t.Helper()
-		if err := st.Append(ctx, testRecords(from, n), nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.CatchUp(ctx); err != nil {
-			t.Fatal(err)
-		}
+		addRolledUp(t, st, b, testRecords(from, n))
 	}
 	add(0, 600) // ten hours of records, one a minute
 	opts := fastOptions(schema)
