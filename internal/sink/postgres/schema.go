@@ -11,7 +11,7 @@ import (
 
 // SchemaVersion is the version of the schema this package writes;
 // docs/postgres.md documents each version.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // migrations[i] brings a schema from version i to i+1. "{{S}}" is replaced
 // by the quoted schema name. Version 1 is the initial schema.
@@ -145,6 +145,21 @@ CREATE TABLE {{S}}.rollup_exports (
 );
 `, `
 ALTER TABLE {{S}}.rollups ADD COLUMN locality text;
+`, `
+CREATE TABLE {{S}}.shard_leases (
+	shard    text        PRIMARY KEY,
+	epoch    bigint      NOT NULL,
+	holder   text        NOT NULL,
+	acquired timestamptz NOT NULL
+);
+CREATE TABLE {{S}}.shard_state (
+	shard   text        NOT NULL,
+	key     text        NOT NULL,
+	epoch   bigint      NOT NULL,
+	state   bytea       NOT NULL,
+	updated timestamptz NOT NULL,
+	PRIMARY KEY (shard, key)
+);
 `}
 
 // recordColumns are the records table's columns in table order; rowOf

@@ -1,0 +1,288 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/deliver"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+// A collector of a bus cluster (docs/scale-out.md) holds its shard through
+// a Lease and keeps, through a ClusterStore, what another collector needs
+// to take the shard over in PostgreSQL: the records and events (the
+// records and events tables, deduplicated by id) and the correlation
+// checkpoint (shard_state), written before the input they cover is
+// acknowledged. A local disk that vanishes with its machine then loses
+// nothing: the next holder of the shard restores the checkpoint from
+// PostgreSQL, and the broker redelivers what was not acknowledged.
+//
+// Fencing: a Lease is a session advisory lock, held on its own connection
+// for as long as the collector runs, and an epoch in shard_leases that
+// each new holder increments. Every checkpoint is written in a
+// transaction that reads the epoch FOR SHARE and writes only if it is the
+// holder's: a collector that lost its lease (its connection to PostgreSQL
+// broke, another took the shard) can never overwrite the newer holder's
+// state, and its commit fails, so it acknowledges nothing more.
+
+// ErrFenced is returned by ClusterStore.PutState when another collector
+// holds the shard now.
+var ErrFenced = errors.New("the shard's lease was taken over by another collector")
+
+// Lease is this process's hold on one shard.
+type Lease struct {
+	Shard  string
+	Epoch  int64
+	schema string
+	conn   *pgx.Conn
+	lost   chan struct{}
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+// leaseKey is the advisory lock's key text of a shard.
+func leaseKey(schema, shard string) string { return "xrdmon/" + schema + "/" + shard }
+
+// AcquireLease waits until this process holds shard (polling every
+// interval, logging while it waits), then takes the next epoch. The lease
+// lasts until Release, or until its connection breaks (Lost).
+func AcquireLease(ctx context.Context, url, schema, shard, holder string, interval time.Duration, log *slog.Logger) (*Lease, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("lease: parse url: %w", err)
+	}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = "xrdmon lease " + shard
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("lease: connect: %w", err)
+	}
+	if err := migrate(ctx, conn, schema); err != nil {
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	start, logged := time.Now(), false
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, leaseKey(schema, shard)).Scan(&got); err != nil {
+			conn.Close(context.Background())
+			return nil, fmt.Errorf("lease %s: %w", shard, err)
+		}
+		if got {
+			break
+		}
+		if !logged {
+			log.Info("Waiting for the shard: another collector holds it", "shard", shard)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			conn.Close(context.Background())
+			return nil, ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+	s := pgx.Identifier{schema}.Sanitize()
+	l := &Lease{Shard: shard, schema: schema, conn: conn, lost: make(chan struct{}), done: make(chan struct{})}
+	err = conn.QueryRow(ctx, `INSERT INTO `+s+`.shard_leases (shard, epoch, holder, acquired) VALUES ($1, 1, $2, now())
+		ON CONFLICT (shard) DO UPDATE SET epoch = shard_leases.epoch + 1, holder = EXCLUDED.holder, acquired = now()
+		RETURNING epoch`, shard, holder).Scan(&l.Epoch)
+	if err != nil {
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("lease %s: take the epoch: %w", shard, err)
+	}
+	log.Info("Holding the shard", "shard", shard, "epoch", l.Epoch, "waited", time.Since(start).Round(time.Millisecond))
+	var mctx context.Context
+	mctx, l.stop = context.WithCancel(context.Background())
+	go l.watch(mctx, interval)
+	return l, nil
+}
+
+// watch checks the lease's connection every interval; when it breaks, the
+// lock is gone (PostgreSQL released it with the session) and Lost closes.
+func (l *Lease) watch(ctx context.Context, interval time.Duration) {
+	defer close(l.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(ctx, 5*interval)
+			err := l.conn.Ping(pctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				close(l.lost)
+				return
+			}
+		}
+	}
+}
+
+// Lost is closed when the lease's connection broke: another collector may
+// take the shard; this one must stop.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Release gives the shard up (the lock goes with the connection).
+func (l *Lease) Release() {
+	l.stop()
+	<-l.done
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = l.conn.Close(ctx)
+}
+
+// LocalStore is what a ClusterStore keeps locally: the pipeline's store
+// interface (store.Store).
+type LocalStore interface {
+	Append(ctx context.Context, recs []record.Record, evs []record.Event) error
+	PutState(ctx context.Context, key string, blob []byte) error
+	GetState(ctx context.Context, key string) ([]byte, error)
+}
+
+// ClusterStore is the pipeline's store of a cluster collector: the local
+// store (which the outputs read), and PostgreSQL for the records, events
+// and checkpoints of the lease's shard, under the lease's epoch.
+type ClusterStore struct {
+	local LocalStore
+	lease *Lease
+	log   *slog.Logger
+
+	mu      sync.Mutex // the writer and state queries share its connection
+	w       *writer
+	refused int64
+}
+
+// NewClusterStore returns the store of a collector holding lease, writing
+// to the PostgreSQL database at url (schema) and to local.
+func NewClusterStore(local LocalStore, lease *Lease, url, schema string, log *slog.Logger) (*ClusterStore, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	opts := DefaultOptions()
+	opts.Schema = schema
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	w, err := newWriter(url, opts, log)
+	if err != nil {
+		return nil, err
+	}
+	return &ClusterStore{local: local, lease: lease, log: log, w: w}, nil
+}
+
+// Append writes recs and evs to the local store, then to PostgreSQL (a
+// redelivery's duplicates are dropped there). A row PostgreSQL refuses is
+// logged and left to the local store's outputs (the PostgreSQL output sets
+// it aside); anything else fails the commit, which the pipeline retries.
+func (c *ClusterStore) Append(ctx context.Context, recs []record.Record, evs []record.Event) error {
+	if err := c.local.Append(ctx, recs, evs); err != nil {
+		return err
+	}
+	if len(recs)+len(evs) == 0 {
+		return nil
+	}
+	batch := make([]store.Entry, 0, len(recs)+len(evs))
+	for i := range recs {
+		batch = append(batch, store.Entry{Record: &recs[i]})
+	}
+	for i := range evs {
+		batch = append(batch, store.Entry{Event: &evs[i]})
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := c.w.Deliver(ctx, batch)
+	if errors.Is(err, deliver.ErrRefused) {
+		c.refused++
+		c.log.Warn("PostgreSQL refused a batch of the shard's records; they stay in the local store", "err", err, "refused_batches", c.refused)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cluster store: records: %w", err)
+	}
+	return nil
+}
+
+// PutState writes a checkpoint locally and to PostgreSQL, if the lease's
+// epoch is still the shard's (else ErrFenced, permanent).
+func (c *ClusterStore) PutState(ctx context.Context, key string, blob []byte) error {
+	if err := c.local.PutState(ctx, key, blob); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.ensure(ctx); err != nil {
+		return err
+	}
+	s := pgx.Identifier{c.lease.schema}.Sanitize()
+	err := pgx.BeginFunc(ctx, c.w.conn, func(tx pgx.Tx) error {
+		var epoch int64
+		if err := tx.QueryRow(ctx, `SELECT epoch FROM `+s+`.shard_leases WHERE shard = $1 FOR SHARE`, c.lease.Shard).Scan(&epoch); err != nil {
+			return fmt.Errorf("read the lease: %w", err)
+		}
+		if epoch != c.lease.Epoch {
+			return fmt.Errorf("%w: %w (epoch %d, ours %d)", store.ErrPermanent, ErrFenced, epoch, c.lease.Epoch)
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO `+s+`.shard_state (shard, key, epoch, state, updated) VALUES ($1, $2, $3, $4, now())
+			ON CONFLICT (shard, key) DO UPDATE SET epoch = EXCLUDED.epoch, state = EXCLUDED.state, updated = now()`,
+			c.lease.Shard, key, c.lease.Epoch, blob)
+		return err
+	})
+	if err != nil {
+		if !errors.Is(err, ErrFenced) {
+			c.w.close()
+		}
+		return fmt.Errorf("cluster store: checkpoint %s: %w", key, err)
+	}
+	return nil
+}
+
+// GetState reads the shard's checkpoint from PostgreSQL (the last holder
+// wrote it there); store.ErrNotFound when there is none.
+func (c *ClusterStore) GetState(ctx context.Context, key string) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.ensure(ctx); err != nil {
+		return nil, err
+	}
+	var blob []byte
+	err := c.w.conn.QueryRow(ctx, `SELECT state FROM `+pgx.Identifier{c.lease.schema}.Sanitize()+`.shard_state WHERE shard = $1 AND key = $2`,
+		c.lease.Shard, key).Scan(&blob)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		c.w.close()
+		return nil, fmt.Errorf("cluster store: read checkpoint %s: %w", key, err)
+	}
+	return blob, nil
+}
+
+// ensure connects the writer's connection if it is not.
+func (c *ClusterStore) ensure(ctx context.Context) error {
+	if c.w.conn != nil && !c.w.conn.IsClosed() {
+		return nil
+	}
+	c.w.close()
+	return c.w.connect(ctx)
+}
+
+// Close closes the PostgreSQL connection (not the local store).
+func (c *ClusterStore) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.w.close()
+}

@@ -1,0 +1,135 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+func acquire(t *testing.T, u, schema, shard, holder string, within time.Duration) (*Lease, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	return AcquireLease(ctx, u, schema, shard, holder, 50*time.Millisecond, nil)
+}
+
+// TestLeaseExclusive: one holder at a time; the next one waits, then gets
+// the next epoch; a lease whose connection is killed is lost, and another
+// collector takes the shard.
+func TestLeaseExclusive(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	a, err := acquire(t, u, schema, "shard.00", "a", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acquire(t, u, schema, "shard.00", "b", 300*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a second holder: %v, want to be kept waiting", err)
+	}
+	other, err := acquire(t, u, schema, "shard.01", "b", 10*time.Second) // another shard is free
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Release()
+	a.Release()
+	b, err := acquire(t, u, schema, "shard.00", "b", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Epoch != 1 || b.Epoch != 2 {
+		t.Errorf("epochs %d then %d, want 1 then 2", a.Epoch, b.Epoch)
+	}
+
+	// Kill b's session, as a vanished machine's is ended: b learns it lost
+	// the shard, and c takes it.
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'xrdmon lease shard.00'`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease was not lost with its connection")
+	}
+	c, err := acquire(t, u, schema, "shard.00", "c", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	if c.Epoch != 3 {
+		t.Errorf("epoch %d, want 3", c.Epoch)
+	}
+}
+
+// TestClusterStoreFencing: records and checkpoints reach PostgreSQL; the
+// next holder reads the checkpoint; the former holder, fenced, can no
+// longer write one (a permanent error, so it acknowledges nothing more);
+// a redelivered batch is not stored twice.
+func TestClusterStoreFencing(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	ctx := context.Background()
+	a, err := acquire(t, u, schema, "s0", "a", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := NewClusterStore(sinktest.OpenStore(t), a, u, schema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sa.Close()
+	if _, err := sa.GetState(ctx, "correlate/0-of-1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a first holder's checkpoint: %v, want not found", err)
+	}
+	recs := testRecords(0, 20)
+	for range 2 { // the second time, as a redelivery
+		if err := sa.Append(ctx, recs, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := query[int64](t, u, `SELECT count(*) FROM `+schema+`.records`); n != 20 {
+		t.Errorf("%d records in PostgreSQL, want 20", n)
+	}
+	if err := sa.PutState(ctx, "correlate/0-of-1", []byte("state of a")); err != nil {
+		t.Fatal(err)
+	}
+
+	a.Release() // a's lock is gone (its machine, say); its store lives on
+	b, err := acquire(t, u, schema, "s0", "b", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	sb, err := NewClusterStore(sinktest.OpenStore(t), b, u, schema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	got, err := sb.GetState(ctx, "correlate/0-of-1")
+	if err != nil || string(got) != "state of a" {
+		t.Fatalf("the next holder reads %q, %v", got, err)
+	}
+	err = sa.PutState(ctx, "correlate/0-of-1", []byte("stale"))
+	if !errors.Is(err, ErrFenced) || !errors.Is(err, store.ErrPermanent) {
+		t.Fatalf("a fenced holder's checkpoint: %v", err)
+	}
+	if err := sb.PutState(ctx, "correlate/0-of-1", []byte("state of b")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := sb.GetState(ctx, "correlate/0-of-1"); string(got) != "state of b" {
+		t.Errorf("checkpoint %q after the fenced write", got)
+	}
+}
