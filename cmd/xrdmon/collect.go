@@ -22,6 +22,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
 	"github.com/xrdmon/xrdmon/internal/rollup"
+	"github.com/xrdmon/xrdmon/internal/sink/postgres"
 	"github.com/xrdmon/xrdmon/internal/source"
 	amqpsrc "github.com/xrdmon/xrdmon/internal/source/amqp"
 	"github.com/xrdmon/xrdmon/internal/source/file"
@@ -107,7 +108,18 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	}
 	importing := len(cfg.FileInput.Paths) > 0
 	popts := pipelineOptions(cfg, importing)
-	pipe, err := pipeline.New(ctx, popts, st, namer, log.With("component", "pipeline"), reg)
+	var pstore pipeline.Store = st
+	var lease *postgres.Lease
+	if cfg.Cluster.Enabled {
+		cs, l, err := clusterStore(ctx, cfg, st, log)
+		if err != nil {
+			return err
+		}
+		defer l.Release()
+		defer cs.Close()
+		pstore, lease = cs, l
+	}
+	pipe, err := pipeline.New(ctx, popts, pstore, namer, log.With("component", "pipeline"), reg)
 	if err != nil {
 		return fmt.Errorf("start pipeline: %w", err)
 	}
@@ -147,6 +159,16 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		outputs = append(outputs, output{"rollup", rollups.Run})
 	}
 	background := []output{{"store", st.Run}}
+	if lease != nil {
+		background = append(background, output{"lease", func(ctx context.Context) error {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-lease.Lost():
+				return fmt.Errorf("lost the lease of shard %s (PostgreSQL connection broken): stopping, so that another collector can take it over", lease.Shard)
+			}
+		}})
+	}
 	if dns != nil {
 		background = append(background, output{"dns", dns.Run})
 	}
@@ -160,6 +182,28 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	st1 := pipe.Stats()
 	log.Info("Stopped", "uptime", time.Since(start).Round(time.Second), "packets", st1.Packets, "records", st1.TotalRecords(), "lost", st1.TotalLost(), "rejected", st1.TotalRejected())
 	return err
+}
+
+// clusterStore waits for the lease of this collector's shard (its
+// amqp_input.queue) and returns the store that keeps the shard's records,
+// events and checkpoint in PostgreSQL as well as in st.
+func clusterStore(ctx context.Context, cfg *config.Config, st *store.Store, log *slog.Logger) (*postgres.ClusterStore, *postgres.Lease, error) {
+	c := cfg.Cluster
+	holder := c.Holder
+	if holder == "" {
+		holder, _ = os.Hostname()
+	}
+	clog := log.With("component", "cluster")
+	lease, err := postgres.AcquireLease(ctx, c.URL, c.Schema, cfg.AMQPInput.Queue, holder, time.Second, clog)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster: %w", err)
+	}
+	cs, err := postgres.NewClusterStore(st, lease, c.URL, c.Schema, clog)
+	if err != nil {
+		lease.Release()
+		return nil, nil, fmt.Errorf("cluster: %w", err)
+	}
+	return cs, lease, nil
 }
 
 // newRegistry returns the collector's metrics registry, with the Go

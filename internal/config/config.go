@@ -31,16 +31,17 @@ import (
 // component, each section the component's own Config type with its own
 // defaults. The zero value is not useful; start from Default or Load.
 type Config struct {
-	Listen    udp.Config      `yaml:"listen"`
-	AMQPInput amqpsrc.Config  `yaml:"amqp_input"`
-	FileInput file.Config     `yaml:"file_input"`
-	HTTP      web.Config      `yaml:"http"`
-	Store     store.Config    `yaml:"store"`
-	DNS       dnscache.Config `yaml:"dns"`
-	Correlate pipeline.Config `yaml:"correlate"`
-	Rollup    rollup.Config   `yaml:"rollup"`
-	Outputs   Outputs         `yaml:"outputs"`
-	Log       Log             `yaml:"log"`
+	Listen    udp.Config             `yaml:"listen"`
+	AMQPInput amqpsrc.Config         `yaml:"amqp_input"`
+	FileInput file.Config            `yaml:"file_input"`
+	HTTP      web.Config             `yaml:"http"`
+	Store     store.Config           `yaml:"store"`
+	DNS       dnscache.Config        `yaml:"dns"`
+	Correlate pipeline.Config        `yaml:"correlate"`
+	Rollup    rollup.Config          `yaml:"rollup"`
+	Outputs   Outputs                `yaml:"outputs"`
+	Cluster   postgres.ClusterConfig `yaml:"cluster"`
+	Log       Log                    `yaml:"log"`
 }
 
 // Outputs configures the sinks. Each reads the store's log from its own
@@ -75,6 +76,7 @@ func Default() *Config {
 			Postgres: postgres.DefaultConfig(),
 			JSONL:    jsonl.DefaultConfig(),
 		},
-		Log: Log{Level: "info", Format: "text"},
+		Cluster: postgres.DefaultClusterConfig(),
+		Log:     Log{Level: "info", Format: "text"},
 	}
 }

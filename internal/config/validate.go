@@ -123,6 +123,15 @@ func (c *Config) Validate() error {
 	}
 	p.check(!c.Outputs.JSONL.Enabled || c.Outputs.JSONL.Path != "", "outputs.jsonl.path", "required when outputs.jsonl.enabled")
 
+	// cluster
+	if cl := c.Cluster; cl.Enabled {
+		p.check(cl.URL != "", "cluster.url", "required when cluster.enabled")
+		p.check(c.AMQPInput.Enabled, "cluster.enabled", "needs amqp_input: the shard is the queue it consumes")
+		p.check(c.Listen.UDP == "", "cluster.enabled", "listen.udp must be empty: a shard's packets come only from its queue")
+		p.check(cl.Schema != "", "cluster.schema", "required when cluster.enabled")
+		p.check(c.Correlate.Shards > 0, "correlate.shards", "must be set, the same on every member, when cluster.enabled (a checkpoint restores only into its shard layout)")
+	}
+
 	// log
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

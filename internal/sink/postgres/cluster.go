@@ -32,6 +32,20 @@ import (
 // broke, another took the shard) can never overwrite the newer holder's
 // state, and its commit fails, so it acknowledges nothing more.
 
+// ClusterConfig is the cluster section of the configuration: a collector
+// of a bus cluster holds its shard queue (amqp_input.queue) through a
+// lease in this PostgreSQL database and keeps the shard's records, events
+// and checkpoint there (docs/scale-out.md).
+type ClusterConfig struct {
+	Enabled bool   `yaml:"enabled" help:"hold the shard (amqp_input.queue) through a lease in PostgreSQL and keep its records, events and checkpoint there, so another collector can take it over"`
+	URL     string `yaml:"url" secret:"url" help:"PostgreSQL connection string of the cluster's state (may be outputs.postgres.url's)"`
+	Schema  string `yaml:"schema" help:"schema of the cluster's tables (shard_leases, shard_state, records, events)"`
+	Holder  string `yaml:"holder" help:"this collector's name in shard_leases; empty: the host name"`
+}
+
+// DefaultClusterConfig returns the defaults: off, schema xrdmon.
+func DefaultClusterConfig() ClusterConfig { return ClusterConfig{Schema: DefaultOptions().Schema} }
+
 // ErrFenced is returned by ClusterStore.PutState when another collector
 // holds the shard now.
 var ErrFenced = errors.New("the shard's lease was taken over by another collector")
