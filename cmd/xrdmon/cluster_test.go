@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -102,6 +103,21 @@ func TestClusterFailoverKeepsState(t *testing.T) {
 	}
 
 	a := startDaemon(t, func(c *config.Config) { member(c); c.Cluster.Holder = "a" })
+	// Ready once it holds the shard and its pipeline runs (a collector
+	// waiting for the lease answers /healthz, not /readyz).
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		resp, err := http.Get("http://" + a.http + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("collector a not ready: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	// The second collector starts now and waits for the lease.
 	bcfg := config.Default()
 	member(bcfg)

@@ -194,6 +194,19 @@ func clusterStore(ctx context.Context, cfg *config.Config, st *store.Store, log 
 		holder, _ = os.Hostname()
 	}
 	clog := log.With("component", "cluster")
+	// While it waits (a standby), the collector answers /healthz (alive)
+	// and /readyz (not ready: no shard) on its HTTP address.
+	if cfg.HTTP.Address != "" {
+		wait := web.New(cfg.HTTP, prometheus.NewRegistry(), log.With("component", "web"))
+		wait.AddCheck("lease", func() error { return errors.New("waiting for the lease of shard " + cfg.AMQPInput.Queue) })
+		if _, err := wait.Listen(); err != nil {
+			return nil, nil, fmt.Errorf("listen http: %w", err)
+		}
+		wctx, stop := context.WithCancel(ctx)
+		served := make(chan error, 1)
+		go func() { served <- wait.Run(wctx) }()
+		defer func() { stop(); <-served }()
+	}
 	lease, err := postgres.AcquireLease(ctx, c.URL, c.Schema, cfg.AMQPInput.Queue, holder, time.Second, clog)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cluster: %w", err)
