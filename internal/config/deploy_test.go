@@ -31,6 +31,14 @@ func TestDeployConfigs(t *testing.T) {
 	if bus.Listen.UDP != "" || !bus.AMQPInput.Enabled || bus.AMQPInput.TokenFile == "" {
 		t.Errorf("deploy/xrdmon-bus.yaml: udp %q, amqp input %v, token %q", bus.Listen.UDP, bus.AMQPInput.Enabled, bus.AMQPInput.TokenFile)
 	}
+	member, err := Load("../../deploy/xrdmon-cluster.yaml", append(env, "XRDMON_CLUSTER_URL=postgres://xrdmon@db.example.org/accounting"), nil)
+	if err != nil {
+		t.Fatalf("deploy/xrdmon-cluster.yaml: %v", err)
+	}
+	if !member.Cluster.Enabled || !member.AMQPInput.SingleActiveConsumer || member.Correlate.Shards == 0 {
+		t.Errorf("deploy/xrdmon-cluster.yaml: cluster %v, single active consumer %v, shards %d",
+			member.Cluster.Enabled, member.AMQPInput.SingleActiveConsumer, member.Correlate.Shards)
+	}
 }
 
 // TestSystemdUnit: systemd-analyze accepts deploy/xrdmon.service (with its
@@ -44,6 +52,10 @@ func TestSystemdUnit(t *testing.T) {
 	if !strings.Contains(string(unit), "ExecStart=/usr/bin/xrdmon collect --config /etc/xrdmon/xrdmon.yaml") {
 		t.Error("the unit does not run xrdmon collect with /etc/xrdmon/xrdmon.yaml")
 	}
+	router, err := os.ReadFile("../../deploy/xrdmon-router.service")
+	if err != nil {
+		t.Fatal(err)
+	}
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		t.Skip("systemd-analyze is not installed")
@@ -52,11 +64,13 @@ func TestSystemdUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "xrdmon.service")
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(unit), "/usr/bin/xrdmon", self)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(analyze, "verify", path).CombinedOutput(); err != nil || len(out) > 0 {
-		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	for name, text := range map[string][]byte{"xrdmon.service": unit, "xrdmon-router.service": router} {
+		path := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(text), "/usr/bin/xrdmon", self)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(analyze, "verify", path).CombinedOutput(); err != nil || len(out) > 0 {
+			t.Errorf("systemd-analyze verify %s: %v\n%s", name, err, out)
+		}
 	}
 }
