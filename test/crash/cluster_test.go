@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/xrdmon/xrdmon/internal/loadgen"
 	"github.com/xrdmon/xrdmon/internal/record"
@@ -27,7 +28,8 @@ import (
 // shards' state in PostgreSQL. Machine 0 is killed (-9, every process of
 // it) mid-stream, then machine 1: their shards are taken over by
 // standbys, from the last checkpoints in PostgreSQL. The cluster's records
-// table then holds exactly the truth's records, complete, none twice.
+// table then holds exactly the truth's records, complete, none twice, and
+// the same records (by id and content) as one collector's clean run.
 func TestClusterFailover(t *testing.T) {
 	url, pgURL := testenv.AMQPURL(t), testenv.PostgresURL(t)
 	t0 := time.Now()
@@ -57,6 +59,11 @@ func TestClusterFailover(t *testing.T) {
 		}
 		t.Fatalf("bus setup: %v\n%s", err, out)
 	}
+	// A queue of its own gets every message too, for a single collector's
+	// clean run to compare with.
+	clean := name + ".clean"
+	queues = append(queues, clean)
+	declareBound(t, url, from, clean)
 	logDir := t.TempDir()
 	router := exec.Command(xrdmonBin, append([]string{"bus", "route"}, busFlags...)...)
 	rlog, err := os.Create(filepath.Join(logDir, "router.log"))
@@ -118,13 +125,18 @@ func TestClusterFailover(t *testing.T) {
 		}
 		return nil
 	}
-	var received float64 // messages the killed collectors had received
+	// What the collectors received and committed, scraped before they end.
+	var received, committed float64
+	tally := func(c *collector) {
+		if v, err := c.metrics(); err == nil {
+			received += v["xrdmon_amqp_messages_received_total"]
+			committed += v["xrdmon_pipeline_records_committed_total"]
+		}
+	}
 	killMachine := func(m int) {
 		for s := range shards {
 			if c := procs[m][s]; c.running() {
-				if v, err := c.metrics(); err == nil {
-					received += v["xrdmon_amqp_messages_received_total"]
-				}
+				tally(c)
 				c.kill()
 			}
 		}
@@ -174,9 +186,7 @@ func TestClusterFailover(t *testing.T) {
 	for m := 2; m < machines; m++ {
 		for s := range shards {
 			if c := procs[m][s]; c.running() {
-				if v, err := c.metrics(); err == nil {
-					received += v["xrdmon_amqp_messages_received_total"]
-				}
+				tally(c)
 				if err := c.stop(30 * time.Second); err != nil {
 					t.Errorf("stop machine %d shard %d: %v", m, s, err)
 				}
@@ -186,14 +196,60 @@ func TestClusterFailover(t *testing.T) {
 
 	got := pgRecords(t, pgURL, schema)
 	checkTruth(t, got, truth)
+
+	// The clean run: one collector, no cluster, no kills, on the same
+	// messages: the same records, by id and content.
+	cleanDir := t.TempDir()
+	cc := startCollector(t, cleanDir, filepath.Join(logDir, "clean.log"), "--listen.udp=", "--amqp_input.enabled=true",
+		"--amqp_input.url="+url, "--amqp_input.queue="+clean, "--amqp_input.exchange=-", "--correlate.shards=2")
+	waitDrained(t, cc, url, clean, 5*time.Minute)
+	if err := cc.stop(30 * time.Second); err != nil {
+		t.Fatalf("clean run: %v", err)
+	}
+	cleanRecs, _ := storeContents(t, cleanDir)
+	lost, ex := setDiff(cleanRecs, got)
+	extra, ex2 := setDiff(got, cleanRecs)
+	if lost != 0 || extra != 0 {
+		t.Errorf("records: clean run %d, cluster %d: %d missing (e.g. %s), %d extra (e.g. %s)", len(cleanRecs), len(got), lost, ex, extra, ex2)
+	}
+	differ := 0
+	for id, r := range cleanRecs {
+		if g, ok := got[id]; ok && (g.ReadBytes != r.ReadBytes || g.ReadvBytes != r.ReadvBytes || g.WriteBytes != r.WriteBytes ||
+			g.Reason != r.Reason || g.User != r.User || g.Path != r.Path || g.FileID != r.FileID) {
+			if differ++; differ <= 3 {
+				t.Errorf("record %s differs:\ncluster %+v\nclean   %+v", id, g, r)
+			}
+		}
+	}
 	var epochs string
 	_ = db.QueryRow(ctx, "SELECT string_agg(shard || ':' || epoch || ':' || holder, ' ' ORDER BY shard) FROM "+schema+".shard_leases").Scan(&epochs)
 	t.Logf("RESULT cluster: %d servers, %d messages routed over %d shards, %d machines (3 collectors each); records %d, truth %d",
 		cfg.Servers, truth.Emitted, shards, machines, len(got), want)
 	t.Logf("RESULT cluster: failover after killing machine 0: %s (%d messages waiting then), machine 1: %s (%d waiting); leases %s",
 		took0.Round(time.Millisecond), left0, took1.Round(time.Millisecond), left1, epochs)
-	t.Logf("RESULT cluster: messages received by the collectors %v for %d published (%v redelivered); total %s",
-		received, truth.Emitted, received-float64(truth.Emitted), time.Since(t0).Round(time.Second))
+	t.Logf("RESULT cluster: messages received by the collectors %v for %d published (%v redelivered); records committed %v for %d stored (%v duplicates dropped by record_id); clean run %d records, %d differing; total %s",
+		received, truth.Emitted, received-float64(truth.Emitted), committed, len(got), committed-float64(len(got)),
+		len(cleanRecs), differ, time.Since(t0).Round(time.Second))
+}
+
+// declareBound declares a durable queue bound to exchange.
+func declareBound(t testing.TB, url, exchange, queue string) {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(queue, "", exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // publishTo runs loadgen into an existing exchange.

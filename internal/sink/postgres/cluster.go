@@ -206,15 +206,17 @@ func (c *ClusterStore) Append(ctx context.Context, recs []record.Record, evs []r
 	if err := c.local.Append(ctx, recs, evs); err != nil {
 		return err
 	}
-	if len(recs)+len(evs) == 0 {
-		return nil
-	}
 	batch := make([]store.Entry, 0, len(recs)+len(evs))
 	for i := range recs {
 		batch = append(batch, store.Entry{Record: &recs[i]})
 	}
 	for i := range evs {
-		batch = append(batch, store.Entry{Event: &evs[i]})
+		if !evs[i].Type.Internal() { // progress events stay in the local store, as with every output
+			batch = append(batch, store.Entry{Event: &evs[i]})
+		}
+	}
+	if len(batch) == 0 {
+		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
