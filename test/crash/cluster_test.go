@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/xrdmon/xrdmon/internal/loadgen"
 	"github.com/xrdmon/xrdmon/internal/record"
@@ -239,26 +238,6 @@ func TestClusterFailover(t *testing.T) {
 	t.Logf("RESULT cluster: messages received by the collectors %v for %d published (%v redelivered); records made by the holders %d for %d stored (%d made twice, dropped by record_id); clean run %d records, %d differing; total %s",
 		received, truth.Emitted, received-float64(truth.Emitted), made, len(got), made-len(got),
 		len(cleanRecs), differ, time.Since(t0).Round(time.Second))
-}
-
-// declareBound declares a durable queue bound to exchange.
-func declareBound(t testing.TB, url, exchange, queue string) {
-	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(queue, "", exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // publishTo runs loadgen into an existing exchange.

@@ -425,12 +425,7 @@ func publish(t testing.TB, url string, cfg loadgen.Config, queues ...string) *lo
 		t.Fatal(err)
 	}
 	for _, q := range queues {
-		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := ch.QueueBind(q, "", exchange, false, nil); err != nil {
-			t.Fatal(err)
-		}
+		declareBound(t, url, exchange, q)
 	}
 	t.Cleanup(func() { deleteAMQP(url, []string{exchange}, queues) })
 	g, err := loadgen.New(cfg)
@@ -452,6 +447,26 @@ func publish(t testing.TB, url string, cfg loadgen.Config, queues ...string) *lo
 		t.Fatalf("loadgen: %d messages confirmed, %d emitted", out.Published, truth.Emitted)
 	}
 	return truth
+}
+
+// declareBound declares a durable queue bound to exchange.
+func declareBound(t testing.TB, url, exchange, queue string) {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(queue, "", exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // deleteAMQP deletes exchanges and queues, best effort (used in cleanups,
