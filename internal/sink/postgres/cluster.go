@@ -267,7 +267,8 @@ func (c *ClusterStore) PutState(ctx context.Context, key string, blob []byte) er
 }
 
 // GetState reads the shard's checkpoint from PostgreSQL (the last holder
-// wrote it there); store.ErrNotFound when there is none.
+// wrote it there). When the shard has none there (a collector that ran
+// alone, now joining a cluster), it is the local store's, if any.
 func (c *ClusterStore) GetState(ctx context.Context, key string) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -278,7 +279,7 @@ func (c *ClusterStore) GetState(ctx context.Context, key string) ([]byte, error)
 	err := c.w.conn.QueryRow(ctx, `SELECT state FROM `+pgx.Identifier{c.lease.schema}.Sanitize()+`.shard_state WHERE shard = $1 AND key = $2`,
 		c.lease.Shard, key).Scan(&blob)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, store.ErrNotFound
+		return c.local.GetState(ctx, key)
 	}
 	if err != nil {
 		c.w.close()

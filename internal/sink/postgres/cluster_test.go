@@ -86,13 +86,22 @@ func TestClusterStoreFencing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sa, err := NewClusterStore(sinktest.OpenStore(t), a, u, schema, nil)
+	localA := sinktest.OpenStore(t)
+	sa, err := NewClusterStore(localA, a, u, schema, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sa.Close()
 	if _, err := sa.GetState(ctx, "correlate/0-of-1"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a first holder's checkpoint: %v, want not found", err)
+	}
+	// A collector that ran alone joins: its local checkpoint is the shard's
+	// until one is in PostgreSQL.
+	if err := localA.PutState(ctx, "correlate/redirects", []byte("local")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := sa.GetState(ctx, "correlate/redirects"); err != nil || string(got) != "local" {
+		t.Fatalf("the local checkpoint: %q, %v", got, err)
 	}
 	recs := testRecords(0, 20)
 	for range 2 { // the second time, as a redelivery
