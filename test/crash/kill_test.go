@@ -96,7 +96,7 @@ func TestKill9(t *testing.T) {
 	qCrash, qClean := testenv.Uniq("xrdmon-crash-kill"), testenv.Uniq("xrdmon-crash-clean")
 	cfg := loadgen.DefaultConfig()
 	cfg.Servers, cfg.Clients, cfg.Users = 120, 16, 2000
-	cfg.Duration = 37 * time.Minute
+	cfg.Duration = 55 * time.Minute
 	cfg.Seed = 11
 	truth := publish(t, url, cfg, qCrash, qClean)
 	if truth.Emitted < 100_000 || !truth.Lossless {
