@@ -114,7 +114,7 @@ func TestClusterFailover(t *testing.T) {
 	// The stream.
 	cfg := loadgen.DefaultConfig()
 	cfg.Servers, cfg.Clients, cfg.Users = 200, 6, 2000
-	cfg.Duration, cfg.Seed = 36*time.Minute, 17
+	cfg.Duration, cfg.Seed = 50*time.Minute, 17
 	published := make(chan *loadgen.Truth, 1)
 	go func() { published <- publishTo(t, url, cfg, from) }()
 
