@@ -344,12 +344,14 @@ func TestDashboard(t *testing.T) {
 		if verdict.Value != "ok" {
 			t.Errorf("keeping-up verdict %q, want ok", verdict.Value)
 		}
-		servers, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.getElementById('c-conn').dataset.series)`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if servers != len(truth.Servers) {
-			t.Errorf("connections chart: %d servers, truth %d", servers, len(truth.Servers))
+		for _, id := range []string{"c-conn", "c-threads", "c-link"} {
+			servers, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.getElementById('`+id+`').dataset.series)`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if servers != len(truth.Servers) {
+				t.Errorf("%s chart: %d servers, truth %d", id, servers, len(truth.Servers))
+			}
 		}
 	})
 

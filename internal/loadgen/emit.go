@@ -350,8 +350,12 @@ func (r *run) sendSummary(s *server) bool {
 	r.arena = fmt.Appendf(r.arena, `<statistics tod="%d" ver="%s" src="%s:1094" tos="%d" pgm="xrootd" ins="anon" pid="%d" site="%s">`+
 		`<stats id="link"><num>%d</num><maxn>%d</maxn><tot>%d</tot><in>%d</in><out>%d</out><ctime>0</ctime><tmo>0</tmo><stall>0</stall><sfps>0</sfps></stats>`+
 		`<stats id="xrootd"><num>%d</num><ops><open>%d</open></ops></stats>`+
+		// The scheduler (XrdScheduler): a thread per active link beside an
+		// idle pool of 8, as a busy server shows it.
+		`<stats id="sched"><jobs>%d</jobs><inq>0</inq><maxinq>0</maxinq><threads>%d</threads><idle>8</idle><tcr>%d</tcr><tde>0</tde><tlimr>0</tlimr></stats>`+
 		`<stats id="sgen"><as>1</as><et>0</et><toe>%d</toe></stats></statistics>`,
-		tod, verXrootd, s.host.s, s.stod, s.pid, s.site.s, s.sumOpen, r.cfg.Clients, s.sumOpens, s.sumIn, s.sumOut, s.sumOpens, s.sumOpens, tod)
+		tod, verXrootd, s.host.s, s.stod, s.pid, s.site.s, s.sumOpen, r.cfg.Clients, s.sumOpens, s.sumIn, s.sumOut, s.sumOpens, s.sumOpens,
+		s.sumOpens, 8+s.sumOpen, 8+s.sumOpen, tod)
 	r.emit(s, domSum, r.arena[start:])
 	return true
 }
