@@ -234,6 +234,6 @@ func TestRouterShardsByServer(t *testing.T) {
 // remoteOf returns the shard key a message is routed by ("" when it does
 // not parse).
 func remoteOf(body []byte) string {
-	_, _, k := routingKey(nil, nil, body)
+	_, k := routingKey(nil, body)
 	return k
 }

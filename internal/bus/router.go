@@ -152,7 +152,6 @@ func (r *Router) session(ctx context.Context) error {
 	r.log.Info("Routing", "from", r.t.RouteQueue, "to", r.t.Exchange, "shards", r.t.Shards, "broker", r.dialer.URL())
 
 	var (
-		buf     []byte // the decoded datagram of the message being keyed (unused beyond its remote)
 		key     []byte
 		pending = make([]*amqp.DeferredConfirmation, 0, r.opts.Batch)
 		wait    = time.NewTimer(time.Hour)
@@ -193,7 +192,7 @@ func (r *Router) session(ctx context.Context) error {
 				wait.Reset(r.opts.Wait)
 			}
 			var routing string
-			buf, key, routing = routingKey(buf, key, d.Body)
+			key, routing = routingKey(key, d.Body)
 			if routing == "" {
 				r.unkeyed.Inc()
 			}
@@ -250,17 +249,18 @@ func (r *Router) confirm(ctx context.Context, pending []*amqp.DeferredConfirmati
 // routingKey returns the shard key of a shoveler message: the XRootD
 // server's IP address (or host name, as the shoveler's map names it),
 // without the port, so that every packet of a server hashes alike. A
-// message that does not parse gets "". buf and key are reused buffers.
-func routingKey(buf, key, body []byte) ([]byte, []byte, string) {
-	buf, s, err := source.AppendShoveler(buf[:0], body)
+// message that does not parse gets "". Only the envelope is read (the
+// datagram stays base64); key is a reused buffer.
+func routingKey(key, body []byte) ([]byte, string) {
+	s, _, err := source.ParseShovelerEnvelope(body)
 	key = key[:0]
 	switch {
 	case err != nil:
-		return buf, key, ""
+		return key, ""
 	case s.Sender.Addr().IsValid():
 		key = s.Sender.Addr().Unmap().AppendTo(key)
 	default:
 		key = append(key, s.Host...)
 	}
-	return buf, key, string(key)
+	return key, string(key)
 }

@@ -82,79 +82,8 @@ func ParseShoveler(line []byte) (Shoveled, error) {
 // overwritten). Unknown fields are ignored. It does not allocate unless dst
 // must grow or a string uses JSON escapes.
 func AppendShoveler(dst, line []byte) (out []byte, s Shoveled, err error) {
-	if len(line) > MaxShovelerMessage {
-		return dst, s, ErrShovelerOversized
-	}
-	var data []byte
-	var haveData bool
-	i := skipWS(line, 0)
-	if i >= len(line) || line[i] != '{' {
-		return dst, s, ErrShovelerSyntax
-	}
-	i = skipWS(line, i+1)
-	if i < len(line) && line[i] == '}' {
-		return dst, s, ErrShovelerData
-	}
-	for {
-		if i >= len(line) || line[i] != '"' {
-			return dst, s, ErrShovelerSyntax
-		}
-		key, next, _, ok := scanString(line, i)
-		if !ok {
-			return dst, s, ErrShovelerSyntax
-		}
-		i = skipWS(line, next)
-		if i >= len(line) || line[i] != ':' {
-			return dst, s, ErrShovelerSyntax
-		}
-		i = skipWS(line, i+1)
-		var field *[]byte
-		switch string(key) {
-		case "data":
-			field, haveData = &data, true
-		case "remote":
-			field = &s.Remote
-		case "version":
-			field = &s.Version
-		}
-		if field != nil && i < len(line) && line[i] == '"' {
-			val, next, escaped, ok := scanString(line, i)
-			if !ok {
-				return dst, s, ErrShovelerSyntax
-			}
-			if escaped {
-				var str string
-				if json.Unmarshal(line[i:next], &str) != nil {
-					return dst, s, ErrShovelerSyntax
-				}
-				val = []byte(str)
-			}
-			*field = val
-			i = next
-		} else {
-			if field != nil {
-				*field = nil // null or a non-string value
-			}
-			if i, ok = skipValue(line, i); !ok {
-				return dst, s, ErrShovelerSyntax
-			}
-		}
-		i = skipWS(line, i)
-		if i >= len(line) {
-			return dst, s, ErrShovelerSyntax
-		}
-		if line[i] == '}' {
-			break
-		}
-		if line[i] != ',' {
-			return dst, s, ErrShovelerSyntax
-		}
-		i = skipWS(line, i+1)
-	}
-	if !haveData || data == nil {
-		return dst, s, ErrShovelerData
-	}
-	if err := parseRemote(&s); err != nil {
+	s, data, err := ParseShovelerEnvelope(line)
+	if err != nil {
 		return dst, s, err
 	}
 	enc := base64.StdEncoding
@@ -176,6 +105,89 @@ func AppendShoveler(dst, line []byte) (out []byte, s Shoveled, err error) {
 	dst = dst[:start+n]
 	s.Data = dst[start:]
 	return dst, s, nil
+}
+
+// ParseShovelerEnvelope parses a shoveler message's envelope: s has the
+// remote (Remote, Sender or Host and Port) and the version, data the
+// base64 text of the datagram, undecoded (what a router that only needs
+// the remote reads). Views into line; no allocation unless a string uses
+// JSON escapes.
+func ParseShovelerEnvelope(line []byte) (s Shoveled, data []byte, err error) {
+	if len(line) > MaxShovelerMessage {
+		return s, nil, ErrShovelerOversized
+	}
+	var haveData bool
+	i := skipWS(line, 0)
+	if i >= len(line) || line[i] != '{' {
+		return s, nil, ErrShovelerSyntax
+	}
+	i = skipWS(line, i+1)
+	if i < len(line) && line[i] == '}' {
+		return s, nil, ErrShovelerData
+	}
+	for {
+		if i >= len(line) || line[i] != '"' {
+			return s, nil, ErrShovelerSyntax
+		}
+		key, next, _, ok := scanString(line, i)
+		if !ok {
+			return s, nil, ErrShovelerSyntax
+		}
+		i = skipWS(line, next)
+		if i >= len(line) || line[i] != ':' {
+			return s, nil, ErrShovelerSyntax
+		}
+		i = skipWS(line, i+1)
+		var field *[]byte
+		switch string(key) {
+		case "data":
+			field, haveData = &data, true
+		case "remote":
+			field = &s.Remote
+		case "version":
+			field = &s.Version
+		}
+		if field != nil && i < len(line) && line[i] == '"' {
+			val, next, escaped, ok := scanString(line, i)
+			if !ok {
+				return s, nil, ErrShovelerSyntax
+			}
+			if escaped {
+				var str string
+				if json.Unmarshal(line[i:next], &str) != nil {
+					return s, nil, ErrShovelerSyntax
+				}
+				val = []byte(str)
+			}
+			*field = val
+			i = next
+		} else {
+			if field != nil {
+				*field = nil // null or a non-string value
+			}
+			if i, ok = skipValue(line, i); !ok {
+				return s, nil, ErrShovelerSyntax
+			}
+		}
+		i = skipWS(line, i)
+		if i >= len(line) {
+			return s, nil, ErrShovelerSyntax
+		}
+		if line[i] == '}' {
+			break
+		}
+		if line[i] != ',' {
+			return s, nil, ErrShovelerSyntax
+		}
+		i = skipWS(line, i+1)
+	}
+	if !haveData || data == nil {
+		return s, nil, ErrShovelerData
+	}
+	if err := parseRemote(&s); err != nil {
+		return s, nil, err
+	}
+	return s, data, nil
 }
 
 // parseRemote fills Sender, or Host, and Port from Remote.
