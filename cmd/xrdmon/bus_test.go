@@ -95,17 +95,23 @@ func TestBusShardedCollectors(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Wait for every record, then stop the collectors.
+	// Wait for every record and event, then stop the collectors.
+	var n, events int
+	var wantEvents int64
+	for _, n := range truth.Events {
+		wantEvents += n
+	}
 	for deadline := time.Now().Add(60 * time.Second); ; {
-		n := 0.0
+		n, events = 0, 0
 		for _, d := range collectors {
-			n += d.metric(t, "xrdmon_pipeline_records_committed_total")
+			n += int(d.metric(t, "xrdmon_pipeline_records_committed_total"))
+			events += int(d.metric(t, "xrdmon_pipeline_events_committed_total"))
 		}
-		if int(n) >= len(truth.Records) {
+		if n >= len(truth.Records) && int64(events) >= wantEvents {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%v of %d records committed", n, len(truth.Records))
+			t.Fatalf("%d of %d records and %d of %d events committed", n, len(truth.Records), events, wantEvents)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -140,6 +146,9 @@ func TestBusShardedCollectors(t *testing.T) {
 		if n != 0 {
 			t.Errorf("record %s: %+d against the truth", k, -n)
 		}
+	}
+	if int64(events) != wantEvents {
+		t.Errorf("%d events committed by the collectors, truth %d", events, wantEvents)
 	}
 	if got != len(truth.Records) || len(serverIn) != cfg.Servers {
 		t.Errorf("%d records from %d servers, truth %d from %d", got, len(serverIn), len(truth.Records), cfg.Servers)

@@ -178,6 +178,18 @@ func TestClusterFailoverKeepsState(t *testing.T) {
 	if got != len(truth.Records) || openAtFailover == 0 {
 		t.Errorf("%d records, truth %d; %v files open at the failover", got, len(truth.Records), openAtFailover)
 	}
+	// And every event of the truth, once.
+	var wantEvents int64
+	for _, n := range truth.Events {
+		wantEvents += n
+	}
+	var events, distinct int64
+	if err := pg.QueryRow(ctx, "SELECT count(*), count(DISTINCT event_id) FROM "+schema+".events").Scan(&events, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if events != wantEvents || distinct != events {
+		t.Errorf("%d events (%d distinct) in PostgreSQL, truth %d", events, distinct, wantEvents)
+	}
 	var epoch int64
 	if err := pg.QueryRow(ctx, "SELECT epoch FROM "+schema+".shard_leases WHERE shard = $1", queue).Scan(&epoch); err != nil || epoch != 2 {
 		t.Errorf("lease epoch %d (%v), want 2: a, then b", epoch, err)

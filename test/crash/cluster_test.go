@@ -197,6 +197,8 @@ func TestClusterFailover(t *testing.T) {
 
 	got := pgRecords(t, pgURL, schema)
 	checkTruth(t, got, truth)
+	gotEvs := pgEventIDs(t, pgURL, schema)
+	checkEvents(t, gotEvs, truth)
 
 	// The clean run: one collector, no cluster, no kills, on the same
 	// messages: the same records, by id and content.
@@ -207,7 +209,10 @@ func TestClusterFailover(t *testing.T) {
 	if err := cc.stop(30 * time.Second); err != nil {
 		t.Fatalf("clean run: %v", err)
 	}
-	cleanRecs, _ := storeContents(t, cleanDir)
+	cleanRecs, cleanEvs := storeContents(t, cleanDir)
+	if evLost, ex := setDiff(cleanEvs, gotEvs); evLost != 0 || len(cleanEvs) != len(gotEvs) {
+		t.Errorf("events: clean run %d, cluster %d: %d missing (e.g. %s)", len(cleanEvs), len(gotEvs), evLost, ex)
+	}
 	// The records the holders made, each in its own store (the killed ones'
 	// too): more than the cluster stored by the duplicates PostgreSQL dropped.
 	made := 0
@@ -231,8 +236,8 @@ func TestClusterFailover(t *testing.T) {
 	}
 	var epochs string
 	_ = db.QueryRow(ctx, "SELECT string_agg(shard || ':' || epoch || ':' || holder, ' ' ORDER BY shard) FROM "+schema+".shard_leases").Scan(&epochs)
-	t.Logf("RESULT cluster: %d servers, %d messages routed over %d shards, %d machines (3 collectors each); records %d, truth %d",
-		cfg.Servers, truth.Emitted, shards, machines, len(got), want)
+	t.Logf("RESULT cluster: %d servers, %d messages routed over %d shards, %d machines (3 collectors each); records %d, truth %d; events %d",
+		cfg.Servers, truth.Emitted, shards, machines, len(got), want, len(gotEvs))
 	t.Logf("RESULT cluster: failover after killing machine 0: %s (%d messages waiting then), machine 1: %s (%d waiting); leases %s",
 		took0.Round(time.Millisecond), left0, took1.Round(time.Millisecond), left1, epochs)
 	t.Logf("RESULT cluster: messages received by the collectors %v for %d published (%v redelivered); records made by the holders %d for %d stored (%d made twice, dropped by record_id); clean run %d records, %d differing; total %s",
@@ -260,6 +265,37 @@ func publishTo(t testing.TB, url string, cfg loadgen.Config, exchange string) *l
 		t.Errorf("loadgen to RabbitMQ: %v", err)
 	}
 	return truth
+}
+
+// pgEventIDs reads a cluster's events table's ids (an id twice fails).
+func pgEventIDs(t testing.TB, pgURL, schema string) map[string]bool {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	rows, err := c.Query(ctx, "SELECT event_id FROM "+schema+".events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if out[id] {
+			t.Errorf("event %s twice", id)
+		}
+		out[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // pgRecords reads a cluster's records table, by record id.
