@@ -344,6 +344,14 @@ func TestDashboard(t *testing.T) {
 		if verdict.Value != "ok" {
 			t.Errorf("keeping-up verdict %q, want ok", verdict.Value)
 		}
+		// The third-party copies table counts every TPC event of the truth.
+		copies, err := chromedp.Run(ctx, chromedp.Evaluate[int](`[...document.querySelectorAll('#t-tpc tbody tr')].reduce((n, r) => n + Number(r.cells[1].textContent.replace(/,/g, '')), 0)`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(copies) != truth.Events["P"] {
+			t.Errorf("third-party copies: %d, truth %d", copies, truth.Events["P"])
+		}
 		for _, id := range []string{"c-conn", "c-threads", "c-link"} {
 			servers, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.getElementById('`+id+`').dataset.series)`))
 			if err != nil {
