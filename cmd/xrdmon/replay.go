@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/pprof"
+	"sync"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/config"
@@ -175,6 +177,7 @@ type replayWriter struct {
 	match func(*record.Record) bool
 	w, ew *bufio.Writer
 	buf   []byte
+	bufs  [][]byte // one per encoder of a large commit (encodeParallel)
 }
 
 // replayChunk is how many encoded bytes Append gathers before it writes
@@ -182,46 +185,83 @@ type replayWriter struct {
 // buffer for all of them would be regrown to tens of megabytes.
 const replayChunk = 256 << 10
 
+// replayPart is how many records one encoder takes at a time when a commit
+// is large enough to encode on every core.
+const replayPart = 512
+
 // Append writes recs and evs.
 func (r *replayWriter) Append(_ context.Context, recs []record.Record, evs []record.Event) error {
+	if err := r.appendRecords(recs); err != nil {
+		return err
+	}
+	if r.ew == nil {
+		return nil
+	}
 	buf := r.buf[:0]
 	defer func() { r.buf = buf }()
-	for i := range recs {
-		if r.match != nil && !r.match(&recs[i]) {
+	for i := range evs {
+		if evs[i].Type.Internal() {
 			continue
 		}
-		buf = r.enc(buf, &recs[i])
+		buf = record.AppendEventJSON(buf, &evs[i])
 		buf = append(buf, '\n')
 		if len(buf) >= replayChunk {
-			if _, err := r.w.Write(buf); err != nil {
-				return fmt.Errorf("write records: %w: %w", store.ErrPermanent, err)
+			if _, err := r.ew.Write(buf); err != nil {
+				return fmt.Errorf("write events: %w: %w", store.ErrPermanent, err)
 			}
 			buf = buf[:0]
 		}
 	}
-	if _, err := r.w.Write(buf); err != nil {
-		return fmt.Errorf("write records: %w: %w", store.ErrPermanent, err)
-	}
-	if r.ew != nil {
-		buf = buf[:0]
-		for i := range evs {
-			if evs[i].Type.Internal() {
-				continue
-			}
-			buf = record.AppendEventJSON(buf, &evs[i])
-			buf = append(buf, '\n')
-			if len(buf) >= replayChunk {
-				if _, err := r.ew.Write(buf); err != nil {
-					return fmt.Errorf("write events: %w: %w", store.ErrPermanent, err)
-				}
-				buf = buf[:0]
-			}
-		}
-		if _, err := r.ew.Write(buf); err != nil {
-			return fmt.Errorf("write events: %w: %w", store.ErrPermanent, err)
-		}
+	if _, err := r.ew.Write(buf); err != nil {
+		return fmt.Errorf("write events: %w: %w", store.ErrPermanent, err)
 	}
 	return nil
+}
+
+// appendRecords encodes and writes recs in order. A large commit (a drain
+// closes thousands of files at once, and the correlator waits for it) is
+// encoded on every core, replayPart records per encoder, and written in
+// order.
+func (r *replayWriter) appendRecords(recs []record.Record) error {
+	n := runtime.GOMAXPROCS(0)
+	if n < 2 || len(recs) < 2*replayPart {
+		n = 1
+	}
+	if len(r.bufs) < n {
+		r.bufs = append(r.bufs, make([][]byte, n-len(r.bufs))...)
+	}
+	for len(recs) > 0 {
+		parts := min(n, (len(recs)+replayPart-1)/replayPart)
+		var wg sync.WaitGroup
+		for w := range parts {
+			part := recs[w*replayPart : min((w+1)*replayPart, len(recs))]
+			if parts == 1 {
+				r.bufs[0] = r.encode(r.bufs[0][:0], part)
+				break
+			}
+			wg.Go(func() { r.bufs[w] = r.encode(r.bufs[w][:0], part) })
+		}
+		wg.Wait()
+		for _, b := range r.bufs[:parts] {
+			if _, err := r.w.Write(b); err != nil {
+				return fmt.Errorf("write records: %w: %w", store.ErrPermanent, err)
+			}
+		}
+		recs = recs[min(parts*replayPart, len(recs)):]
+	}
+	return nil
+}
+
+// encode appends the JSON lines of the records of recs that match.
+func (r *replayWriter) encode(dst []byte, recs []record.Record) []byte {
+	for i := range recs {
+		if r.match != nil && !r.match(&recs[i]) {
+			continue
+		}
+		dst = r.enc(dst, &recs[i])
+		dst = append(dst, '\n')
+	}
+	return dst
 }
 
 func (r *replayWriter) flush() error {

@@ -65,7 +65,7 @@ func (s *Shard) newFile(inc *incarnation, fileID uint32, tBeg, tEnd uint32) int3
 		i = s.fileFree[n-1]
 		s.fileFree = s.fileFree[:n-1]
 	} else {
-		s.files = append(s.files, fileEntry{})
+		s.files = append(grow(s.files), fileEntry{})
 		i = int32(len(s.files) - 1)
 	}
 	s.files[i] = fileEntry{
@@ -318,9 +318,7 @@ func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *pac
 		s.dropProgress(f, inc)
 	}
 	if len(s.out) == cap(s.out) {
-		// Double: a drain closes thousands of files in a few packets, and
-		// append's 1.25x steps would copy these large records many times.
-		s.out = slices.Grow(s.out, max(len(s.out), 64))
+		s.nextChunk()
 	}
 	s.out = append(s.out, record.Record{})
 	rec := &s.out[len(s.out)-1]

@@ -3,6 +3,7 @@ package correlate
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -161,7 +162,7 @@ func (f *feed) runTwice(t *testing.T, cfg Config) ([]record.Record, []record.Eve
 	t.Helper()
 	r1, e1, s1 := f.run(t, cfg)
 	r2, e2, s2 := f.run(t, cfg)
-	if fmt.Sprint(r1) != fmt.Sprint(r2) || fmt.Sprint(e1) != fmt.Sprint(e2) || s1 != s2 {
+	if !reflect.DeepEqual(r1, r2) || fmt.Sprint(e1) != fmt.Sprint(e2) || s1 != s2 {
 		t.Fatalf("two runs differ")
 	}
 	return r1, e1, s2

@@ -183,6 +183,11 @@ type redirectData struct {
 // redirection of the records of recs that have one. Call it with each
 // commit's output, in commit order.
 func (l *Linker) Link(recs []record.Record, evs []record.Event, opens []Open) {
+	l.LinkChunks([][]record.Record{recs}, evs, opens)
+}
+
+// LinkChunks is Link for records in chunks (correlate.TakeRecordChunks).
+func (l *Linker) LinkChunks(chunks [][]record.Record, evs []record.Event, opens []Open) {
 	type fresh struct {
 		key linkKey
 		r   linkRedir
@@ -230,7 +235,10 @@ func (l *Linker) Link(recs []record.Record, evs []record.Event, opens []Open) {
 			l.addOpen(&opens[i])
 		}
 	}
-	if len(l.linked) > 0 {
+	for _, recs := range chunks {
+		if len(l.linked) == 0 {
+			break
+		}
 		for i := range recs {
 			r := &recs[i]
 			k := recKey{r.ServerIP, r.ServerStod, r.ServerID, r.FileID}

@@ -304,7 +304,7 @@ func (s *Shard) newSession(inc *incarnation, dictID uint32) int32 {
 		i = s.sessFree[n-1]
 		s.sessFree = s.sessFree[:n-1]
 	} else {
-		s.sess = append(s.sess, session{})
+		s.sess = append(grow(s.sess), session{})
 		i = int32(len(s.sess) - 1)
 	}
 	s.sess[i] = session{inc: inc.id, dictID: dictID, seen: s.nowS, files: newList()}

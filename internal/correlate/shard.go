@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"hash/crc32"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/packet"
@@ -124,7 +125,13 @@ type Shard struct {
 	// Byte counts of the tables with a budget (budget.go).
 	fileBytes, sessBytes, pendBytes, loginBytes int64
 
+	// Records are made into fixed chunks of RecordChunk: out is the one
+	// being filled, full the filled ones not yet taken, spare empty ones
+	// given back (Recycle). A drain that closes thousands of files at once
+	// then never regrows and copies one large slice.
 	out     []record.Record
+	full    [][]record.Record
+	spare   [][]record.Record
 	events  []record.Event
 	opens   []Open          // when cfg.ReportOpens
 	prog    []record.Record // when cfg.ReportProgress
@@ -184,21 +191,76 @@ func (s *Shard) TakeProgress(dst []record.Record) []record.Record {
 	return dst
 }
 
+// grow returns s with room for one more element, doubling a full s: the
+// shard's tables fill fast at start-up and in bursts (a drain, a g-stream
+// flood), and append's 1.25x steps would copy them four times over.
+func grow[T any](s []T) []T {
+	if len(s) < cap(s) {
+		return s
+	}
+	return slices.Grow(s, max(len(s), 16))
+}
+
+// RecordChunk is the number of records in one chunk of a shard's output
+// (TakeRecordChunks).
+const RecordChunk = 1024
+
+// maxSpareChunks bounds the empty chunks a shard keeps for reuse.
+const maxSpareChunks = 16
+
 // TakeRecords appends the records emitted since the last call to dst and
-// returns it. The shard keeps no reference to them. An empty dst is
-// swapped rather than appended to: the records are returned without a copy,
-// and the shard makes its next records in dst's array, so a caller that
-// hands its slices back (the pipeline's barriers) never copies or regrows.
+// returns it. The shard keeps no reference to them.
 func (s *Shard) TakeRecords(dst []record.Record) []record.Record {
-	if len(dst) == 0 {
-		out := s.out
-		s.out = dst[:0]
-		return out
+	for _, c := range s.full {
+		dst = append(dst, c...)
 	}
 	dst = append(dst, s.out...)
+	s.Recycle(s.full)
+	s.full = s.full[:0]
 	clear(s.out)
 	s.out = s.out[:0]
 	return dst
+}
+
+// TakeRecordChunks appends the records emitted since the last call to dst,
+// as chunks of at most RecordChunk records in the order they were made,
+// and returns it: the records are handed over without a copy. The shard
+// keeps no reference to them; give the chunks back with Recycle when done.
+func (s *Shard) TakeRecordChunks(dst [][]record.Record) [][]record.Record {
+	dst = append(dst, s.full...)
+	clear(s.full)
+	s.full = s.full[:0]
+	if len(s.out) > 0 {
+		dst = append(dst, s.out)
+		s.out = nil
+	}
+	return dst
+}
+
+// Recycle gives the shard empty chunks for its next records (taken chunks
+// or any slices of records; they are cleared, and kept only up to a bound).
+func (s *Shard) Recycle(chunks [][]record.Record) {
+	for _, c := range chunks {
+		if cap(c) < RecordChunk || len(s.spare) >= maxSpareChunks {
+			continue
+		}
+		clear(c)
+		s.spare = append(s.spare, c[:0])
+	}
+}
+
+// nextChunk files the full output chunk and starts an empty one.
+func (s *Shard) nextChunk() {
+	if len(s.out) > 0 {
+		s.full = append(s.full, s.out)
+	}
+	if n := len(s.spare); n > 0 {
+		s.out = s.spare[n-1]
+		s.spare[n-1] = nil
+		s.spare = s.spare[:n-1]
+		return
+	}
+	s.out = make([]record.Record, 0, RecordChunk)
 }
 
 // TakeEvents appends the g-stream events emitted since the last call to
@@ -563,7 +625,7 @@ func (s *Shard) emitEvents(inc *incarnation, prov byte, pseq uint8, tEnd int64, 
 // appendEvent appends an event of inc with the given id, type, provider
 // and server time, and returns it for the caller to fill in its data.
 func (s *Shard) appendEvent(inc *incarnation, id string, typ record.EventType, provider string, at time.Time) *record.Event {
-	s.events = append(s.events, record.Event{
+	s.events = append(grow(s.events), record.Event{
 		EventID:    id,
 		Type:       typ,
 		Provider:   provider,

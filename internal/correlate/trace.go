@@ -217,8 +217,13 @@ func (s *Shard) attachTrace(rec *record.Record, f *fileEntry, inc *incarnation) 
 		return // nothing traced of it (or dropped): an empty, incomplete profile
 	}
 	ts := &s.traces[i]
-	rec.IO = ts.io
-	rec.IO.Complete = ts.ended
+	if ts.io != (record.IOProfile{}) || ts.ended {
+		// One allocation per traced record (not per packet): the profile
+		// leaves the shard with the record.
+		p := ts.io
+		p.Complete = ts.ended
+		rec.IO = &p
+	}
 	s.dropTrace(i)
 }
 

@@ -101,11 +101,11 @@ func TestTraceProfile(t *testing.T) {
 				// client's DISC is not part of it.
 				want.Reads, want.ReadSizes[0] = 5, 0
 			}
-			if r.IO != want {
+			if r.IO == nil || *r.IO != want {
 				t.Errorf("file 8 profile:\n got %+v\nwant %+v", r.IO, want)
 			}
 			w := m[9]
-			if !w.HasIO || w.IO.Writes != 2 || w.IO.WriteBytes != 128<<10 || w.IO.WriteSizes[17] != 2 || !w.IO.Complete || w.IO.Reads != 0 {
+			if !w.HasIO || w.IO == nil || w.IO.Writes != 2 || w.IO.WriteBytes != 128<<10 || w.IO.WriteSizes[17] != 2 || !w.IO.Complete || w.IO.Reads != 0 {
 				t.Errorf("file 9 profile: %+v", w.IO)
 			}
 		})
@@ -125,7 +125,7 @@ func TestTraceAbsentWithoutIO(t *testing.T) {
 		fb.Close(packet.FileClose{FileID: 8, Read: 100})
 	}))
 	recs, _, _ := f.runTwice(t, DefaultConfig())
-	if len(recs) != 1 || recs[0].HasIO || recs[0].IO != (record.IOProfile{}) {
+	if len(recs) != 1 || recs[0].HasIO || recs[0].IO != nil {
 		t.Fatalf("records: %+v", recs)
 	}
 }

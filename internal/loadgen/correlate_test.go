@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -125,7 +126,7 @@ func TestTruthEqualsReplay(t *testing.T) {
 					bad++
 				} else {
 					delete(want, recordKey(g))
-					if cg, cw := comparable(*g), comparable(*w); cg != cw {
+					if cg, cw := comparable(*g), comparable(*w); !reflect.DeepEqual(cg, cw) {
 						t.Errorf("record %s differs:\n got %+v\nwant %+v", recordKey(g), cg, cw)
 						bad++
 					}

@@ -277,7 +277,11 @@ func (r *run) finalize(ai int32, reason record.Reason) {
 		rec.WriteMin, rec.WriteMax = ops.WrMin, ops.WrMax
 		rec.ReadSqSum, rec.ReadvSqSum, rec.ReadvSegSqSum, rec.WriteSqSum = ssq.Read, ssq.Readv, ssq.ReadvSegs, ssq.Write
 		if r.cfg.Trace != "" {
-			rec.HasIO, rec.IO = true, a.io
+			rec.HasIO = true
+			if a.io != (record.IOProfile{}) {
+				p := a.io
+				rec.IO = &p
+			}
 		}
 		if a.hops > 0 {
 			// The open happened at a.start; what a collector can know of

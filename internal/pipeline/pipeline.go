@@ -148,7 +148,8 @@ type Pipeline struct {
 	ready         atomic.Bool
 	invalidEvents atomic.Uint64 // g-stream lines that were not valid JSON (typed in commit)
 
-	free chan barrierBuffers // slices of committed barriers, for reuse
+	free   chan barrierBuffers  // slices of committed barriers, for reuse
+	chunks chan []record.Record // record chunks of committed barriers, for the shards to reuse
 
 	pruned bool // checkpoints of other shard layouts dropped (writer only)
 
@@ -183,6 +184,7 @@ func New(ctx context.Context, opts Options, st Store, namer Namer, log *slog.Log
 	opts.Correlate.ReportOpens = true
 	opts.Correlate.ReportProgress = true
 	p := &Pipeline{opts: opts, store: st, namer: namer, log: log, free: make(chan barrierBuffers, 2)}
+	p.chunks = make(chan []record.Record, 8*opts.Shards)
 	p.shards = make([]*shard, opts.Shards)
 	p.stats = make([]correlate.Stats, opts.Shards)
 	restored := 0
@@ -305,7 +307,8 @@ type barrier struct {
 	flush      bool // end of input: flush open files as partial records
 	wg         sync.WaitGroup
 	mu         sync.Mutex
-	recs       []record.Record
+	recs       [][]record.Record // chunks, each shard's in the order made (correlate.RecordChunk)
+	nrecs      int
 	evs        []record.Event
 	opens      []correlate.Open
 	prog       []record.Record // progress snapshots, made events by the writer
@@ -318,6 +321,7 @@ type barrier struct {
 type shard struct {
 	id, n int
 	c     *correlate.Shard
+	one   [1][]record.Record // Recycle's argument, without an allocation
 	in    chan shardMsg
 	snap  bytes.Buffer
 }
@@ -372,7 +376,8 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 		br.recs, br.evs = p.buffers()
 		br.hasBufs = true
 	}
-	br.recs = s.c.TakeRecords(br.recs)
+	br.recs = s.c.TakeRecordChunks(br.recs)
+	s.recycle(p)
 	br.evs = s.c.TakeRawEvents(br.evs) // typed by the writer, off the packet path
 	br.opens = s.c.TakeOpens(br.opens)
 	br.prog = s.c.TakeProgress(br.prog)
@@ -385,9 +390,24 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 	br.mu.Unlock()
 }
 
+// recycle gives the shard the record chunks that committed barriers gave
+// back, for its next records.
+func (s *shard) recycle(p *Pipeline) {
+	for range 4 {
+		select {
+		case c := <-p.chunks:
+			s.one[0] = c
+			s.c.Recycle(s.one[:])
+			s.one[0] = nil
+		default:
+			return
+		}
+	}
+}
+
 // buffers returns record and event slices for a barrier: ones a committed
 // barrier gave back (release), else new ones.
-func (p *Pipeline) buffers() ([]record.Record, []record.Event) {
+func (p *Pipeline) buffers() ([][]record.Record, []record.Event) {
 	select {
 	case b := <-p.free:
 		return b.recs, b.evs
@@ -398,20 +418,30 @@ func (p *Pipeline) buffers() ([]record.Record, []record.Event) {
 
 // release gives a committed barrier's slices back for reuse.
 func (p *Pipeline) release(br *barrier) {
+	for _, c := range br.recs {
+		if cap(c) < correlate.RecordChunk {
+			continue
+		}
+		clear(c)
+		select {
+		case p.chunks <- c[:0]:
+		default: // enough chunks wait for reuse: leave this one to the GC
+		}
+	}
 	clear(br.recs)
 	clear(br.evs)
 	select {
 	case p.free <- barrierBuffers{br.recs[:0], br.evs[:0]}:
 	default:
 	}
-	br.recs, br.evs, br.hasBufs = nil, nil, false
+	br.recs, br.evs, br.hasBufs, br.nrecs = nil, nil, false, 0
 	br.opens = nil
 	br.prog = nil
 }
 
 // barrierBuffers are the slices of a committed barrier, kept for reuse.
 type barrierBuffers struct {
-	recs []record.Record
+	recs [][]record.Record
 	evs  []record.Event
 }
 
@@ -581,11 +611,14 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 			p.invalidEvents.Add(1)
 		}
 	}
-	p.linker.Link(br.recs, br.evs, br.opens)
+	for _, c := range br.recs {
+		br.nrecs += len(c)
+	}
+	p.linker.LinkChunks(br.recs, br.evs, br.opens)
 	st := p.linker.Stats()
 	p.linkStats.Store(&st)
 	p.name(br.recs, br.evs)
-	p.name(br.prog, nil)
+	p.name([][]record.Record{br.prog}, nil)
 	for i := range br.prog {
 		br.evs = append(br.evs, record.ProgressEvent(&br.prog[i]))
 	}
@@ -599,17 +632,17 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 		p.m.commitErrors.Inc()
 		if store.Permanent(err) {
 			p.m.commitFailures.Inc()
-			return fmt.Errorf("store refused the commit of %d records and %d events for good: %w", len(br.recs), len(br.evs), err)
+			return fmt.Errorf("store refused the commit of %d records and %d events for good: %w", br.nrecs, len(br.evs), err)
 		}
 		if attempt%10 == 0 {
-			p.log.Warn("Store commit failed; retrying", "err", err, "records", len(br.recs), "attempt", attempt+1)
+			p.log.Warn("Store commit failed; retrying", "err", err, "records", br.nrecs, "attempt", attempt+1)
 		}
 		t := time.NewTimer(retry.Next())
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			p.m.commitFailures.Inc()
-			return fmt.Errorf("stopped while retrying a commit of %d records and %d events (input not acknowledged): %w", len(br.recs), len(br.evs), err)
+			return fmt.Errorf("stopped while retrying a commit of %d records and %d events (input not acknowledged): %w", br.nrecs, len(br.evs), err)
 		case <-t.C:
 		}
 	}
@@ -620,7 +653,7 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 		}
 	}
 	p.m.commitSeconds.Observe(time.Since(start).Seconds())
-	p.m.recordsCommitted.Add(float64(len(br.recs)))
+	p.m.recordsCommitted.Add(float64(br.nrecs))
 	p.m.eventsCommitted.Add(float64(len(br.evs)))
 	return nil
 }
@@ -629,8 +662,19 @@ func (p *Pipeline) write(ctx context.Context, br *barrier) error {
 	if p.store == nil {
 		return nil
 	}
-	if len(br.recs) > 0 || len(br.evs) > 0 {
-		if err := p.store.Append(ctx, br.recs, br.evs); err != nil {
+	// One Append per chunk, the events with the first: a drain of many
+	// chunks is never gathered into one large slice. A retried commit
+	// appends its chunks again; the store drops records it already holds
+	// (by record id).
+	evs := br.evs
+	for _, c := range br.recs {
+		if err := p.store.Append(ctx, c, evs); err != nil {
+			return fmt.Errorf("append records: %w", err)
+		}
+		evs = nil
+	}
+	if len(evs) > 0 {
+		if err := p.store.Append(ctx, nil, evs); err != nil {
 			return fmt.Errorf("append records: %w", err)
 		}
 	}
@@ -686,27 +730,29 @@ func (p *Pipeline) pruneStates(ctx context.Context) {
 
 // name fills server and client host names from the DNS cache, waiting at most
 // DNSMaxWait in total for names still being looked up.
-func (p *Pipeline) name(recs []record.Record, evs []record.Event) {
-	if p.namer == nil || len(recs)+len(evs) == 0 {
+func (p *Pipeline) name(chunks [][]record.Record, evs []record.Event) {
+	if p.namer == nil {
 		return
 	}
 	deadline := time.Now().Add(p.opts.DNSMaxWait)
 	for {
 		missing := false
-		for i := range recs {
-			r := &recs[i]
-			if r.ServerHost == "" {
-				if n, ok := p.lookup(r.ServerIP); ok {
-					r.ServerHost = n
-				} else {
-					missing = true
+		for _, recs := range chunks {
+			for i := range recs {
+				r := &recs[i]
+				if r.ServerHost == "" {
+					if n, ok := p.lookup(r.ServerIP); ok {
+						r.ServerHost = n
+					} else {
+						missing = true
+					}
 				}
-			}
-			if r.ClientName == "" && r.ClientHost != "" {
-				if n, ok := p.lookup(r.ClientHost); ok {
-					r.ClientName = n
-				} else if isAddr(r.ClientHost) {
-					missing = true
+				if r.ClientName == "" && r.ClientHost != "" {
+					if n, ok := p.lookup(r.ClientHost); ok {
+						r.ClientName = n
+					} else if isAddr(r.ClientHost) {
+						missing = true
+					}
 				}
 			}
 		}

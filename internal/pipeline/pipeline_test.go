@@ -14,6 +14,7 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 
+	"github.com/xrdmon/xrdmon/internal/correlate"
 	"github.com/xrdmon/xrdmon/internal/packet"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/source"
@@ -546,5 +547,52 @@ func TestInputClock(t *testing.T) {
 				t.Fatalf("open file of the first server: %v, want [%s]", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestDrainCommitsEveryChunk: a commit of more records than one chunk
+// (3,000 files flushed at the end of input) reaches the store whole: every
+// file once, in chunks of at most correlate.RecordChunk records.
+func TestDrainCommitsEveryChunk(t *testing.T) {
+	const n = 3000
+	st := &fakeStore{}
+	o := testOptions()
+	o.FlushOnExit = true
+	o.StateKey = ""
+	p, err := New(context.Background(), o, st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var freed int32
+	var fseq uint8
+	var pkts [][]byte
+	for id := uint32(1); id <= n; id += 100 {
+		var fb packet.FStreamBuilder
+		fseq++
+		fb.Reset(nil, packet.Header{Pseq: fseq, Stod: 1700000000}, 1700000000, 1700000001, 77, true)
+		for j := id; j < id+100; j++ {
+			fb.Open(packet.FileOpen{FileID: j, FileSize: 10, HasLFN: true, LFN: []byte("/store/f")})
+		}
+		pkts = append(pkts, fb.Finish(1700000002))
+	}
+	in := make(chan *source.Batch, 1)
+	in <- batchOf("192.0.2.7:1094", pkts, nil, &freed, &mu)
+	close(in)
+	if err := p.Run(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint32]bool{}
+	for _, r := range st.recs {
+		if seen[r.FileID] || r.Reason != record.EndOfInput {
+			t.Fatalf("record %d twice or not end_of_input: %+v", r.FileID, r)
+		}
+		seen[r.FileID] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d records, want %d", len(seen), n)
+	}
+	if appends := strings.Count(strings.Join(st.log, " "), "append"); appends < (n+correlate.RecordChunk-1)/correlate.RecordChunk {
+		t.Errorf("%d appends for %d records: chunks were gathered", appends, n)
 	}
 }

@@ -247,7 +247,12 @@ func AppendBinary(dst []byte, r *Record) []byte {
 	}
 	lenAt := len(dst)
 	dst = append(dst, 0)
-	dst = appendIOBinary(dst, &r.IO)
+	var empty IOProfile
+	io := r.IO
+	if io == nil {
+		io = &empty
+	}
+	dst = appendIOBinary(dst, io)
 	if n := len(dst) - lenAt - 1; n < 0x80 {
 		dst[lenAt] = byte(n)
 	} else { // rare: a long profile; move it to make room for its length
@@ -578,9 +583,14 @@ func DecodeBinary(b []byte, r *Record) error {
 	x.RedirectDelayMS = d.varint()
 	x.RedirectDelayMaxMS = d.varint()
 	x.HasIO = flags&rfHasIO != 0
-	if io := d.view(); x.HasIO && !decodeIOBinary(io, &x.IO) {
-		d.fail("bad I/O profile")
-	} else if !x.HasIO && len(io) > 0 {
+	if io := d.view(); x.HasIO {
+		var p IOProfile
+		if !decodeIOBinary(io, &p) {
+			d.fail("bad I/O profile")
+		} else if p != (IOProfile{}) {
+			x.IO = &p
+		}
+	} else if len(io) > 0 {
 		d.fail("I/O profile without its flag")
 	}
 	d.finish(recordFieldsV1)

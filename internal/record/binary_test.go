@@ -53,7 +53,7 @@ func extremeRecord() *Record {
 		RedirectDelayMS:    math.MaxInt64,
 		RedirectDelayMaxMS: math.MinInt64,
 		HasIO:              true,
-		IO: IOProfile{
+		IO: &IOProfile{
 			Reads: math.MaxInt64, Readvs: math.MinInt64, Writes: -1, SequentialReads: 1 << 62,
 			ReadSizes:   Log2Hist{31: math.MaxUint32},
 			ReadvCounts: Log2Hist{0: 1, 31: 2},

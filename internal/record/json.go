@@ -253,7 +253,7 @@ func AppendJSON(dst []byte, r *Record) []byte {
 	dst = optInt(dst, `,"redirect_delay_ms":`, r.RedirectDelayMS)
 	dst = optInt(dst, `,"redirect_delay_max_ms":`, r.RedirectDelayMaxMS)
 	dst = optBool(dst, `,"has_io":`, r.HasIO)
-	if r.IO != (IOProfile{}) {
+	if r.IO != nil && *r.IO != (IOProfile{}) {
 		dst = append(dst, `,"io":`...)
 		dst = r.IO.AppendJSON(dst)
 	}

@@ -76,7 +76,7 @@ func fullRecord() *Record {
 		RedirectDelayMS:    3000,
 		RedirectDelayMaxMS: 9000,
 		HasIO:              true,
-		IO: IOProfile{
+		IO: &IOProfile{
 			Complete: true, Reads: 18, Readvs: 28, Writes: 1, ReadBytes: 2899080, ReadvBytes: 355578585, WriteBytes: 1024,
 			SequentialReads: 17, ReadvSegments: 599,
 			ReadSizes:   Log2Hist{13: 1, 21: 17},

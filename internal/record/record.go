@@ -124,9 +124,11 @@ type Record struct {
 	RedirectDelayMaxMS int64 `json:"redirect_delay_max_ms,omitempty"`
 
 	// I/O profile from the t-stream, present when HasIO (the server traces
-	// I/O with `io` or `iov`).
-	HasIO bool      `json:"has_io,omitempty"`
-	IO    IOProfile `json:"io,omitzero"`
+	// I/O with `io` or `iov`). IO is nil when the profile is empty (nothing
+	// traced of the file): behind a pointer, the 584 bytes of histograms
+	// are not carried by the records of servers that do not trace.
+	HasIO bool       `json:"has_io,omitempty"`
+	IO    *IOProfile `json:"io,omitempty"`
 }
 
 // Partial reports whether the record is partial.

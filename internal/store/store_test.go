@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func assertRecordEqual(t *testing.T, got, want *record.Record) {
 		}
 		*p.g, *p.w = time.Time{}, time.Time{}
 	}
-	if g != w {
+	if !reflect.DeepEqual(g, w) {
 		t.Fatalf("record differs:\n got %+v\nwant %+v", g, w)
 	}
 }

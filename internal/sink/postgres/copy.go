@@ -179,7 +179,12 @@ func (c *copyBuf) record(r *record.Record) {
 	c.int8(r.RedirectDelayMS)
 	c.int8(r.RedirectDelayMaxMS)
 	if r.HasIO {
-		c.scratch = r.IO.AppendJSON(c.scratch[:0])
+		var empty record.IOProfile
+		io := r.IO
+		if io == nil {
+			io = &empty
+		}
+		c.scratch = io.AppendJSON(c.scratch[:0])
 		c.jsonb(c.scratch)
 	} else {
 		c.null()
