@@ -357,8 +357,14 @@ func TestBinaryAppendDoesNotAllocate(t *testing.T) {
 	}
 	b := AppendBinary(nil, r)
 	var got Record
+	if n := testing.AllocsPerRun(100, func() { _ = DecodeBinary(b, &got) }); n != 2 {
+		t.Errorf("DecodeBinary: %v allocs, want 2 (the strings and the I/O profile)", n)
+	}
+	untraced := *r
+	untraced.HasIO, untraced.IO = false, nil
+	b = AppendBinary(nil, &untraced)
 	if n := testing.AllocsPerRun(100, func() { _ = DecodeBinary(b, &got) }); n != 1 {
-		t.Errorf("DecodeBinary: %v allocs, want 1 (the strings)", n)
+		t.Errorf("DecodeBinary without an I/O profile: %v allocs, want 1 (the strings)", n)
 	}
 }
 
