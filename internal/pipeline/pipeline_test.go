@@ -289,23 +289,8 @@ func TestStoreFailureRetries(t *testing.T) {
 // TestFlushOnExit: replay mode writes still-open files as end_of_input
 // partial records with the bytes of their last isXfr.
 func TestFlushOnExit(t *testing.T) {
-	st := &fakeStore{}
-	o := testOptions()
-	o.FlushOnExit = true
-	o.StateKey = ""
-	p, err := New(context.Background(), o, st, nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var freed int32
 	var seq, fseq uint8
-	in := make(chan *source.Batch, 1)
-	in <- batchOf("192.0.2.6:1094", transfer(1700000000, &seq, &fseq, 40, 41, false), nil, &freed, &mu)
-	close(in)
-	if err := p.Run(context.Background(), in); err != nil {
-		t.Fatal(err)
-	}
+	st := replayOne(t, "192.0.2.6:1094", transfer(1700000000, &seq, &fseq, 40, 41, false))
 	if len(st.recs) != 1 || st.recs[0].Reason != record.EndOfInput || st.recs[0].ReadBytes != 5 {
 		t.Fatalf("records %+v", st.recs)
 	}
@@ -555,16 +540,6 @@ func TestInputClock(t *testing.T) {
 // file once, in chunks of at most correlate.RecordChunk records.
 func TestDrainCommitsEveryChunk(t *testing.T) {
 	const n = 3000
-	st := &fakeStore{}
-	o := testOptions()
-	o.FlushOnExit = true
-	o.StateKey = ""
-	p, err := New(context.Background(), o, st, nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var freed int32
 	var fseq uint8
 	var pkts [][]byte
 	for id := uint32(1); id <= n; id += 100 {
@@ -576,12 +551,7 @@ func TestDrainCommitsEveryChunk(t *testing.T) {
 		}
 		pkts = append(pkts, fb.Finish(1700000002))
 	}
-	in := make(chan *source.Batch, 1)
-	in <- batchOf("192.0.2.7:1094", pkts, nil, &freed, &mu)
-	close(in)
-	if err := p.Run(context.Background(), in); err != nil {
-		t.Fatal(err)
-	}
+	st := replayOne(t, "192.0.2.7:1094", pkts)
 	seen := map[uint32]bool{}
 	for _, r := range st.recs {
 		if seen[r.FileID] || r.Reason != record.EndOfInput {
@@ -595,4 +565,28 @@ func TestDrainCommitsEveryChunk(t *testing.T) {
 	if appends := strings.Count(strings.Join(st.log, " "), "append"); appends < (n+correlate.RecordChunk-1)/correlate.RecordChunk {
 		t.Errorf("%d appends for %d records: chunks were gathered", appends, n)
 	}
+}
+
+// replayOne runs one batch of pkts from sender through a pipeline set up as
+// replay sets it (no checkpoints, open files flushed at the end) and
+// returns what it stored.
+func replayOne(t *testing.T, sender string, pkts [][]byte) *fakeStore {
+	t.Helper()
+	st := &fakeStore{}
+	o := testOptions()
+	o.FlushOnExit = true
+	o.StateKey = ""
+	p, err := New(context.Background(), o, st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var freed int32
+	in := make(chan *source.Batch, 1)
+	in <- batchOf(sender, pkts, nil, &freed, &mu)
+	close(in)
+	if err := p.Run(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
