@@ -321,7 +321,6 @@ type barrier struct {
 type shard struct {
 	id, n int
 	c     *correlate.Shard
-	one   [1][]record.Record // Recycle's argument, without an allocation
 	in    chan shardMsg
 	snap  bytes.Buffer
 }
@@ -396,9 +395,7 @@ func (s *shard) recycle(p *Pipeline) {
 	for range 4 {
 		select {
 		case c := <-p.chunks:
-			s.one[0] = c
-			s.c.Recycle(s.one[:])
-			s.one[0] = nil
+			s.c.Recycle([][]record.Record{c}) // the argument stays on the stack
 		default:
 			return
 		}
