@@ -2,7 +2,6 @@ package correlate
 
 import (
 	"net/netip"
-	"slices"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/packet"
@@ -314,8 +313,8 @@ func unixTime(t uint32) time.Time { return time.Unix(int64(t), 0).UTC() }
 
 // emit appends the record of file f.
 func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *packet.FileClose) {
-	if len(s.prog) > 0 && f.flags&fXfr != 0 {
-		s.dropProgress(f, inc)
+	if f.prog > 0 {
+		s.dropProgress(f)
 	}
 	if len(s.out) == cap(s.out) {
 		s.nextChunk()
@@ -351,24 +350,46 @@ func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *pac
 // moved so far (TakeProgress) when an isXfr at tEnd falls in a later minute
 // than its open: rollups count the bytes of long transfers as they flow.
 // A file whose open was not seen has no dimensions yet and reports nothing
-// (its close carries all).
+// (its close carries all). A later snapshot of the same file in the same
+// minute replaces the earlier one (the bytes are cumulative: the rollups
+// count the same).
 func (s *Shard) progress(f *fileEntry, inc *incarnation, tEnd uint32) {
 	if !s.cfg.ReportProgress || f.flags&fOpen == 0 || tEnd/60 <= f.tOpen/60 {
 		return
 	}
+	prev := int32(0)
+	if f.progGen == s.progGen && f.prog > 0 {
+		i := f.prog - 1
+		if p := &s.prog[i]; p.End.Unix()/60 == int64(max(tEnd, f.tOpen))/60 {
+			s.fill(p, f, inc, tEnd)
+			return
+		}
+		prev = f.prog
+	}
 	s.prog = append(s.prog, record.Record{})
+	s.progLink = append(s.progLink, prev)
 	s.fill(&s.prog[len(s.prog)-1], f, inc, tEnd)
+	f.prog, f.progGen = int32(len(s.prog)), s.progGen
 }
 
 // dropProgress drops the progress snapshots of f not yet taken: its record
 // carries all its bytes, and a progress event after its record in the log
-// would be counted twice by the rollups.
-func (s *Shard) dropProgress(f *fileEntry, inc *incarnation) {
-	start := unixTime(f.tOpen)
-	s.prog = slices.DeleteFunc(s.prog, func(p record.Record) bool {
-		return p.FileID == f.fileID && p.ServerIP == inc.ip && p.ServerStod == int64(inc.key.stod) &&
-			p.ServerID == inc.key.sid && p.Start.Equal(start)
-	})
+// would be counted twice by the rollups. It follows f's own snapshots
+// (progLink), never the whole list.
+func (s *Shard) dropProgress(f *fileEntry) {
+	if f.progGen != s.progGen {
+		return
+	}
+	for i := f.prog; i > 0; {
+		next := s.progLink[i-1]
+		if next < 0 {
+			break
+		}
+		s.progLink[i-1] = -1
+		s.progDead++
+		i = next
+	}
+	f.prog = 0
 }
 
 // fill sets what a record of file f says before its close: the server,

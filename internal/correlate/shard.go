@@ -129,15 +129,22 @@ type Shard struct {
 	// being filled, full the filled ones not yet taken, spare empty ones
 	// given back (Recycle). A drain that closes thousands of files at once
 	// then never regrows and copies one large slice.
-	out     []record.Record
-	full    [][]record.Record
-	spare   [][]record.Record
-	events  []record.Event
-	opens   []Open          // when cfg.ReportOpens
-	prog    []record.Record // when cfg.ReportProgress
-	idArena []byte
-	stats   Stats
-	snap    *snapScratch // Snapshot's buffers, kept between checkpoints
+	out    []record.Record
+	full   [][]record.Record
+	spare  [][]record.Record
+	events []record.Event
+	opens  []Open          // when cfg.ReportOpens
+	prog   []record.Record // when cfg.ReportProgress
+	// progLink is, per snapshot in prog, 1 + the index of the same file's
+	// previous one (0: none), or -1 once dropped; progGen counts the
+	// TakeProgress calls, so that a file's index into prog is valid only
+	// in the generation it was taken in.
+	progLink []int32
+	progGen  uint32
+	progDead int
+	idArena  []byte
+	stats    Stats
+	snap     *snapScratch // Snapshot's buffers, kept between checkpoints
 }
 
 // NewShard returns an empty shard. Check cfg with Validate first: NewShard
@@ -185,9 +192,20 @@ func (s *Shard) TakeOpens(dst []Open) []Open {
 // with no RecordID whose End is the isXfr's time and whose bytes are
 // cumulative (record.ProgressEvent makes them events).
 func (s *Shard) TakeProgress(dst []record.Record) []record.Record {
-	dst = append(dst, s.prog...)
+	if s.progDead == 0 {
+		dst = append(dst, s.prog...)
+	} else {
+		for i := range s.prog {
+			if s.progLink[i] >= 0 {
+				dst = append(dst, s.prog[i])
+			}
+		}
+	}
 	clear(s.prog)
 	s.prog = s.prog[:0]
+	s.progLink = s.progLink[:0]
+	s.progDead = 0
+	s.progGen++
 	return dst
 }
 

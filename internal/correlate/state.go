@@ -94,7 +94,11 @@ type fileEntry struct {
 	queued           uint32 // collector clock: when put at the tail of its LRU lists
 	flags            uint8
 	pend             uint8 // reason index while fPending
-	ln               [3]link
+	// prog is 1 + the index in Shard.prog of the file's newest progress
+	// snapshot not yet taken, valid while progGen is Shard.progGen.
+	prog    int32
+	progGen uint32
+	ln      [3]link
 }
 
 func (f *fileEntry) lk(k int) *link { return &f.ln[k] }
