@@ -135,6 +135,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		if rollups, err = rollup.New(cfg.Rollup, st, log.With("component", "rollup"), reg); err != nil {
 			return fmt.Errorf("rollups: %w", err)
 		}
+		st.Listen(rollups.Feed) // summed as committed, not read back
 	}
 	srv := web.New(cfg.HTTP, reg, log.With("component", "web"))
 	srv.AddCheck("pipeline", pipe.Ready)

@@ -112,18 +112,29 @@ func (r *Record) locality() string {
 // address, not a bare name).
 func isName(host string) bool {
 	h := strings.Trim(host, "[]")
-	if _, err := netip.ParseAddr(h); err == nil || h == "" {
+	if h == "" || isAddr(h) {
 		return false
 	}
 	i := strings.IndexByte(h, '.')
 	return i > 0 && i+1 < len(h)
 }
 
+// isAddr reports whether h is an IP address. A text that cannot be one
+// (a host name has a letter or a hyphen and no colon) is not parsed: a
+// failed parse allocates its error, and rollups ask this of every record.
+func isAddr(h string) bool {
+	if !strings.ContainsRune(h, ':') && strings.IndexFunc(h, func(c rune) bool { return (c < '0' || c > '9') && c != '.' }) >= 0 {
+		return false
+	}
+	_, err := netip.ParseAddr(h)
+	return err == nil
+}
+
 // domain returns the domain of a host name (all but its first label), or
 // the host itself when it is an address.
 func domain(host string) string {
 	h := strings.Trim(host, "[]")
-	if _, err := netip.ParseAddr(h); err == nil {
+	if isAddr(h) {
 		return h
 	}
 	if i := strings.IndexByte(h, '.'); i >= 0 && i+1 < len(h) {

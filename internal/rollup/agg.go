@@ -3,6 +3,7 @@ package rollup
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
 	"slices"
 
 	"github.com/axiomhq/hyperloglog"
@@ -51,6 +52,25 @@ func (a *Agg) Merge(b *Agg) {
 	a.Size.Merge(&b.Size)
 }
 
+// apply adds d to a and returns the bytes a grew by in memory.
+func (a *Agg) apply(d *delta) int64 {
+	a.ReadBytes += d.read
+	a.ReadvBytes += d.readv
+	a.WriteBytes += d.write
+	if !d.closed {
+		return 0
+	}
+	if d.reason < 0 {
+		a.Transfers++
+	} else {
+		a.Partial++
+		a.PartialBy[d.reason]++
+	}
+	a.DurationMS += d.ms
+	grew := a.Users.add(d.user) + a.Duration.add(d.dur, 1) + a.Size.add(d.size, 1)
+	return int64(grew)
+}
+
 // size estimates the bytes a holds in memory.
 func (a *Agg) size() int {
 	return 160 + 8*len(a.Users.small) + 12*(len(a.Duration.b)+len(a.Size.b)) + a.Users.hllBytes()
@@ -77,21 +97,25 @@ func newSketch() *hyperloglog.Sketch {
 }
 
 // Add counts the identity with hash h.
-func (u *Users) Add(h uint64) {
+func (u *Users) Add(h uint64) { u.add(h) }
+
+// add counts the identity with hash h and returns the bytes u grew by.
+func (u *Users) add(h uint64) int {
 	if u.hll != nil {
 		u.hll.InsertHash(h)
-		return
+		return 0
 	}
 	i, found := slices.BinarySearch(u.small, h)
 	if found {
-		return
+		return 0
 	}
 	if len(u.small) < smallUsers {
 		u.small = slices.Insert(u.small, i, h)
-		return
+		return 8
 	}
 	u.promote()
 	u.hll.InsertHash(h)
+	return u.hllBytes() - 8*smallUsers
 }
 
 func (u *Users) promote() {
@@ -137,6 +161,10 @@ func (u *Users) hllBytes() int {
 // adding counts, with quantiles within half a bucket (about 9 %).
 type Hist struct {
 	b []hbucket // by index
+	// has marks the indexes below 256 that b holds (every value up to
+	// 2^63 has one): a bucket's place in b is the count of marks below
+	// its index, found without a search.
+	has [4]uint64
 }
 
 type hbucket struct {
@@ -159,17 +187,50 @@ func (h *Hist) Observe(v float64) { h.add(histIndex(v), 1) }
 // observeIndex adds one value whose bucket is i (histIndex).
 func (h *Hist) observeIndex(i int16) { h.add(i, 1) }
 
-func (h *Hist) add(i int16, n int64) {
+// add counts n values in bucket i and returns the bytes h grew by.
+func (h *Hist) add(i int16, n int64) int {
 	if len(h.b) == 0 || h.b[len(h.b)-1].i < i { // in order: decoding, merging
 		h.b = append(h.b, hbucket{i, n})
-		return
+		h.mark(i)
+		return 12
 	}
-	k, found := slices.BinarySearchFunc(h.b, i, func(b hbucket, i int16) int { return int(b.i) - int(i) })
-	if found {
-		h.b[k].n += n
-		return
+	var k int
+	if i >= 0 && i < 256 && h.b[0].i >= 0 {
+		w, bit := i>>6, uint64(1)<<(i&63)
+		k = bits.OnesCount64(h.has[w] & (bit - 1))
+		for _, x := range h.has[:w] {
+			k += bits.OnesCount64(x)
+		}
+		if h.has[w]&bit != 0 {
+			h.b[k].n += n
+			return 0
+		}
+	} else {
+		lo, hi := 0, len(h.b) // the first bucket >= i
+		for lo < hi {
+			m := int(uint(lo+hi) >> 1)
+			if h.b[m].i < i {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		if h.b[lo].i == i {
+			h.b[lo].n += n
+			return 0
+		}
+		k = lo
 	}
 	h.b = slices.Insert(h.b, k, hbucket{i, n})
+	h.mark(i)
+	return 12
+}
+
+// mark notes that b holds index i.
+func (h *Hist) mark(i int16) {
+	if i >= 0 && i < 256 {
+		h.has[i>>6] |= 1 << (i & 63)
+	}
 }
 
 // Merge adds the counts of g.
@@ -179,6 +240,7 @@ func (h *Hist) Merge(g *Hist) {
 	}
 	if len(h.b) == 0 {
 		h.b = append(h.b, g.b...)
+		h.has = g.has
 		return
 	}
 	// Both are sorted. When h has every bucket of g (the usual case once
@@ -218,6 +280,9 @@ func (h *Hist) Merge(g *Hist) {
 		}
 	}
 	h.b = append(append(out, x...), y...)
+	for k := range h.has {
+		h.has[k] |= g.has[k]
+	}
 }
 
 // Count returns the number of values observed.

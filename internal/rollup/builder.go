@@ -40,8 +40,11 @@ func serverOf(k *record.AccessKey) serverKey { return serverKey{k.ServerIP, k.Se
 // bucketKey names a bucket: its width and start (Unix seconds).
 type bucketKey struct{ step, start int64 }
 
-// head is the sums not yet flushed: bucket -> series key -> sums.
-type head map[bucketKey]map[string]*Agg
+// head is the sums not yet flushed, by minute: the start of a 1-minute
+// bucket (Unix s) -> series key -> sums. Hours and days are the merge of
+// their minutes, made when the head is flushed or queried: a record
+// updates one bucket per series, not one per resolution.
+type head map[int64]map[string]*Agg
 
 // openAccess is what the builder counted of an access still open (from
 // its progress events), or, once closed, a tombstone that makes later
@@ -69,31 +72,58 @@ const (
 
 // Builder builds rollups from a store's log. Run it with Run; query it
 // with Query and Top (safe while it runs).
+//
+// It is fed two ways, both through the same cursor: live, by the store's
+// append listener (Feed: the entries a commit has just made durable, in
+// the writer's goroutine, without reading them back), and by reading the
+// log from its cursor (catching up after a start, or after a gap in what
+// it was fed). An entry is applied once, in log order, either way.
 type Builder struct {
 	cfg   Config
 	st    Store
 	log   *slog.Logger
 	m     *metrics
 	specs []Spec
-	dims  [][]record.Dim
+	dims  [][]int // per spec, the indexes of its dimensions in vals
+	used  []record.Dim
 
-	mu        sync.Mutex // guards head and watermark for queries
+	// mu guards what Apply and Feed change: the head, the watermark, the
+	// open accesses and the cursor. It is held for a batch of entries or
+	// to swap the head out, never across I/O.
+	mu        sync.Mutex
 	head      head
 	headBytes int64
+	flushing  head  // the head being written by Flush (nil: none)
 	watermark int64 // the latest data time seen (Unix s)
+	cursor    int64
+	restored  bool // Restore has run: Feed may apply
+	// partsMu orders queries with Flush: a query reads the stored parts
+	// and the heads under its read lock, Flush commits its parts and
+	// forgets the flushed head under its write lock, so that a query
+	// sees a flushed head either in memory or in the store, never both.
+	partsMu sync.RWMutex
 
-	open      map[record.AccessKey]*openAccess
+	open      map[record.AccessKey]openAccess
 	openBytes int64
 	// serverTime is the latest time seen per server incarnation: open
 	// accesses expire by their own server's clock, as servers' streams
 	// need not be in time order with each other in the log.
 	serverTime map[serverKey]int64
-	cursor     int64
-	part       int64             // the last part number used
-	parts      map[bucketKey]int // parts stored per recent bucket
-	keyBuf     []byte
-	keys       []string
-	lastFlush  time.Time
+
+	// Scratch of apply (under mu): the record's dimension values, a
+	// series key, and the minute last written.
+	vals    []string
+	keyBuf  []byte
+	lastMin int64
+	lastMap map[string]*Agg
+	last    []lastSeries // per spec: consecutive records often share a series
+
+	// Of the flushing goroutine only.
+	part      int64             // the last part number used
+	parts     map[bucketKey]int // parts stored per recent bucket
+	lastFlush time.Time
+	behind    chan struct{} // a Feed found a gap: read the log
+	full      chan struct{} // the head passed MaxHeadBytes: flush early
 }
 
 // New returns a builder over st; call Run to start it. reg registers its
@@ -111,10 +141,22 @@ func New(cfg Config, st Store, log *slog.Logger, reg prometheus.Registerer) (*Bu
 		return nil, err
 	}
 	b := &Builder{cfg: cfg, st: st, log: log, m: m, specs: specs, head: make(head),
-		open: make(map[record.AccessKey]*openAccess), parts: make(map[bucketKey]int), serverTime: make(map[serverKey]int64)}
+		open: make(map[record.AccessKey]openAccess), parts: make(map[bucketKey]int), serverTime: make(map[serverKey]int64),
+		behind: make(chan struct{}, 1), full: make(chan struct{}, 1)}
 	for _, s := range specs {
-		b.dims = append(b.dims, s.Dims())
+		var idx []int
+		for _, d := range s.Dims() {
+			i := slices.Index(b.used, d)
+			if i < 0 {
+				i = len(b.used)
+				b.used = append(b.used, d)
+			}
+			idx = append(idx, i)
+		}
+		b.dims = append(b.dims, idx)
 	}
+	b.vals = make([]string, len(b.used))
+	b.last = make([]lastSeries, len(specs))
 	return b, nil
 }
 
@@ -126,6 +168,8 @@ func (b *Builder) Restore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if err := b.unmarshalState(state); err != nil {
 		return fmt.Errorf("rollup state: %w", err)
 	}
@@ -141,11 +185,16 @@ func (b *Builder) Restore(ctx context.Context) error {
 			b.parts[bucketKey{s, start}] = k
 		}
 	}
+	b.restored = true
 	b.m.cursor.Set(float64(b.cursor))
 	return nil
 }
 
 // Run builds rollups until ctx is cancelled, then flushes what it holds.
+// It catches up with the log from its cursor, then takes what the store's
+// listener feeds it (Feed), reading the log again only when a feed did
+// not follow its cursor; it flushes every FlushInterval, and early when
+// the head passes MaxHeadBytes.
 func (b *Builder) Run(ctx context.Context) error {
 	if err := b.Restore(ctx); err != nil {
 		return err
@@ -154,11 +203,21 @@ func (b *Builder) Run(ctx context.Context) error {
 	b.lastFlush = time.Now()
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
+	behind := true
 	for {
-		n, err := b.step(ctx)
-		if err != nil && ctx.Err() == nil {
-			b.m.errors.Inc()
-			b.log.Warn("Rollup step failed; retrying", "err", err)
+		if behind {
+			n, err := b.readLog(ctx)
+			if err != nil && ctx.Err() == nil {
+				b.m.errors.Inc()
+				b.log.Warn("Rollup step failed; retrying", "err", err)
+			}
+			behind = n == readBatch && err == nil
+		}
+		if ctx.Err() == nil && (time.Since(b.lastFlush) >= b.cfg.FlushInterval.D() || b.headFull()) {
+			if err := b.Flush(ctx); err != nil && ctx.Err() == nil {
+				b.m.errors.Inc()
+				b.log.Warn("Rollup flush failed; retrying", "err", err)
+			}
 		}
 		if ctx.Err() != nil {
 			// Sum what reached the log before the stop, then flush.
@@ -167,29 +226,39 @@ func (b *Builder) Run(ctx context.Context) error {
 			cancel()
 			return err
 		}
-		if n == readBatch && err == nil {
+		if behind {
 			continue
 		}
 		select {
 		case <-ctx.Done():
+		case <-b.behind:
+			behind = true
+		case <-b.full:
 		case <-t.C:
+			// A fallback: a feed may have been refused while the log was
+			// being read, and appends by another process are not fed.
+			behind = true
 		}
 	}
 }
 
-// step reads and applies one batch of the log, and flushes when due.
-func (b *Builder) step(ctx context.Context) (int, error) {
-	entries, err := b.st.Read(ctx, b.cursor, readBatch)
+// readLog reads and applies one batch of the log after the cursor.
+func (b *Builder) readLog(ctx context.Context) (int, error) {
+	b.mu.Lock()
+	cursor := b.cursor
+	b.mu.Unlock()
+	entries, err := b.st.Read(ctx, cursor, readBatch)
 	if err != nil {
 		return 0, fmt.Errorf("read store: %w", err)
 	}
 	b.Apply(entries)
-	if time.Since(b.lastFlush) >= b.cfg.FlushInterval.D() || b.headBytes >= int64(b.cfg.MaxHeadBytes) {
-		if err := b.Flush(ctx); err != nil {
-			return len(entries), err
-		}
-	}
 	return len(entries), nil
+}
+
+func (b *Builder) headFull() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.headBytes >= int64(b.cfg.MaxHeadBytes)
 }
 
 // CatchUp applies the whole log after the cursor and flushes: what a
@@ -197,15 +266,14 @@ func (b *Builder) step(ctx context.Context) (int, error) {
 // store no collector runs).
 func (b *Builder) CatchUp(ctx context.Context) error {
 	for {
-		entries, err := b.st.Read(ctx, b.cursor, readBatch)
+		n, err := b.readLog(ctx)
 		if err != nil {
-			return fmt.Errorf("read store: %w", err)
+			return err
 		}
-		if len(entries) == 0 {
+		if n == 0 {
 			return b.Flush(ctx)
 		}
-		b.Apply(entries)
-		if b.headBytes >= int64(b.cfg.MaxHeadBytes) {
+		if b.headFull() {
 			if err := b.Flush(ctx); err != nil {
 				return err
 			}
@@ -213,12 +281,50 @@ func (b *Builder) CatchUp(ctx context.Context) error {
 	}
 }
 
-// Apply adds log entries to the head and moves the cursor past them.
+// Feed applies entries the store has just appended (store.Listener), in
+// the appender's goroutine: they are summed without being read back. It
+// applies only what follows the cursor without a gap; when entries are
+// missing before them (fed while the log was being read, or the builder
+// is behind), it leaves them to Run, which reads the log. It never blocks
+// on I/O, and the entries are not kept.
+func (b *Builder) Feed(entries []store.Entry) {
+	if len(entries) == 0 {
+		return
+	}
+	b.mu.Lock()
+	if first := entries[0].Seq; !b.restored || first > b.cursor+1 {
+		b.mu.Unlock()
+		select {
+		case b.behind <- struct{}{}:
+		default:
+		}
+		return
+	}
+	b.applyLocked(entries)
+	full := b.headBytes >= int64(b.cfg.MaxHeadBytes)
+	b.mu.Unlock()
+	if full {
+		select {
+		case b.full <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Apply adds log entries to the head and moves the cursor past them;
+// entries at or before the cursor are skipped (already applied).
 func (b *Builder) Apply(entries []store.Entry) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.applyLocked(entries)
+}
+
+func (b *Builder) applyLocked(entries []store.Entry) {
 	for i := range entries {
 		e := &entries[i]
+		if e.Seq <= b.cursor {
+			continue
+		}
 		switch {
 		case e.Record != nil:
 			b.applyRecord(e.Record)
@@ -236,81 +342,67 @@ func (b *Builder) Apply(entries []store.Entry) {
 	b.m.headBytes.Set(float64(b.headBytes))
 }
 
+// delta is what one record or progress event adds to each of its series.
+type delta struct {
+	read, readv, write int64
+	closed             bool // a record: counts a transfer, a user, its duration and size
+	reason             int  // reasonIndex (-1: complete)
+	user               uint64
+	ms                 int64
+	dur, size          int16
+}
+
 func (b *Builder) applyProgress(p *record.Record) {
 	t := p.End.Unix()
 	k := p.Access()
 	b.seen(&k, t)
-	o := b.open[k]
-	if o == nil {
+	o, ok := b.open[k]
+	if !ok {
 		if b.openBytes >= int64(b.cfg.MaxOpenBytes) {
 			b.m.openEvicted.Inc() // its bytes count at its close
 			return
 		}
-		o = &openAccess{}
-		b.open[k] = o
 		b.openBytes += openSize(&k)
 	}
 	if o.closed {
 		return
 	}
-	dr, dv, dw := max(0, p.ReadBytes-o.read), max(0, p.ReadvBytes-o.readv), max(0, p.WriteBytes-o.write)
+	d := delta{read: max(0, p.ReadBytes-o.read), readv: max(0, p.ReadvBytes-o.readv), write: max(0, p.WriteBytes-o.write)}
 	o.read, o.readv, o.write = max(o.read, p.ReadBytes), max(o.readv, p.ReadvBytes), max(o.write, p.WriteBytes)
 	o.last = max(o.last, t)
-	if dr+dv+dw == 0 {
+	b.open[k] = o
+	if d.read+d.readv+d.write == 0 {
 		return
 	}
-	b.add(t, p, func(a *Agg) {
-		a.ReadBytes += dr
-		a.ReadvBytes += dv
-		a.WriteBytes += dw
-	})
+	b.add(t, p, &d)
 	b.m.progress.Inc()
 }
 
 func (b *Builder) applyRecord(r *record.Record) {
 	t := r.End.Unix()
-	var counted openAccess
 	k := r.Access()
 	b.seen(&k, t)
-	if o := b.open[k]; o != nil {
-		if o.closed {
-			return // the same access twice (the store drops duplicates; be safe)
-		}
-		counted = *o
+	counted, ok := b.open[k]
+	if counted.closed {
+		return // the same access twice (the store drops duplicates; be safe)
 	}
-	if r.End.Unix()/60 > r.Start.Unix()/60 {
+	if t/60 > r.Start.Unix()/60 {
 		// Progress events of it may still follow: leave a tombstone.
-		if o := b.open[k]; o != nil {
-			*o = openAccess{closed: true, last: t}
-		} else {
-			b.open[k] = &openAccess{closed: true, last: t}
+		if !ok {
 			b.openBytes += openSize(&k)
 		}
+		b.open[k] = openAccess{closed: true, last: t}
 	}
-	dr, dv, dw := max(0, r.ReadBytes-counted.read), max(0, r.ReadvBytes-counted.readv), max(0, r.WriteBytes-counted.write)
-	ri := reasonIndex(r.Reason)
-	user := hashIdentity(r.Dim(record.DimIdentity))
-	var ms int64 // a record without an open has no duration
-	if !r.Start.IsZero() {
-		ms = max(r.End.Sub(r.Start).Milliseconds(), 0)
+	d := delta{
+		read: max(0, r.ReadBytes-counted.read), readv: max(0, r.ReadvBytes-counted.readv), write: max(0, r.WriteBytes-counted.write),
+		closed: true, reason: reasonIndex(r.Reason), user: hashIdentity(r.Dim(record.DimIdentity)),
 	}
-	dur := histIndex(float64(ms))
-	size := histIndex(float64(r.ReadBytes + r.ReadvBytes + r.WriteBytes))
-	b.add(t, r, func(a *Agg) {
-		a.ReadBytes += dr
-		a.ReadvBytes += dv
-		a.WriteBytes += dw
-		if ri < 0 {
-			a.Transfers++
-		} else {
-			a.Partial++
-			a.PartialBy[ri]++
-		}
-		a.Users.Add(user)
-		a.DurationMS += ms
-		a.Duration.observeIndex(dur)
-		a.Size.observeIndex(size)
-	})
+	if !r.Start.IsZero() { // a record without an open has no duration
+		d.ms = max(r.End.Sub(r.Start).Milliseconds(), 0)
+	}
+	d.dur = histIndex(float64(d.ms))
+	d.size = histIndex(float64(r.ReadBytes + r.ReadvBytes + r.WriteBytes))
+	b.add(t, r, &d)
 	b.m.records.Inc()
 }
 
@@ -324,34 +416,46 @@ func (b *Builder) seen(k *record.AccessKey, t int64) {
 
 func openSize(k *record.AccessKey) int64 { return int64(96 + len(k.ServerIP)) }
 
-// add applies fn to every series of r in the buckets of time t.
-func (b *Builder) add(t int64, r *record.Record, fn func(*Agg)) {
+// lastSeries is the series a spec's last record went to.
+type lastSeries struct {
+	min int64 // the minute's start
+	key []byte
+	agg *Agg // nil: none
+}
+
+// aggOverhead is the bytes of a new series in the head besides its key:
+// the Agg, its map slot and the key's header.
+const aggOverhead = 192
+
+// add applies d to every series of r in the minute of time t. It
+// allocates only for a series the minute does not hold yet.
+func (b *Builder) add(t int64, r *record.Record, d *delta) {
 	b.watermark = max(b.watermark, t)
-	b.keys = b.keys[:0]
-	for i, s := range b.specs {
-		b.keyBuf = seriesKey(b.keyBuf[:0], s, b.dims[i], r)
-		b.keys = append(b.keys, string(b.keyBuf))
-	}
-	for _, step := range Resolutions {
-		s := int64(step / time.Second)
-		bk := bucketKey{s, t - mod(t, s)}
-		m := b.head[bk]
-		if m == nil {
+	start := t - mod(t, 60)
+	m := b.lastMap
+	if m == nil || start != b.lastMin {
+		if m = b.head[start]; m == nil {
 			m = make(map[string]*Agg)
-			b.head[bk] = m
+			b.head[start] = m
 		}
-		for _, key := range b.keys {
-			a := m[key]
-			if a == nil {
+		b.lastMin, b.lastMap = start, m
+	}
+	for i, dim := range b.used {
+		b.vals[i] = r.Dim(dim)
+	}
+	for i, s := range b.specs {
+		c := &b.last[i]
+		b.keyBuf = appendKey(b.keyBuf[:0], s, b.dims[i], b.vals)
+		a := c.agg
+		if a == nil || c.min != start || string(c.key) != string(b.keyBuf) {
+			if a = m[string(b.keyBuf)]; a == nil {
 				a = &Agg{}
-				m[key] = a
-				b.headBytes += int64(len(key)) + 64
-			} else {
-				b.headBytes -= int64(a.size())
+				m[string(b.keyBuf)] = a
+				b.headBytes += int64(len(b.keyBuf)) + aggOverhead
 			}
-			fn(a)
-			b.headBytes += int64(a.size())
+			c.min, c.key, c.agg = start, append(c.key[:0], b.keyBuf...), a
 		}
+		b.headBytes += a.apply(d)
 	}
 }
 
@@ -366,41 +470,63 @@ func mod(t, s int64) int64 {
 
 // Flush writes the head as parts, compacts the buckets that are over or
 // hold too many parts, expires old buckets, and saves the state and cursor,
-// all in one transaction.
+// all in one transaction. The head is swapped out at once: what is fed
+// meanwhile goes to a new head, and queries see the flushed one until its
+// parts are committed.
 func (b *Builder) Flush(ctx context.Context) error {
 	start := time.Now()
-	// Queries hold mu while they read the head and the parts: they see a
-	// bucket either before this commit or after it, never both.
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	h, wm := b.head, b.watermark
+	b.head, b.headBytes, b.flushing = make(head), 0, h
+	b.lastMap = nil
+	clear(b.last)
+	buckets := bucketsOf(h)
+	part := b.part + int64(len(buckets))
+	b.expireOpen(wm)
+	c := store.RollupCommit{Cursor: b.cursor, Expire: make(map[int64]int64), State: b.marshalState(part, wm)}
+	b.mu.Unlock()
 
-	c := store.RollupCommit{Cursor: b.cursor, Expire: make(map[int64]int64)}
-	part := b.part
+	c.Meta = b.marshalMeta(wm)
+	part = b.part
 	added := make(map[bucketKey]int)
-	for _, bk := range sortedBuckets(h) {
+	for _, bk := range buckets {
 		part++
-		c.Add = append(c.Add, rows(bk.step, bk.start, part, encodeParts(h[bk]))...)
+		c.Add = append(c.Add, rows(bk.step, bk.start, part, encodeParts(bucketOf(h, bk)))...)
 		added[bk]++
 	}
 	compacted, err := b.compactions(ctx, added, wm)
+	if err == nil {
+		c.Compacted = compacted
+		for _, step := range Resolutions {
+			if ret := b.cfg.retention(step); ret > 0 {
+				s := int64(step / time.Second)
+				c.Expire[s] = wm - int64(ret/time.Second)
+			}
+		}
+		b.partsMu.Lock()
+		err = b.st.CommitRollup(ctx, c)
+		b.mu.Lock()
+		if err != nil {
+			mergeHead(b.head, h) // written by a later flush, with its cursor
+			b.headBytes += headSize(h)
+			b.lastMap = nil
+			clear(b.last)
+		}
+		b.flushing = nil
+		b.mu.Unlock()
+		b.partsMu.Unlock()
+	} else {
+		b.mu.Lock()
+		mergeHead(b.head, h)
+		b.headBytes += headSize(h)
+		b.lastMap = nil
+		clear(b.last)
+		b.flushing = nil
+		b.mu.Unlock()
+	}
 	if err != nil {
 		return err
 	}
-	c.Compacted = compacted
-	for _, step := range Resolutions {
-		if ret := b.cfg.retention(step); ret > 0 {
-			s := int64(step / time.Second)
-			c.Expire[s] = wm - int64(ret/time.Second)
-		}
-	}
-	b.expireOpen(wm)
-	c.State = b.marshalState(part, wm)
-	c.Meta = b.marshalMeta(wm)
-	if err := b.st.CommitRollup(ctx, c); err != nil {
-		return err
-	}
-	b.head, b.headBytes = make(head), 0
 	b.part = part
 	for bk, n := range added {
 		b.parts[bk] += n
@@ -418,6 +544,69 @@ func (b *Builder) Flush(ctx context.Context) error {
 	b.m.flushSeconds.Observe(time.Since(start).Seconds())
 	b.m.headBytes.Set(0)
 	return nil
+}
+
+// bucketsOf returns the buckets of every resolution that the minutes of
+// h fall in, by width, then start.
+func bucketsOf(h head) []bucketKey {
+	seen := make(map[bucketKey]struct{})
+	for start := range h {
+		for _, step := range Resolutions {
+			s := int64(step / time.Second)
+			seen[bucketKey{s, start - mod(start, s)}] = struct{}{}
+		}
+	}
+	return sortedBuckets(seen)
+}
+
+// bucketOf returns the series of bucket bk in h: a minute's own map, or
+// the merge (copies) of the minutes of an hour or a day.
+func bucketOf(h head, bk bucketKey) map[string]*Agg {
+	if bk.step == 60 {
+		return h[bk.start]
+	}
+	out := make(map[string]*Agg)
+	for start, m := range h {
+		if start-mod(start, bk.step) != bk.start {
+			continue
+		}
+		for k, a := range m {
+			if cur := out[k]; cur != nil {
+				cur.Merge(a)
+			} else {
+				c := &Agg{}
+				c.Merge(a)
+				out[k] = c
+			}
+		}
+	}
+	return out
+}
+
+// mergeHead adds the series of src to dst (a failed flush's head back
+// into the current one).
+func mergeHead(dst, src head) {
+	for start, m := range src {
+		d := dst[start]
+		if d == nil {
+			dst[start] = m
+			continue
+		}
+		for k, a := range m {
+			mergeInto(d, k, a)
+		}
+	}
+}
+
+// headSize estimates the bytes of h.
+func headSize(h head) int64 {
+	var n int64
+	for _, m := range h {
+		for k, a := range m {
+			n += int64(len(k)) + aggOverhead + int64(a.size())
+		}
+	}
+	return n
 }
 
 // sortedBuckets returns the keys of m by width, then start.
@@ -702,7 +891,7 @@ func (b *Builder) unmarshalState(state []byte) error {
 		k.ServerID = d.Uvarint()
 		k.FileID = uint32(d.Uvarint())
 		k.Start = d.Varint()
-		o := &openAccess{read: d.Varint(), readv: d.Varint(), write: d.Varint(), last: d.Varint()}
+		o := openAccess{read: d.Varint(), readv: d.Varint(), write: d.Varint(), last: d.Varint()}
 		o.closed = d.Byte() == 1
 		if d.Err() != nil {
 			return d.Err()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/codec"
@@ -266,8 +265,8 @@ func topOf(sums map[string]*Agg, m Measure, n int) ([]Row, Agg, error) {
 // load returns the decompressed sections of spec's series in the stored
 // parts of spans, and a copy of the head's sums of spec in spans.
 func (b *Builder) load(ctx context.Context, spans []span, spec Spec) ([]section, map[string]*Agg, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.partsMu.RLock()
+	defer b.partsMu.RUnlock()
 	prefix := string(spec) + "\x00"
 	var secs []section
 	head := make(map[string]*Agg)
@@ -280,20 +279,49 @@ func (b *Builder) load(ctx context.Context, spans []span, spec Spec) ([]section,
 		if err != nil {
 			return nil, nil, err
 		}
-		for bk, hm := range b.head {
-			if bk.step != sp.step || bk.start < sp.from || bk.start >= sp.to {
-				continue
-			}
-			for k, a := range hm {
-				if strings.HasPrefix(k, prefix) {
-					c := &Agg{}
-					c.Merge(a)
-					mergeInto(head, k, c)
-				}
+		for _, m := range b.headSums(sp, prefix, nil) {
+			for k, a := range m {
+				mergeInto(head, k, a)
 			}
 		}
 	}
 	return secs, head, nil
+}
+
+// headSums returns copies of the series in the heads (the one being fed
+// and the one being flushed) whose key starts with prefix (and that keep
+// keeps, when not nil), summed into the buckets of span sp, by start.
+// Call it with partsMu held for reading.
+func (b *Builder) headSums(sp span, prefix string, keep func(string) bool) map[int64]map[string]*Agg {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[int64]map[string]*Agg)
+	for _, h := range [2]head{b.head, b.flushing} {
+		for start, hm := range h {
+			bs := start - mod(start, sp.step)
+			if bs < sp.from || bs >= sp.to {
+				continue
+			}
+			m := out[bs]
+			for k, a := range hm {
+				if len(k) < len(prefix) || k[:len(prefix)] != prefix || (keep != nil && !keep(k)) {
+					continue
+				}
+				if m == nil {
+					m = make(map[string]*Agg)
+					out[bs] = m
+				}
+				if cur := m[k]; cur != nil {
+					cur.Merge(a)
+				} else {
+					c := &Agg{}
+					c.Merge(a)
+					m[k] = c
+				}
+			}
+		}
+	}
+	return out
 }
 
 // sum merges, per series of spec that w keeps, the buckets of spans.
@@ -391,8 +419,8 @@ func (b *Builder) cover(from, to int64) []span {
 // head's sums of spec's series that w keeps (w.prefix is set here), and
 // calls fn once per bucket.
 func (b *Builder) read(ctx context.Context, spans []span, spec Spec, w walk, fn func(start int64, m map[string]*Agg)) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.partsMu.RLock()
+	defer b.partsMu.RUnlock()
 	prefix := string(spec) + "\x00"
 	w.prefix = prefix
 	for _, sp := range spans {
@@ -408,26 +436,14 @@ func (b *Builder) read(ctx context.Context, spans []span, spec Spec, w walk, fn 
 		if err != nil {
 			return err
 		}
-		for bk, hm := range b.head {
-			if bk.step != sp.step || bk.start < sp.from || bk.start >= sp.to {
+		for start, hm := range b.headSums(sp, prefix, w.keep) {
+			m := buckets[start]
+			if m == nil {
+				buckets[start] = hm
 				continue
 			}
-			m := buckets[bk.start]
-			if m == nil {
-				m = make(map[string]*Agg)
-				buckets[bk.start] = m
-			}
 			for k, a := range hm {
-				if len(k) < len(prefix) || k[:len(prefix)] != prefix || (w.keep != nil && !w.keep(k)) {
-					continue
-				}
-				if cur := m[k]; cur != nil {
-					cur.Merge(a)
-				} else {
-					c := &Agg{}
-					c.Merge(a)
-					m[k] = c
-				}
+				mergeInto(m, k, a)
 			}
 		}
 		for start, m := range buckets {

@@ -124,16 +124,15 @@ func (c Config) specs() ([]Spec, error) {
 	return out, nil
 }
 
-// seriesKey returns the key of r's series of spec dims: the spec, a zero
-// byte, then each value length-prefixed (values come from packets and may
-// hold any byte).
-func seriesKey(b []byte, spec Spec, dims []record.Dim, r *record.Record) []byte {
+// appendKey appends the key of a series of spec: the spec, a zero byte,
+// then each value of its dimensions (vals at idx) length-prefixed (values
+// come from packets and may hold any byte).
+func appendKey(b []byte, spec Spec, idx []int, vals []string) []byte {
 	b = append(b, spec...)
 	b = append(b, 0)
-	for _, d := range dims {
-		v := r.Dim(d)
-		b = appendUvarint(b, uint64(len(v)))
-		b = append(b, v...)
+	for _, i := range idx {
+		b = appendUvarint(b, uint64(len(vals[i])))
+		b = append(b, vals[i]...)
 	}
 	return b
 }

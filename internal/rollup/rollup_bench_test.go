@@ -9,6 +9,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/store"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
 // BenchmarkRollupMinute measures the write path of the rollups the way a
@@ -66,4 +67,54 @@ func BenchmarkRollupMinute(b *testing.B) {
 			b.ReportMetric(100*b.Elapsed().Seconds()/float64(b.N)/60, "%core@1/min")
 		})
 	}
+}
+
+// benchRecords returns n records of a mixed population: 16 servers, 40
+// sites, 8 VOs, 500 users, 300 client hosts, 20 directories, two
+// protocols, some partial.
+func benchRecords(n int, at time.Time) []record.Record {
+	recs := make([]record.Record, n)
+	for i := range recs {
+		recs[i] = record.Record{
+			RecordID: fmt.Sprint(i), ServerIP: fmt.Sprintf("10.0.0.%d", i%16), ServerHost: fmt.Sprintf("xrd%d.site%d.example.org", i%16, i%40),
+			ServerID: uint64(i % 16), ServerStod: 1_700_000_000,
+			Site: fmt.Sprintf("T2_SITE_%d", i%40), VO: fmt.Sprintf("vo%d", i%8), User: fmt.Sprintf("user%04d", i%500),
+			ClientHost: fmt.Sprintf("10.1.%d.%d", i%300/256, i%300), ClientName: fmt.Sprintf("wn%d.site%d.example.org", i%300, i%40),
+			Protocol: []string{"xroot", "https"}[i%2], AppName: "cmsRun",
+			Path: fmt.Sprintf("/store/data/Run%d/f%d.root", i%20, i), FileID: uint32(i),
+			Start: at.Add(-time.Duration(i%3000) * time.Second), End: at,
+			ReadBytes: int64(i%1000+1) << 20, WriteBytes: int64(i % 3),
+		}
+		if i%17 == 0 {
+			recs[i].Reason = record.Reasons[i%len(record.Reasons)]
+		}
+	}
+	return recs
+}
+
+// BenchmarkRollupRecord measures what one record costs the rollups with
+// the default dimensions (the total and ten more series per record):
+// the series keys, the head's lookups and the sums, in steady state (the
+// series of the minute exist). The budget is 1 µs and no allocation per
+// record (TestRollupRecordAllocs holds the second).
+func BenchmarkRollupRecord(b *testing.B) {
+	bl, err := New(DefaultConfig(), nil, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	recs := benchRecords(4096, time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC))
+	for i := range recs { // the minute's series exist: steady state
+		bl.applyRecord(&recs[i])
+		bl.open = make(map[record.AccessKey]openAccess)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := testenv.ProcessCPU()
+	for i := range b.N {
+		if i%len(recs) == 0 {
+			clear(bl.open) // the same records again: not duplicates of themselves
+		}
+		bl.applyRecord(&recs[i%len(recs)])
+	}
+	b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/record")
 }

@@ -149,6 +149,19 @@ func (s *Store) Append(ctx context.Context, recs []record.Record, evs []record.E
 	return nil
 }
 
+// Listen calls fn after every Append that committed entries, with those
+// entries and their sequence numbers, in log order, in the appender's
+// goroutine and before Append returns: a consumer of the log (the
+// rollups) takes what was just written without reading it back. fn must
+// be quick, must not call the store's write methods, and must not keep
+// the entries or what they point to (the appender's records) after it
+// returns. Duplicates the store dropped are not among them.
+func (s *Store) Listen(fn func([]Entry)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listeners = append(s.listeners, fn)
+}
+
 // fullErr wraps a driver's disk-full error so that it matches both ErrFull
 // and ErrDiskFull and still shows the driver's message.
 type fullErr struct{ err error }
@@ -173,6 +186,8 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 	parent := ctx
 	ctx = context.WithoutCancel(ctx)
 	seq := s.lastSeq.Load()
+	listen := len(s.listeners) > 0
+	s.appended = s.appended[:0]
 	bb := s.bb
 	bb.reset(seq + 1)
 	clear(s.batchIDs)
@@ -214,6 +229,9 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 		}
 		seq++
 		bb.add(entryRecord, seq, rid, recordTime(r), b.get(i))
+		if listen {
+			s.appended = append(s.appended, Entry{Seq: seq, Record: r})
+		}
 		nrec++
 		if bb.n == maxBlockEntries {
 			if err := flush(); err != nil {
@@ -240,6 +258,9 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 		}
 		seq++
 		bb.add(entryEvent, seq, rid, unixNanos(e.Time), b.get(len(recs)+i))
+		if listen {
+			s.appended = append(s.appended, Entry{Seq: seq, Event: e})
+		}
 		nev++
 		if bb.n == maxBlockEntries {
 			if err := flush(); err != nil {
@@ -268,6 +289,13 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 	s.lastSeq.Store(seq)
 	if s.pendingPosted > s.postedSeq.Load() {
 		s.postCommitted()
+	}
+	if len(s.appended) > 0 {
+		for _, fn := range s.listeners {
+			fn(s.appended)
+		}
+		clear(s.appended)
+		s.appended = s.appended[:0]
 	}
 	return nrec, nev, dups, nil
 }

@@ -225,6 +225,10 @@ type Store struct {
 	// again. batchIDs are the ids of the current Append.
 	recent   map[uint64]struct{}
 	batchIDs map[uint64]struct{}
+	// listeners are told of every committed Append (Listen); appended is
+	// the batch's entries as given to them, reused.
+	listeners []func([]Entry)
+	appended  []Entry
 
 	*Reader // the read side: Read, Query, GetState
 

@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,4 +79,15 @@ func url(env, def string) string {
 		return u
 	}
 	return def
+}
+
+// ProcessCPU returns the CPU time (user and system) this process has used:
+// what benchmarks and budget tests measure instead of wall time, which
+// other work on the machine stretches.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
