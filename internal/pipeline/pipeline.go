@@ -108,6 +108,11 @@ type Options struct {
 	// RedirectWindow is how far apart a redirect and the open it led to
 	// may be (correlate.Linker).
 	RedirectWindow time.Duration
+	// Progress makes progress events (the bytes of open files at their
+	// isXfr updates, for the rollups: record.EventProgress). Without
+	// rollups nobody reads them: replay and a collector with rollups off
+	// leave it false.
+	Progress bool
 }
 
 // linkMaxBytes bounds the redirect Linker's memory.
@@ -129,6 +134,7 @@ func DefaultOptions() Options {
 		Correlate:          correlate.DefaultConfig(),
 		StateKey:           "correlate",
 		RedirectWindow:     correlate.DefaultLinkWindow,
+		Progress:           true,
 	}
 }
 
@@ -182,7 +188,7 @@ func New(ctx context.Context, opts Options, st Store, namer Namer, log *slog.Log
 		opts.RedirectWindow = DefaultOptions().RedirectWindow
 	}
 	opts.Correlate.ReportOpens = true
-	opts.Correlate.ReportProgress = true
+	opts.Correlate.ReportProgress = opts.Progress
 	p := &Pipeline{opts: opts, store: st, namer: namer, log: log, free: make(chan barrierBuffers, 2)}
 	p.chunks = make(chan []record.Record, 8*opts.Shards)
 	p.shards = make([]*shard, opts.Shards)

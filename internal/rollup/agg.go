@@ -196,12 +196,8 @@ func (h *Hist) add(i int16, n int64) int {
 	}
 	var k int
 	if i >= 0 && i < 256 && h.b[0].i >= 0 {
-		w, bit := i>>6, uint64(1)<<(i&63)
-		k = bits.OnesCount64(h.has[w] & (bit - 1))
-		for _, x := range h.has[:w] {
-			k += bits.OnesCount64(x)
-		}
-		if h.has[w]&bit != 0 {
+		k = h.place(i)
+		if h.has[i>>6]&(1<<(i&63)) != 0 {
 			h.b[k].n += n
 			return 0
 		}
@@ -243,25 +239,13 @@ func (h *Hist) Merge(g *Hist) {
 		h.has = g.has
 		return
 	}
-	// Both are sorted. When h has every bucket of g (the usual case once
-	// a few transfers are in), add in place.
-	i, in := 0, true
-	for _, b := range g.b {
-		for i < len(h.b) && h.b[i].i < b.i {
-			i++
-		}
-		if i == len(h.b) || h.b[i].i != b.i {
-			in = false
-			break
-		}
-	}
-	if in {
-		i = 0
+	// When h has every bucket of g (the usual case once a few transfers
+	// are in), add in place: with both fully marked, a bucket's place is
+	// a count of marks.
+	if h.marked() && g.marked() && h.has[0]|g.has[0] == h.has[0] && h.has[1]|g.has[1] == h.has[1] &&
+		h.has[2]|g.has[2] == h.has[2] && h.has[3]|g.has[3] == h.has[3] {
 		for _, b := range g.b {
-			for h.b[i].i < b.i {
-				i++
-			}
-			h.b[i].n += b.n
+			h.b[h.place(b.i)].n += b.n
 		}
 		return
 	}
@@ -283,6 +267,22 @@ func (h *Hist) Merge(g *Hist) {
 	for k := range h.has {
 		h.has[k] |= g.has[k]
 	}
+}
+
+// marked reports whether every bucket of h is marked in has (no index
+// below 0 or above 255).
+func (h *Hist) marked() bool {
+	return len(h.b) == bits.OnesCount64(h.has[0])+bits.OnesCount64(h.has[1])+bits.OnesCount64(h.has[2])+bits.OnesCount64(h.has[3])
+}
+
+// place returns the position in b of marked index i: the marks below it.
+func (h *Hist) place(i int16) int {
+	w := int(i >> 6)
+	k := bits.OnesCount64(h.has[w] & (1<<(i&63) - 1))
+	for _, x := range h.has[:w] {
+		k += bits.OnesCount64(x)
+	}
+	return k
 }
 
 // Count returns the number of values observed.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -117,6 +118,7 @@ type Builder struct {
 	lastMin int64
 	lastMap map[string]*Agg
 	last    []lastSeries // per spec: consecutive records often share a series
+	slab    slab         // the head's series, allocated in chunks
 
 	// Of the flushing goroutine only.
 	part      int64             // the last part number used
@@ -416,6 +418,57 @@ func (b *Builder) seen(k *record.AccessKey, t int64) {
 
 func openSize(k *record.AccessKey) int64 { return int64(96 + len(k.ServerIP)) }
 
+// slab allocates the head's series in chunks: a record of a busy minute
+// (or of a stream whose time runs fast) makes several new series, and an
+// allocation each for the key, the sums, the users and the two
+// distributions would cost more than summing the record. A chunk is never
+// reused: what a series holds stays valid as long as anything points to
+// it (a query's copy of a key, a flushed head).
+type slab struct {
+	aggs  []Agg
+	keys  []byte
+	users []uint64
+	hists []hbucket
+}
+
+const (
+	slabAggs  = 256
+	slabBytes = 64 << 10
+	slabSmall = 4 // users and buckets a new series has room for
+)
+
+// agg returns a new series' sums with room for a few users and buckets.
+func (s *slab) agg() *Agg {
+	if len(s.aggs) == cap(s.aggs) {
+		s.aggs = make([]Agg, 0, slabAggs)
+		s.users = make([]uint64, 0, slabAggs*slabSmall)
+		s.hists = make([]hbucket, 0, 2*slabAggs*slabSmall)
+	}
+	s.aggs = s.aggs[:len(s.aggs)+1]
+	a := &s.aggs[len(s.aggs)-1]
+	n := len(s.users)
+	s.users = s.users[:n+slabSmall]
+	a.Users.small = s.users[n:n:n+slabSmall] // a full slice grows by copying, never into its neighbour
+	n = len(s.hists)
+	s.hists = s.hists[:n+2*slabSmall]
+	a.Duration.b = s.hists[n:n:n+slabSmall]
+	a.Size.b = s.hists[n+slabSmall:n+slabSmall:n+2*slabSmall]
+	return a
+}
+
+// key returns k as a string in the slab's bytes.
+func (s *slab) key(k []byte) string {
+	if len(k) > slabBytes/8 {
+		return string(k)
+	}
+	if len(s.keys)+len(k) > cap(s.keys) {
+		s.keys = make([]byte, 0, slabBytes)
+	}
+	n := len(s.keys)
+	s.keys = append(s.keys, k...)
+	return unsafe.String(&s.keys[n], len(k)) // bytes never written again
+}
+
 // lastSeries is the series a spec's last record went to.
 type lastSeries struct {
 	min int64 // the minute's start
@@ -449,8 +502,8 @@ func (b *Builder) add(t int64, r *record.Record, d *delta) {
 		a := c.agg
 		if a == nil || c.min != start || string(c.key) != string(b.keyBuf) {
 			if a = m[string(b.keyBuf)]; a == nil {
-				a = &Agg{}
-				m[string(b.keyBuf)] = a
+				a = b.slab.agg()
+				m[b.slab.key(b.keyBuf)] = a
 				b.headBytes += int64(len(b.keyBuf)) + aggOverhead
 			}
 			c.min, c.key, c.agg = start, append(c.key[:0], b.keyBuf...), a
@@ -480,6 +533,7 @@ func (b *Builder) Flush(ctx context.Context) error {
 	b.head, b.headBytes, b.flushing = make(head), 0, h
 	b.lastMap = nil
 	clear(b.last)
+	b.slab = slab{} // the flushed head keeps its chunks
 	buckets := bucketsOf(h)
 	part := b.part + int64(len(buckets))
 	b.expireOpen(wm)
@@ -487,11 +541,12 @@ func (b *Builder) Flush(ctx context.Context) error {
 	b.mu.Unlock()
 
 	c.Meta = b.marshalMeta(wm)
+	all := rollUp(h) // off the lock: the merges are the flush's work
 	part = b.part
 	added := make(map[bucketKey]int)
 	for _, bk := range buckets {
 		part++
-		c.Add = append(c.Add, rows(bk.step, bk.start, part, encodeParts(bucketOf(h, bk)))...)
+		c.Add = append(c.Add, rows(bk.step, bk.start, part, encodeParts(all[bk]))...)
 		added[bk]++
 	}
 	compacted, err := b.compactions(ctx, added, wm)
@@ -559,24 +614,34 @@ func bucketsOf(h head) []bucketKey {
 	return sortedBuckets(seen)
 }
 
-// bucketOf returns the series of bucket bk in h: a minute's own map, or
-// the merge (copies) of the minutes of an hour or a day.
-func bucketOf(h head, bk bucketKey) map[string]*Agg {
-	if bk.step == 60 {
-		return h[bk.start]
-	}
-	out := make(map[string]*Agg)
+// rollUp returns the series of every bucket the minutes of h fall in:
+// a minute's own map, an hour the merge (copies) of its minutes, a day
+// the merge of its hours.
+func rollUp(h head) map[bucketKey]map[string]*Agg {
+	out := make(map[bucketKey]map[string]*Agg)
 	for start, m := range h {
-		if start-mod(start, bk.step) != bk.start {
-			continue
-		}
-		for k, a := range m {
-			if cur := out[k]; cur != nil {
-				cur.Merge(a)
-			} else {
-				c := &Agg{}
-				c.Merge(a)
-				out[k] = c
+		out[bucketKey{60, start}] = m
+	}
+	for i := 1; i < len(Resolutions); i++ {
+		fine, step := int64(Resolutions[i-1]/time.Second), int64(Resolutions[i]/time.Second)
+		for bk, m := range out {
+			if bk.step != fine {
+				continue
+			}
+			coarse := bucketKey{step, bk.start - mod(bk.start, step)}
+			dst := out[coarse]
+			if dst == nil {
+				dst = make(map[string]*Agg, len(m))
+				out[coarse] = dst
+			}
+			for k, a := range m {
+				if cur := dst[k]; cur != nil {
+					cur.Merge(a)
+				} else {
+					c := &Agg{}
+					c.Merge(a)
+					dst[k] = c
+				}
 			}
 		}
 	}

@@ -118,3 +118,30 @@ func BenchmarkRollupRecord(b *testing.B) {
 	}
 	b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/record")
 }
+
+// BenchmarkRollupRecordNewSeries is BenchmarkRollupRecord on a stream
+// whose time runs fast (as a loadgen benchmark's does: hours of data a
+// second): a new minute every 64 records, so that most records make new
+// series. allocs/op is per record (the slab's chunks, amortized).
+func BenchmarkRollupRecordNewSeries(b *testing.B) {
+	bl, err := New(DefaultConfig(), nil, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)
+	recs := benchRecords(4096, t0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := testenv.ProcessCPU()
+	for i := range b.N {
+		r := &recs[i%len(recs)]
+		r.End = t0.Add(time.Duration(i/64) * time.Minute)
+		if i%100_000 == 0 { // a flush: the head starts again
+			bl.head, bl.lastMap, bl.slab = make(head), nil, slab{}
+			clear(bl.last)
+			clear(bl.open)
+		}
+		bl.applyRecord(r)
+	}
+	b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/record")
+}
