@@ -448,11 +448,11 @@ func (s *slab) agg() *Agg {
 	a := &s.aggs[len(s.aggs)-1]
 	n := len(s.users)
 	s.users = s.users[:n+slabSmall]
-	a.Users.small = s.users[n:n:n+slabSmall] // a full slice grows by copying, never into its neighbour
+	a.Users.small = s.users[n : n : n+slabSmall] // a full slice grows by copying, never into its neighbour
 	n = len(s.hists)
 	s.hists = s.hists[:n+2*slabSmall]
-	a.Duration.b = s.hists[n:n:n+slabSmall]
-	a.Size.b = s.hists[n+slabSmall:n+slabSmall:n+2*slabSmall]
+	a.Duration.b = s.hists[n : n : n+slabSmall]
+	a.Size.b = s.hists[n+slabSmall : n+slabSmall : n+2*slabSmall]
 	return a
 }
 
