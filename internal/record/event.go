@@ -54,6 +54,12 @@ type Event struct {
 	// and clears Raw. The correlator leaves events raw so that parsing JSON
 	// happens beside the packet path, not on it.
 	Raw []byte `json:"-"`
+
+	// Snapshot, on a progress event made in this process (ProgressEvent),
+	// is the record it was made from: ParseProgress reads it instead of
+	// decoding Data. It is never stored nor sent, and is valid only while
+	// the event's maker keeps the record (the commit that appends it).
+	Snapshot *Record `json:"-"`
 }
 
 // TypeEvent types a raw event (see Event.Raw) with ParseEvent and reports

@@ -46,12 +46,7 @@ type progressData struct {
 // access taken at r.End (the isXfr packet's time) with its cumulative
 // bytes. Its id is deterministic: the same update gives the same id.
 func ProgressEvent(r *Record) Event {
-	d := progressData{
-		FileID: r.FileID, Start: r.Start.UTC(), Protocol: r.Protocol, User: r.User,
-		ClientHost: r.ClientHost, ClientName: r.ClientName, DN: r.DN, VO: r.VO, AppName: r.AppName,
-		TokenSubject: r.TokenSubject, Path: r.Path,
-		ReadBytes: r.ReadBytes, ReadvBytes: r.ReadvBytes, WriteBytes: r.WriteBytes,
-	}
+	d := progressDataOf(r)
 	data, _ := json.Marshal(&d) // cannot fail: strings, numbers and a time
 	return Event{
 		EventID:    progressID(r),
@@ -65,6 +60,17 @@ func ProgressEvent(r *Record) Event {
 		Site:       r.Site,
 		Data:       data,
 		Valid:      true,
+		Snapshot:   r,
+	}
+}
+
+// progressDataOf returns what a progress event of r carries in Data.
+func progressDataOf(r *Record) progressData {
+	return progressData{
+		FileID: r.FileID, Start: r.Start.UTC(), Protocol: r.Protocol, User: r.User,
+		ClientHost: r.ClientHost, ClientName: r.ClientName, DN: r.DN, VO: r.VO, AppName: r.AppName,
+		TokenSubject: r.TokenSubject, Path: r.Path,
+		ReadBytes: r.ReadBytes, ReadvBytes: r.ReadvBytes, WriteBytes: r.WriteBytes,
 	}
 }
 
@@ -90,7 +96,9 @@ func ParseProgress(e *Event) (Record, error) {
 		return Record{}, fmt.Errorf("event %s is a %s event, not progress", e.EventID, e.Type)
 	}
 	var d progressData
-	if err := json.Unmarshal(e.Data, &d); err != nil {
+	if e.Snapshot != nil { // made in this process: what Data says, without decoding it
+		d = progressDataOf(e.Snapshot)
+	} else if err := json.Unmarshal(e.Data, &d); err != nil {
 		return Record{}, fmt.Errorf("progress event %s: %w", e.EventID, err)
 	}
 	return Record{

@@ -249,21 +249,42 @@ func (h *Hist) Merge(g *Hist) {
 		}
 		return
 	}
-	// Else merge them into a new slice, one pass.
-	out := make([]hbucket, 0, len(h.b)+len(g.b))
-	x, y := h.b, g.b
-	for len(x) > 0 && len(y) > 0 {
-		switch {
-		case x[0].i < y[0].i:
-			out, x = append(out, x[0]), x[1:]
-		case x[0].i > y[0].i:
-			out, y = append(out, y[0]), y[1:]
-		default:
-			out = append(out, hbucket{x[0].i, x[0].n + y[0].n})
-			x, y = x[1:], y[1:]
+	// Else merge them, one pass from the back: in place when h has room
+	// for the buckets g adds, into a larger slice (room to spare, as
+	// append grows) when not.
+	n := len(h.b) + len(g.b) // at most
+	if h.marked() && g.marked() {
+		n = len(h.b)
+		for k := range h.has {
+			n += bits.OnesCount64(g.has[k] &^ h.has[k])
 		}
 	}
-	h.b = append(append(out, x...), y...)
+	out := h.b[:cap(h.b)]
+	if cap(h.b) < n {
+		out = make([]hbucket, max(n, 2*cap(h.b)))
+	}
+	x, y, k := len(h.b)-1, len(g.b)-1, n-1
+	for y >= 0 { // out[k] is never a bucket of h not yet read: k >= x
+		switch {
+		case x >= 0 && h.b[x].i > g.b[y].i:
+			out[k] = h.b[x]
+			x--
+		case x >= 0 && h.b[x].i == g.b[y].i:
+			out[k] = hbucket{h.b[x].i, h.b[x].n + g.b[y].n}
+			x, y = x-1, y-1
+		default:
+			out[k] = g.b[y]
+			y--
+		}
+		k--
+	}
+	first := k - x
+	copy(out[first:k+1], h.b[:x+1]) // the rest of h (in place: already there unless n was only a bound)
+	if first > 0 {
+		h.b = append(out[:0], out[first:n]...)
+	} else {
+		h.b = out[:n]
+	}
 	for k := range h.has {
 		h.has[k] |= g.has[k]
 	}

@@ -434,7 +434,7 @@ type slab struct {
 const (
 	slabAggs  = 256
 	slabBytes = 64 << 10
-	slabSmall = 4 // users and buckets a new series has room for
+	slabSmall = 8 // users and buckets a new series has room for
 )
 
 // agg returns a new series' sums with room for a few users and buckets.
@@ -454,6 +454,23 @@ func (s *slab) agg() *Agg {
 	a.Duration.b = s.hists[n : n : n+slabSmall]
 	a.Size.b = s.hists[n+slabSmall : n+slabSmall : n+2*slabSmall]
 	return a
+}
+
+// clone returns a copy of a in the slab.
+func (s *slab) clone(a *Agg) *Agg {
+	c := s.agg()
+	users := c.Users.small
+	dur, size := c.Duration.b, c.Size.b
+	*c = Agg{ReadBytes: a.ReadBytes, ReadvBytes: a.ReadvBytes, WriteBytes: a.WriteBytes, Transfers: a.Transfers,
+		Partial: a.Partial, PartialBy: a.PartialBy, DurationMS: a.DurationMS}
+	c.Users.small = append(users, a.Users.small...)
+	if a.Users.hll != nil {
+		c.Users.small = nil
+		c.Users.hll = a.Users.hll.Clone()
+	}
+	c.Duration.b, c.Duration.has = append(dur, a.Duration.b...), a.Duration.has
+	c.Size.b, c.Size.has = append(size, a.Size.b...), a.Size.has
+	return c
 }
 
 // key returns k as a string in the slab's bytes.
@@ -618,6 +635,7 @@ func bucketsOf(h head) []bucketKey {
 // a minute's own map, an hour the merge (copies) of its minutes, a day
 // the merge of its hours.
 func rollUp(h head) map[bucketKey]map[string]*Agg {
+	var sl slab
 	out := make(map[bucketKey]map[string]*Agg)
 	for start, m := range h {
 		out[bucketKey{60, start}] = m
@@ -638,9 +656,7 @@ func rollUp(h head) map[bucketKey]map[string]*Agg {
 				if cur := dst[k]; cur != nil {
 					cur.Merge(a)
 				} else {
-					c := &Agg{}
-					c.Merge(a)
-					dst[k] = c
+					dst[k] = sl.clone(a)
 				}
 			}
 		}

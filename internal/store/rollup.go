@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -73,13 +74,13 @@ func (s *Store) CommitRollup(ctx context.Context, c RollupCommit) (err error) {
 			return err
 		}
 	}
-	for _, ps := range [][]RollupPart{c.Compacted, c.Add} {
-		for _, p := range ps {
-			if _, err := s.wc.ExecContext(ctx, `INSERT OR REPLACE INTO rollups (step, start, part, spec, data) VALUES (?, ?, ?, ?, ?)`,
-				p.Step, p.Start, p.Part, p.Spec, p.Data); err != nil {
-				return err
-			}
-		}
+	// Many parts per statement: a flush of a stream whose time runs fast
+	// writes tens of thousands.
+	if err := s.insertParts(ctx, c.Compacted); err != nil {
+		return err
+	}
+	if err := s.insertParts(ctx, c.Add); err != nil {
+		return err
 	}
 	for step, before := range c.Expire {
 		if _, err := s.wc.ExecContext(ctx, `DELETE FROM rollups WHERE step = ? AND start < ?`, step, before); err != nil {
@@ -107,6 +108,47 @@ func (s *Store) CommitRollup(ctx context.Context, c RollupCommit) (err error) {
 	s.cursorMu.Lock()
 	s.cursors[RollupCursor] = c.Cursor
 	s.cursorMu.Unlock()
+	return nil
+}
+
+// partsPerInsert is the number of rollup parts per INSERT statement.
+const partsPerInsert = 64
+
+var partsInsertSQL = partsSQL(partsPerInsert)
+
+func partsSQL(n int) string {
+	var sb strings.Builder
+	sb.WriteString("INSERT OR REPLACE INTO rollups (step, start, part, spec, data) VALUES ")
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString("(?,?,?,?,?)")
+	}
+	return sb.String()
+}
+
+// insertParts inserts ps, partsPerInsert rows per statement, in the
+// caller's transaction. Call with mu held.
+func (s *Store) insertParts(ctx context.Context, ps []RollupPart) error {
+	for len(ps) > 0 {
+		n := min(len(ps), partsPerInsert)
+		args := s.postArgs[:0]
+		for _, p := range ps[:n] {
+			args = append(args, p.Step, p.Start, p.Part, p.Spec, p.Data)
+		}
+		q := partsInsertSQL
+		if n < partsPerInsert {
+			q = partsSQL(n)
+		}
+		_, err := s.wc.ExecContext(ctx, q, args...)
+		clear(args)
+		s.postArgs = args[:0]
+		if err != nil {
+			return fmt.Errorf("insert rollup parts: %w", err)
+		}
+		ps = ps[n:]
+	}
 	return nil
 }
 
