@@ -561,9 +561,12 @@ func (b *Builder) Flush(ctx context.Context) error {
 	all := rollUp(h) // off the lock: the merges are the flush's work
 	part = b.part
 	added := make(map[bucketKey]int)
+	var enc partEncoder
+	var parts []specPart
 	for _, bk := range buckets {
 		part++
-		c.Add = append(c.Add, rows(bk.step, bk.start, part, encodeParts(all[bk]))...)
+		parts = enc.encode(parts[:0], all[bk])
+		c.Add = append(c.Add, rows(bk.step, bk.start, part, parts)...)
 		added[bk]++
 	}
 	compacted, err := b.compactions(ctx, added, wm)
@@ -768,36 +771,55 @@ const partVersion = 3
 // encodeParts returns the stored parts of m: one per spec, each in the
 // format above with one section.
 func encodeParts(m map[string]*Agg) []specPart {
-	keys := make([]string, 0, len(m))
+	var e partEncoder
+	return e.encode(nil, m)
+}
+
+// partEncoder encodes parts with buffers kept from one bucket to the next,
+// into an arena of output bytes: a flush encodes thousands of parts.
+type partEncoder struct {
+	keys     []string
+	body, ab []byte
+	out      []byte // the arena: each part's data is a full slice of it
+}
+
+// encode appends the parts of m to dst (see encodeParts).
+func (e *partEncoder) encode(dst []specPart, m map[string]*Agg) []specPart {
+	e.keys = e.keys[:0]
 	for k := range m {
-		keys = append(keys, k)
+		e.keys = append(e.keys, k)
 	}
-	slices.Sort(keys) // a spec's keys are together: a key starts with its spec and a zero byte
-	var out []specPart
-	var body, ab []byte
-	for i := 0; i < len(keys); {
-		spec, _, _ := strings.Cut(keys[i], "\x00")
+	slices.Sort(e.keys) // a spec's keys are together: a key starts with its spec and a zero byte
+	for i := 0; i < len(e.keys); {
+		spec, _, _ := strings.Cut(e.keys[i], "\x00")
 		j := i
-		for j < len(keys) && strings.HasPrefix(keys[j], spec+"\x00") {
+		for j < len(e.keys) && len(e.keys[j]) > len(spec) && e.keys[j][len(spec)] == 0 && e.keys[j][:len(spec)] == spec {
 			j++
 		}
-		body = appendUvarint(body[:0], uint64(j-i))
-		for _, k := range keys[i:j] {
-			body = appendUvarint(body, uint64(len(k)))
-			body = append(body, k...)
-			ab = appendAgg(ab[:0], m[k])
-			body = appendUvarint(body, uint64(len(ab)))
-			body = append(body, ab...)
+		e.body = appendUvarint(e.body[:0], uint64(j-i))
+		for _, k := range e.keys[i:j] {
+			e.body = appendUvarint(e.body, uint64(len(k)))
+			e.body = append(e.body, k...)
+			e.ab = appendAgg(e.ab[:0], m[k])
+			e.body = appendUvarint(e.body, uint64(len(e.ab)))
+			e.body = append(e.body, e.ab...)
 		}
-		z := s2.Encode(nil, body)
-		b := []byte{0, partVersion, 1}
+		need := 3 + 2*binary.MaxVarintLen64 + len(spec) + s2.MaxEncodedLen(len(e.body))
+		if cap(e.out)-len(e.out) < need {
+			e.out = make([]byte, 0, max(need, 256<<10))
+		}
+		n := len(e.out)
+		b := append(e.out, 0, partVersion, 1)
 		b = appendUvarint(b, uint64(len(spec)))
 		b = append(b, spec...)
+		z := s2.Encode(b[len(b)+binary.MaxVarintLen64:cap(b)], e.body)
 		b = appendUvarint(b, uint64(len(z)))
-		out = append(out, specPart{spec, append(b, z...)})
+		b = append(b, z...) // moves z down over the room left for its length
+		e.out = b
+		dst = append(dst, specPart{spec, e.out[n:len(e.out):len(e.out)]})
 		i = j
 	}
-	return out
+	return dst
 }
 
 // specPart is the stored part of one spec's series.
