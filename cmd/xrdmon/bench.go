@@ -77,6 +77,16 @@ func runBenchMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "xrdmon bench: unexpected argument %q\n", fs.Arg(0))
 		return errUsage
 	}
+	if *f.stages != "" {
+		stages, err := bench.StagesOfFile(*f.stages)
+		if err != nil {
+			return err
+		}
+		for _, st := range stages {
+			fmt.Fprintf(stdout, "%-30s %6.1f%% %8.2f s\n", st.Name, 100*st.Share, st.Seconds)
+		}
+		return nil
+	}
 	if *f.fromCSV != "" {
 		return benchFromCSV(*f.fromCSV, *f.svg, *f.scenario, stdout)
 	}
@@ -120,7 +130,7 @@ type benchFlags struct {
 	target, targetCmd           *string
 	recJSONL, recAMQP, recQueue *string
 	matchPath                   *bool
-	csv, svg, fromCSV           *string
+	csv, svg, fromCSV, stages   *string
 }
 
 // addBenchFlags adds the flags of `xrdmon bench`; those of the workload
@@ -154,6 +164,7 @@ func addBenchFlags(fs *flag.FlagSet, base *loadgen.Config, bc *bench.Config) *be
 	f.csv = fs.String("csv", "", "write the table as CSV to `file`")
 	f.svg = fs.String("svg", "", "write a chart of rate vs loss and latency (SVG) to `file`")
 	fs.BoolVar(&bc.StopOnLoss, "stop-on-loss", false, "end the scenario after the first step with loss (rate ramps)")
+	f.stages = fs.String("stages", "", "run nothing: sum the CPU profile `file` (a step's --profile) by stage of the collector: source, shards, writer, store, rollups, sinks, runtime")
 	f.fromCSV = fs.String("from-csv", "", "run nothing: read the rows of an earlier --csv `file` and print, chart (--svg) them")
 	f.verbose = fs.Bool("v", false, "log each step's progress to standard error")
 	return f
@@ -254,6 +265,9 @@ func (f *benchFlags) writeRows(rows []bench.Row, scenario string, stdout, stderr
 	for _, r := range rows {
 		if r.Profile != "" {
 			fmt.Fprintf(stderr, "bench: %s: CPU profile %s\n", r.Step, r.Profile)
+			if stages, err := bench.StagesOfFile(r.Profile); err == nil {
+				fmt.Fprintf(stderr, "bench: %s: CPU by stage: %s\n", r.Step, bench.FormatStages(stages))
+			}
 		}
 	}
 	return nil
