@@ -124,8 +124,7 @@ type Builder struct {
 	part      int64             // the last part number used
 	parts     map[bucketKey]int // parts stored per recent bucket
 	lastFlush time.Time
-	behind    chan struct{} // a Feed found a gap: read the log
-	full      chan struct{} // the head passed MaxHeadBytes: flush early
+	feed      chan *feedBatch // from Feed, to Run
 }
 
 // New returns a builder over st; call Run to start it. reg registers its
@@ -144,7 +143,7 @@ func New(cfg Config, st Store, log *slog.Logger, reg prometheus.Registerer) (*Bu
 	}
 	b := &Builder{cfg: cfg, st: st, log: log, m: m, specs: specs, head: make(head),
 		open: make(map[record.AccessKey]openAccess), parts: make(map[bucketKey]int), serverTime: make(map[serverKey]int64),
-		behind: make(chan struct{}, 1), full: make(chan struct{}, 1)}
+		feed: make(chan *feedBatch, feedQueue)}
 	for _, s := range specs {
 		var idx []int
 		for _, d := range s.Dims() {
@@ -193,10 +192,11 @@ func (b *Builder) Restore(ctx context.Context) error {
 }
 
 // Run builds rollups until ctx is cancelled, then flushes what it holds.
-// It catches up with the log from its cursor, then takes what the store's
-// listener feeds it (Feed), reading the log again only when a feed did
-// not follow its cursor; it flushes every FlushInterval, and early when
-// the head passes MaxHeadBytes.
+// It catches up with the log from its cursor, then sums what the store's
+// listener feeds it (Feed), reading the log again only when a fed batch
+// does not follow its cursor (one was dropped, or came before the
+// restore); it flushes every FlushInterval, and early when the head
+// passes MaxHeadBytes.
 func (b *Builder) Run(ctx context.Context) error {
 	if err := b.Restore(ctx); err != nil {
 		return err
@@ -233,13 +233,12 @@ func (b *Builder) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-		case <-b.behind:
-			behind = true
-		case <-b.full:
+		case fb := <-b.feed:
+			behind = !b.applyFeed(fb)
 		case <-t.C:
-			// A fallback: a feed may have been refused while the log was
-			// being read, and appends by another process are not fed.
-			behind = true
+			// A fallback for a dropped batch that no later one reveals
+			// (the input went quiet): read the log when nothing waits.
+			behind = len(b.feed) == 0
 		}
 	}
 }
@@ -283,34 +282,81 @@ func (b *Builder) CatchUp(ctx context.Context) error {
 	}
 }
 
-// Feed applies entries the store has just appended (store.Listener), in
-// the appender's goroutine: they are summed without being read back. It
-// applies only what follows the cursor without a gap; when entries are
-// missing before them (fed while the log was being read, or the builder
-// is behind), it leaves them to Run, which reads the log. It never blocks
-// on I/O, and the entries are not kept.
+// Feed takes entries the store has just appended (store.Listener) for
+// Run to sum, without their being read back: it copies the records and
+// progress snapshots (the entries are the appender's) and queues them,
+// in the appender's goroutine, never blocking it. When the queue is full
+// the batch is dropped and counted, and Run reads those entries from the
+// log instead: nothing is summed twice or missed.
 func (b *Builder) Feed(entries []store.Entry) {
 	if len(entries) == 0 {
 		return
 	}
+	n := 0
+	for i := range entries {
+		if e := &entries[i]; e.Record != nil || (e.Event != nil && e.Event.Type == record.EventProgress) {
+			n++
+		}
+	}
+	fb := &feedBatch{first: entries[0].Seq, last: entries[len(entries)-1].Seq, items: make([]feedItem, 0, n)}
+	for i := range entries {
+		e := &entries[i]
+		switch {
+		case e.Record != nil:
+			fb.items = append(fb.items, feedItem{seq: e.Seq, rec: *e.Record})
+		case e.Event != nil && e.Event.Type == record.EventProgress:
+			p, err := record.ParseProgress(e.Event)
+			fb.items = append(fb.items, feedItem{seq: e.Seq, rec: p, progress: true, invalid: err != nil})
+		}
+	}
+	select {
+	case b.feed <- fb:
+	default:
+		b.m.feedDropped.Inc()
+	}
+}
+
+// feedBatch is what one append gave the rollups: entries first..last of
+// the log, of which items are the records and progress snapshots.
+type feedBatch struct {
+	first, last int64
+	items       []feedItem
+}
+
+type feedItem struct {
+	seq               int64
+	progress, invalid bool
+	rec               record.Record
+}
+
+// feedQueue bounds the batches fed and not yet summed: a batch is at most
+// a record chunk (1,024 records, ~740 KB), so about 24 MB.
+const feedQueue = 32
+
+// applyFeed sums fb if it follows the cursor and reports whether it did
+// (false: entries before it are missing, read the log).
+func (b *Builder) applyFeed(fb *feedBatch) bool {
 	b.mu.Lock()
-	if first := entries[0].Seq; !b.restored || first > b.cursor+1 {
-		b.mu.Unlock()
-		select {
-		case b.behind <- struct{}{}:
-		default:
-		}
-		return
+	defer b.mu.Unlock()
+	if !b.restored || fb.first > b.cursor+1 {
+		return false
 	}
-	b.applyLocked(entries)
-	full := b.headBytes >= int64(b.cfg.MaxHeadBytes)
-	b.mu.Unlock()
-	if full {
-		select {
-		case b.full <- struct{}{}:
+	for i := range fb.items {
+		it := &fb.items[i]
+		switch {
+		case it.seq <= b.cursor:
+		case it.invalid:
+			b.m.invalid.Inc()
+		case it.progress:
+			b.applyProgress(&it.rec)
 		default:
+			b.applyRecord(&it.rec)
 		}
 	}
+	b.cursor = max(b.cursor, fb.last)
+	b.m.cursor.Set(float64(b.cursor))
+	b.m.headBytes.Set(float64(b.headBytes))
+	return true
 }
 
 // Apply adds log entries to the head and moves the cursor past them;

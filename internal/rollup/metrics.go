@@ -9,6 +9,7 @@ import (
 // metrics are the rollup builder's metrics.
 type metrics struct {
 	records, progress, invalid, openEvicted prometheus.Counter
+	feedDropped                             prometheus.Counter
 	flushes, compactions, errors            prometheus.Counter
 	flushSeconds                            prometheus.Histogram
 	cursor, headBytes, openBytes            prometheus.Gauge
@@ -31,6 +32,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		openEvicted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "xrdmon_rollup_open_evicted_total",
 			Help: "Progress events not counted because the rollup builder's table of open accesses was at rollup.max_open_bytes; their bytes count at the close.",
+		}),
+		feedDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_rollup_feed_dropped_total",
+			Help: "Batches of committed entries the rollups could not queue (they were behind); those entries are read back from the store instead.",
 		}),
 		flushes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "xrdmon_rollup_flushes_total",
@@ -63,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	ms := xmetrics.NewSet(reg)
-	for _, c := range []prometheus.Collector{m.records, m.progress, m.invalid, m.openEvicted, m.flushes, m.compactions, m.errors, m.flushSeconds, m.cursor, m.headBytes, m.openBytes} {
+	for _, c := range []prometheus.Collector{m.records, m.progress, m.invalid, m.openEvicted, m.feedDropped, m.flushes, m.compactions, m.errors, m.flushSeconds, m.cursor, m.headBytes, m.openBytes} {
 		xmetrics.Add(ms, c)
 	}
 	return m, ms.Err()

@@ -81,10 +81,11 @@ func runPipeline(t *testing.T, pkts []source.Packet) result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Restore(ctx); err != nil {
-		t.Fatal(err)
-	}
 	st.Listen(b.Feed)
+	bctx, stop := context.WithCancel(ctx)
+	defer stop()
+	bdone := make(chan error, 1)
+	go func() { bdone <- b.Run(bctx) }()
 	po := cfg.Correlate.Options(false)
 	po.Shards = 2
 	po.InputClock = true // the same records whatever the timing
@@ -108,7 +109,8 @@ func runPipeline(t *testing.T, pkts []source.Packet) result {
 	if err := p.Run(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Flush(ctx); err != nil {
+	stop() // the rollups sum what is queued and flush
+	if err := <-bdone; err != nil {
 		t.Fatal(err)
 	}
 	r := result{cpu: testenv.ProcessCPU() - cpu}
