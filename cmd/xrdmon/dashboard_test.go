@@ -209,6 +209,60 @@ func TestDashboard(t *testing.T) {
 		shot(t, "traffic")
 	})
 
+	// Item 1 of issue 28: the x axis covers the range chosen, whatever the
+	// data cover (one bucket must not span years; the last hour is an hour).
+	t.Run("axes cover the chosen range", func(t *testing.T) {
+		span := func(id string) (int64, int64) { return attr(t, id, "data-xmin"), attr(t, id, "data-xmax") }
+		act(t, chromedp.Navigate(base+"#tab=traffic&"+custom))
+		for _, id := range []string{"#c-read", "#c-xfers", "#c-duration", "#c-local"} {
+			if lo, hi := span(id); lo != from.Unix() || hi != to.Unix() {
+				t.Errorf("%s: axis %s – %s, range %s – %s", id, time.Unix(lo, 0).UTC(), time.Unix(hi, 0).UTC(), from, to)
+			}
+		}
+		// A custom minute holding one bucket.
+		m0 := truth.Start.Add(5 * time.Minute).Truncate(time.Minute).UTC()
+		act(t, chromedp.Navigate(base+fmt.Sprintf("#tab=traffic&range=custom&from=%s&to=%s", m0.Format(time.RFC3339), m0.Add(time.Minute).Format(time.RFC3339))))
+		if lo, hi := span("#c-read"); lo != m0.Unix() || hi != m0.Add(time.Minute).Unix() {
+			t.Errorf("one minute: axis %s – %s", time.Unix(lo, 0).UTC(), time.Unix(hi, 0).UTC())
+		}
+		for _, r := range []struct {
+			name string
+			secs int64
+		}{{"1h", 3600}, {"30d", 30 * 86400}} {
+			act(t, chromedp.Navigate(base+"#tab=health&range="+r.name))
+			if lo, hi := span("#c-state"); hi-lo < r.secs-120 || hi-lo > r.secs+120 {
+				t.Errorf("health, %s: axis spans %d s", r.name, hi-lo)
+			}
+		}
+	})
+
+	// Item 2: a time without transfers (here the ten minutes before the
+	// workload) is drawn as zero, not bridged by a line from the buckets
+	// around it.
+	t.Run("outages look like outages", func(t *testing.T) {
+		act(t, chromedp.Navigate(base+"#tab=traffic&"+custom))
+		type pts struct {
+			Before  int `json:"before"`
+			NonZero int `json:"nonzero"`
+		}
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[pts](fmt.Sprintf(`(() => {
+			const d = document.getElementById('c-read').uplot.data; let before = 0, nonzero = 0;
+			d[0].forEach((x, i) => { if (x < %d) { before++; for (const s of d.slice(1)) if (s[i] !== 0) nonzero++; } });
+			return {before, nonzero}; })()`, truth.Start.Add(-time.Minute).Unix())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Before < 8 || got.NonZero != 0 {
+			t.Errorf("the empty ten minutes: %d points drawn, %d of them not zero; want about ten, all zero", got.Before, got.NonZero)
+		}
+		// Quantiles have no value where nothing ended: a gap, not a line.
+		gaps, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf(`(() => { const u = document.getElementById('c-duration').uplot;
+			return u.data[0].filter((x, i) => x < %d && u.data[1][i] === null).length; })()`, truth.Start.Add(-time.Minute).Unix())))
+		if err != nil || gaps < 8 {
+			t.Errorf("duration chart: %d gaps before the workload (%v)", gaps, err)
+		}
+	})
+
 	t.Run("time picker", func(t *testing.T) {
 		// The last hour (now) holds nothing of a January workload...
 		act(t, choose("range", "1h"))
