@@ -20,6 +20,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/dashboard"
 	"github.com/xrdmon/xrdmon/internal/dnscache"
 	"github.com/xrdmon/xrdmon/internal/metrics"
+	"github.com/xrdmon/xrdmon/internal/monitored"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
 	"github.com/xrdmon/xrdmon/internal/rollup"
 	"github.com/xrdmon/xrdmon/internal/sink/postgres"
@@ -108,6 +109,11 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	}
 	importing := len(cfg.FileInput.Paths) > 0
 	popts := pipelineOptions(cfg, importing)
+	mon, err := monitored.New(reg, nil)
+	if err != nil {
+		return fmt.Errorf("monitored metrics: %w", err)
+	}
+	popts.Observe = mon.Observe
 	var pstore pipeline.Store = st
 	var lease *postgres.Lease
 	if cfg.Cluster.Enabled {
@@ -139,7 +145,8 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	srv := web.New(cfg.HTTP, reg, log.With("component", "web"))
 	srv.AddCheck("pipeline", pipe.Ready)
 	history := api.NewHistory(reg, healthStep, healthKeep)
-	if err := mountAPI(srv, cfg.HTTP, st, pipe, rollups, history, log); err != nil {
+	history.Silent = mon.Silent
+	if err := mountAPI(srv, cfg.HTTP, st, pipe, rollups, history, mon, log); err != nil {
 		return err
 	}
 	srv.Handle("/", dashboard.Handler())
@@ -424,7 +431,7 @@ const (
 )
 
 // mountAPI serves the query API on srv, with the collector's status.
-func mountAPI(srv *web.Server, c web.Config, st *store.Store, pipe *pipeline.Pipeline, rollups *rollup.Builder, history *api.History, log *slog.Logger) error {
+func mountAPI(srv *web.Server, c web.Config, st *store.Store, pipe *pipeline.Pipeline, rollups *rollup.Builder, history *api.History, mon *monitored.Monitor, log *slog.Logger) error {
 	var token string
 	if c.APITokenFile != "" {
 		var err error
@@ -442,7 +449,7 @@ func mountAPI(srv *web.Server, c web.Config, st *store.Store, pipe *pipeline.Pip
 		}
 		return newStatus(started, pipe.Stats(), last, st.Sinks()), nil
 	}
-	opts := api.Options{Status: status, Token: token, History: history}
+	opts := api.Options{Status: status, Token: token, History: history, Servers: mon.Servers}
 	if rollups != nil {
 		opts.Rollups = rollups
 	}

@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xrdmon/xrdmon/internal/monitored"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/rollup"
 	"github.com/xrdmon/xrdmon/internal/store"
@@ -55,6 +56,9 @@ type Options struct {
 	Rollups Rollups
 	// History answers /health (nil: it answers 404).
 	History *History
+	// Servers answers /servers: the servers heard, when last on each
+	// stream, and which are silent (monitored.Monitor.Servers; nil: 404).
+	Servers func() []monitored.Server
 }
 
 // Rollups is what the API reads rollups from (rollup.Builder).
@@ -90,6 +94,7 @@ func New(recs Records, opts Options, log *slog.Logger) *API {
 	a.mux.HandleFunc("GET "+Prefix+"health", a.health)
 	a.mux.HandleFunc("GET "+Prefix+"rollups", a.rollups)
 	a.mux.HandleFunc("GET "+Prefix+"top", a.top)
+	a.mux.HandleFunc("GET "+Prefix+"servers", a.servers)
 	a.mux.HandleFunc("GET "+Prefix+"openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openAPI)

@@ -28,6 +28,11 @@ type History struct {
 	step time.Duration
 	keep int
 
+	// Silent, when set, names the servers silent now
+	// (monitored.Monitor.Silent): the verdict warns of them. Set it before
+	// Run.
+	Silent func() []string
+
 	mu      sync.Mutex
 	names   []string       // series names, in the order they first appeared
 	index   map[string]int // name → position in names
@@ -97,7 +102,7 @@ func (h *History) Sample(now time.Time) {
 	var sb strings.Builder
 	for _, f := range fams {
 		name := f.GetName()
-		if !strings.HasPrefix(name, "xrdmon_") {
+		if !strings.HasPrefix(name, "xrdmon_") || monitoredFamily(name) {
 			continue
 		}
 		for _, m := range f.GetMetric() {
@@ -132,6 +137,13 @@ func (h *History) Sample(now time.Time) {
 		h.samples = h.samples[:h.keep-1]
 	}
 	h.samples = append(h.samples, sample{t: now.UTC(), v: v})
+}
+
+// monitoredFamily reports whether name is a family of the monitored data
+// (per server, site and VO: thousands of series), not of the collector's
+// own health: the History leaves those to Prometheus.
+func monitoredFamily(name string) bool {
+	return strings.HasPrefix(name, "xrdmon_monitored_")
 }
 
 // HealthAnswer is the answer of /api/v1/health.
@@ -178,6 +190,19 @@ func (h *History) Answer(from time.Time) HealthAnswer {
 		a.Samples = append(a.Samples, hs)
 	}
 	a.KeepingUp = h.verdict()
+	if h.Silent != nil {
+		if names := h.Silent(); len(names) > 0 {
+			if a.KeepingUp.Status == "ok" {
+				a.KeepingUp.Status = "warn"
+			}
+			const show = 5
+			list := strings.Join(names[:min(show, len(names))], ", ")
+			if len(names) > show {
+				list += fmt.Sprintf(" and %d more", len(names)-show)
+			}
+			a.KeepingUp.Reasons = append(a.KeepingUp.Reasons, fmt.Sprintf("%d servers silent beyond their usual interval: %s (see Servers)", len(names), list))
+		}
+	}
 	return a
 }
 

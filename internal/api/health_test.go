@@ -169,3 +169,22 @@ func TestHistoryVerdict(t *testing.T) {
 		t.Errorf("backlog drained: %+v", v)
 	}
 }
+
+// TestHistoryVerdictSilent: servers the monitor finds silent make the
+// verdict a warning that names them.
+func TestHistoryVerdictSilent(t *testing.T) {
+	r := newHealthRegistry()
+	h := NewHistory(r.reg, 10*time.Second, 100)
+	var silent []string
+	h.Silent = func() []string { return silent }
+	h.Sample(t0)
+	h.Sample(t0.Add(10 * time.Second))
+	if v := h.Answer(time.Time{}).KeepingUp; v.Status != "ok" {
+		t.Errorf("no silent server: %+v", v)
+	}
+	silent = []string{"xrd1.example.org", "192.0.2.7"}
+	v := h.Answer(time.Time{}).KeepingUp
+	if v.Status != "warn" || len(v.Reasons) != 1 || !strings.Contains(v.Reasons[0], "2 servers silent") || !strings.Contains(v.Reasons[0], "xrd1.example.org, 192.0.2.7") {
+		t.Errorf("two silent servers: %+v", v)
+	}
+}

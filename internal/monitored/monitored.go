@@ -94,7 +94,7 @@ type Monitor struct {
 
 type descs struct {
 	read, written, transfers, partial, redirects, cacheHit, cacheMiss *prometheus.Desc
-	open, heard, silent, usual                                         *prometheus.Desc
+	open, heard, silent, usual                                        *prometheus.Desc
 }
 
 // New returns a Monitor registered on reg (nil: not registered), judging
@@ -120,9 +120,9 @@ func New(reg prometheus.Registerer, now func() time.Time) (*Monitor, error) {
 		cacheHit:  d("xrdmon_monitored_cache_hit_bytes_total", "Bytes served from XCache's disk (file closes of the g-stream), by cache and site.", "server", "site"),
 		cacheMiss: d("xrdmon_monitored_cache_miss_bytes_total", "Bytes XCache fetched from the remote (file closes of the g-stream), by cache and site.", "server", "site"),
 		open:      d("xrdmon_monitored_files_open", "Files open now, by server and site (the correlator's open files).", "server", "site"),
-		heard:     d("xrdmon_server_last_heard_timestamp_seconds", "When a server was last heard on a stream (Unix time, the collector's clock).", "server", "stream"),
-		usual:     d("xrdmon_server_usual_interval_seconds", "A server's usual interval between datagrams (any stream), which its silence is judged by.", "server"),
-		silent:    d("xrdmon_servers_silent", "Servers silent beyond their usual interval (and heard in the last day).", nil...),
+		heard:     d("xrdmon_monitored_last_heard_timestamp_seconds", "When a server was last heard on a stream (Unix time, the collector's clock).", "server", "stream"),
+		usual:     d("xrdmon_monitored_usual_interval_seconds", "A server's usual interval between datagrams (any stream), which its silence is judged by.", "server"),
+		silent:    d("xrdmon_monitored_servers_silent", "Servers silent beyond their usual interval (and heard in the last day).", nil...),
 	}
 	ms := metrics.NewSet(reg)
 	metrics.Add(ms, prometheus.Collector(m))

@@ -132,11 +132,11 @@ func TestSilentServer(t *testing.T) {
 	if len(servers) != 2 || servers[1].Heard["summary"].Unix() != last.Unix() || servers[1].UsualIntervalSeconds != 600 {
 		t.Errorf("servers: %+v", servers)
 	}
-	if n := testutil.CollectAndCount(m, "xrdmon_server_last_heard_timestamp_seconds"); n != 2 {
+	if n := testutil.CollectAndCount(m, "xrdmon_monitored_last_heard_timestamp_seconds"); n != 2 {
 		t.Errorf("%d last-heard series, want 2", n)
 	}
-	if v := testutil.ToFloat64(gauge(t, m, "xrdmon_servers_silent")); v != 2 {
-		t.Errorf("xrdmon_servers_silent %v", v)
+	if v := testutil.ToFloat64(gauge(t, m, "xrdmon_monitored_servers_silent")); v != 2 {
+		t.Errorf("xrdmon_monitored_servers_silent %v", v)
 	}
 	// A day later they are no longer flagged.
 	now = last.Add(25 * time.Hour)
