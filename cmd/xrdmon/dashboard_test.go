@@ -398,6 +398,26 @@ func TestDashboard(t *testing.T) {
 		if verdict.Value != "ok" {
 			t.Errorf("keeping-up verdict %q, want ok", verdict.Value)
 		}
+		// Item 9: every server heard is listed with its streams' times
+		// (the live servers of the health test, just heard: none silent).
+		var heard api.ServersAnswer
+		d.getJSON(t, "/api/v1/servers", &heard)
+		type row struct {
+			Silent string `json:"silent"`
+			Map    string `json:"map"`
+		}
+		rows, err := chromedp.Run(ctx, chromedp.Evaluate[[]row](`[...document.querySelectorAll('#t-heard tbody tr[data-key]')].map(r => ({silent: r.dataset.silent, map: r.cells[6].textContent}))`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(heard.Servers) < 2 || len(rows) != len(heard.Servers) {
+			t.Errorf("servers heard: the table shows %d, the API %d (want the live loadgen's)", len(rows), len(heard.Servers))
+		}
+		for _, r := range rows {
+			if r.Silent != "false" || !strings.HasSuffix(r.Map, " ago") {
+				t.Errorf("a live server: %+v", r)
+			}
+		}
 		// The third-party copies table counts every TPC event of the truth.
 		copies, err := chromedp.Run(ctx, chromedp.Evaluate[int](`[...document.querySelectorAll('#t-tpc tbody tr')].reduce((n, r) => n + Number(r.cells[1].textContent.replace(/,/g, '')), 0)`))
 		if err != nil {

@@ -20,6 +20,9 @@ func (a *API) servers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ans := ServersAnswer{Servers: a.opts.Servers()}
+	if ans.Servers == nil {
+		ans.Servers = []monitored.Server{}
+	}
 	for _, s := range ans.Servers {
 		if s.Silent {
 			ans.Silent++

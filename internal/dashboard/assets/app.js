@@ -420,7 +420,26 @@
   }
 
   // --- servers ------------------------------------------------------------------------
+  // ago says how long before now t (ISO) was, in the readable unit.
+  const ago = (t, now) => (t ? dur(Math.max(0, (now - Date.parse(t)) / 1000)) + ' ago' : '—');
+  async function loadHeard() {
+    const a = await api('servers').catch((e) => { if (/no server activity/.test(String(e))) return null; throw e; });
+    if (!a) { table('t-heard', [{ label: 'server' }], []); return; }
+    const now = Date.now();
+    const streams = ['map', 'fstream', 'gstream', 'trace', 'redir', 'summary'];
+    $('heard-count').textContent = `(${a.servers.length.toLocaleString('en')} servers, ${a.silent} silent)`;
+    table('t-heard', [{ label: 'server' }, { label: 'site' }, { label: 'state' }, { label: 'last heard', num: 1 }, { label: 'usual interval', num: 1 },
+      { label: 'open files', num: 1 }].concat(streams.map((s) => ({ label: s, num: 1 }))),
+    a.servers.map((s) => el('tr', { class: s.silent ? 'silent' : null, data: { key: s.server_ip, silent: s.silent } },
+      el('td', { class: 'name', title: s.server_ip }, s.host || s.server_ip), el('td', { class: 'short' }, s.site || ''),
+      el('td', {}, s.silent ? 'SILENT' : 'ok'),
+      el('td', { class: 'num', title: fmt.time(s.last_heard) }, ago(s.last_heard, now)),
+      el('td', { class: 'num' }, s.usual_interval_seconds ? dur(s.usual_interval_seconds) : '—'),
+      el('td', { class: 'num' }, (s.open_files || 0).toLocaleString('en')),
+      streams.map((k) => el('td', { class: 'num', title: s.heard[k] ? fmt.time(s.heard[k]) : 'never' }, s.heard[k] ? ago(s.heard[k], now) : '—')))));
+  }
   async function loadServers() {
+    await loadHeard();
     const w = window_();
     const q = { from: String(w.from), to: String(w.to) };
     const [sum, cache, tpc, redir, recs] = await Promise.all([
