@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -146,6 +147,9 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	srv.AddCheck("pipeline", pipe.Ready)
 	history := api.NewHistory(reg, healthStep, healthKeep)
 	history.Silent = mon.Silent
+	if err := history.Restore(filepath.Join(cfg.Store.Path, "health-history.json"), time.Now(), log.With("component", "health")); err != nil {
+		log.Warn("Health history of the previous run not restored", "err", err)
+	}
 	if err := mountAPI(srv, cfg.HTTP, st, pipe, rollups, history, mon, log); err != nil {
 		return err
 	}

@@ -386,6 +386,48 @@ func TestDashboard(t *testing.T) {
 		shot(t, "health")
 	})
 
+	// Item 4: the health history of the previous run survives a restart,
+	// and a counter that restarts from zero draws a gap, never a spike.
+	t.Run("restart keeps health and draws no spike", func(t *testing.T) {
+		storeDir := t.TempDir()
+		start := time.Now().Add(-40 * time.Minute).Truncate(10 * time.Second).UTC()
+		const name = `xrdmon_packets_total{outcome="accounted"}`
+		var hist api.HealthAnswer
+		hist.Names = []string{name}
+		for i := range 60 { // ten minutes at 10/s, ending at 11,282
+			v := float64(11282 - 100*(59-i))
+			hist.Samples = append(hist.Samples, api.HealthSample{Time: start.Add(time.Duration(i) * 10 * time.Second), Values: []*float64{&v}})
+		}
+		b, err := json.Marshal(hist)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(storeDir, "health-history.json"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		d3 := startDaemon(t, func(c *config.Config) { c.Store.Path = storeDir })
+		type drawn struct {
+			Before int     `json:"before"`
+			Max    float64 `json:"max"`
+			Gaps   int     `json:"gaps"`
+		}
+		act(t, chromedp.Navigate("http://"+d3.http+"/#tab=health&range=1h"))
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[drawn](fmt.Sprintf(`(() => {
+			const u = document.getElementById('c-outcome').uplot; const i = u.series.findIndex(s => s.label === 'accounted');
+			let before = 0, max = 0, gaps = 0;
+			u.data[0].forEach((x, k) => { const v = u.data[i][k]; if (x < %d) before++; if (v === null) gaps++; else max = Math.max(max, v); });
+			return {before, max, gaps}; })()`, start.Add(10*time.Minute).Unix())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Before < 60 {
+			t.Errorf("%d samples of the previous run drawn, want its 60", got.Before)
+		}
+		if got.Max > 10.01 || got.Gaps < 2 {
+			t.Errorf("accounted: highest rate %v /s (the previous run's was 10 /s: a spike), %d gaps (want the restart's)", got.Max, got.Gaps)
+		}
+	})
+
 	t.Run("health, top and servers render", func(t *testing.T) {
 		for _, tab := range []string{"top", "servers"} {
 			act(t, chromedp.Navigate(base+"#tab="+tab+"&"+custom))
