@@ -95,6 +95,7 @@ func New(recs Records, opts Options, log *slog.Logger) *API {
 	a.mux.HandleFunc("GET "+Prefix+"rollups", a.rollups)
 	a.mux.HandleFunc("GET "+Prefix+"top", a.top)
 	a.mux.HandleFunc("GET "+Prefix+"servers", a.servers)
+	a.mux.HandleFunc("GET "+Prefix+"activity", a.activity)
 	a.mux.HandleFunc("GET "+Prefix+"openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openAPI)

@@ -296,7 +296,7 @@ func TestOpenAPIDescribesEveryEndpoint(t *testing.T) {
 			t.Errorf("documented %s answers %d", p, code)
 		}
 	}
-	for _, p := range []string{"/records", "/events", "/summary", "/status", "/health", "/rollups", "/top", "/servers", "/openapi.yaml"} {
+	for _, p := range []string{"/records", "/events", "/summary", "/status", "/health", "/rollups", "/top", "/servers", "/activity", "/openapi.yaml"} {
 		if _, ok := doc.Paths[p]; !ok {
 			t.Errorf("%s is served but not documented", p)
 		}

@@ -442,12 +442,9 @@
     await loadHeard();
     const w = window_();
     const q = { from: String(w.from), to: String(w.to) };
-    const [sum, cache, tpc, redir, recs] = await Promise.all([
+    const [sum, act] = await Promise.all([
       api('summary', { ...q, name: 'link.num,sched.threads,link.in,link.out' }),
-      api('events', { ...q, type: 'cache_file_close', limit: '1000' }),
-      api('events', { ...q, type: 'tpc', limit: '1000' }),
-      api('events', { ...q, type: 'redirect', limit: '1000' }),
-      api('records', { ...q, limit: '1000' }),
+      api('activity', q),
     ]);
     const per = (name, get) => align((sum.servers || []).map((s) => {
       const ser = (s.series || []).filter((x) => name.includes(x.name));
@@ -462,33 +459,26 @@
     const c = per(['link.num'], (p) => p.last); chart('c-conn', c.xs, c.series, fmt.count, { range });
     const th = per(['sched.threads'], (p) => p.last); chart('c-threads', th.xs, th.series, fmt.count, { range });
     const lk = per(['link.in', 'link.out'], (p) => p.rate); chart('c-link', lk.xs, lk.series, fmt.rate, { range });
-    const note = (a) => (a.next ? ' (first 1,000 events of the range)' : '');
-    const group = (evs, key, add) => {
-      const m = new Map();
-      for (const e of evs) { const k = key(e); if (!m.has(k)) m.set(k, {}); add(m.get(k), e.data || {}); }
-      return [...m].sort((a, b) => (a[0] < b[0] ? -1 : 1));
-    };
-    const server = (e) => e.server_host || e.server_ip;
-    const cg = group(cache.events, server, (o, d) => { o.n = (o.n || 0) + 1; o.hit = (o.hit || 0) + (d.b_hit || 0); o.miss = (o.miss || 0) + (d.b_miss || 0); o.bypass = (o.bypass || 0) + (d.b_bypass || 0); });
-    table('t-cache', [{ label: 'cache' + note(cache) }, { label: 'files', num: 1 }, { label: 'hit', num: 1 }, { label: 'miss', num: 1 }, { label: 'bypass', num: 1 }, { label: 'hit ratio', num: 1 }],
-      cg.map(([k, o]) => el('tr', {}, el('td', {}, k), el('td', { class: 'num' }, o.n), el('td', { class: 'num' }, fmt.bytes(o.hit)), el('td', { class: 'num' }, fmt.bytes(o.miss)),
-        el('td', { class: 'num' }, fmt.bytes(o.bypass)), el('td', { class: 'num' }, fmt.pct(o.hit / (o.hit + o.miss + o.bypass))))));
-    const tg = group(tpc.events, server, (o, d) => {
-      o.n = (o.n || 0) + 1; o.bytes = (o.bytes || 0) + (d.size || 0); o.failed = (o.failed || 0) + (d.rc ? 1 : 0);
-      const dt = (Date.parse(d.end) - Date.parse(d.begin)) / 1000; if (dt > 0 && d.size) { o.secs = (o.secs || 0) + dt; o.rb = (o.rb || 0) + d.size; }
-    });
-    table('t-tpc', [{ label: 'server' + note(tpc) }, { label: 'copies', num: 1 }, { label: 'failed', num: 1 }, { label: 'bytes', num: 1 }, { label: 'mean rate', num: 1 }],
-      tg.map(([k, o]) => el('tr', {}, el('td', {}, k), el('td', { class: 'num' }, o.n), el('td', { class: 'num' }, o.failed || 0), el('td', { class: 'num' }, fmt.bytes(o.bytes)),
-        el('td', { class: 'num' }, o.secs ? fmt.rate(o.rb / o.secs) : '—'))));
-    const rg = group(redir.events, server, (o, d) => { o.n = (o.n || 0) + 1; o.targets = o.targets || new Set(); o.targets.add(d.target_host); });
-    const hops = recs.records.filter((r) => r.redirect_hops > 0);
-    const mean = (f) => (hops.length ? hops.reduce((a, r) => a + (f(r) || 0), 0) / hops.length : null);
-    const rows = rg.map(([k, o]) => el('tr', {}, el('td', {}, k), el('td', { class: 'num' }, o.n), el('td', { class: 'num' }, o.targets.size), el('td', {}, ''), el('td', {}, '')));
-    rows.push(el('tr', { data: { key: 'delay' } }, el('td', {}, 'transfers redirected' + (recs.next ? ' (of the newest 1,000)' : '')), el('td', { class: 'num' }, hops.length),
-      el('td', { class: 'num' }, hops.length ? 'hops ' + mean((r) => r.redirect_hops).toFixed(2) : '—'),
-      el('td', { class: 'num' }, hops.length ? 'delay ≥ ' + fmt.secs(mean((r) => r.redirect_delay_ms) / 1000) : '—'),
-      el('td', { class: 'num' }, hops.length ? '≤ ' + fmt.secs(mean((r) => r.redirect_delay_max_ms) / 1000) : '—')));
-    table('t-redirect', [{ label: 'redirector' + note(redir) }, { label: 'redirects', num: 1 }, { label: 'targets', num: 1 }, { label: '' }, { label: '' }], rows);
+    // The tables: sums over every event of the range, made by the
+    // collector (/activity); "newest" only where it had to stop.
+    const note = act.complete ? '' : ` (the newest ${act.events.toLocaleString('en')} events)`;
+    const n = (v) => el('td', { class: 'num' }, (v || 0).toLocaleString('en'));
+    const b = (v) => el('td', { class: 'num' }, fmt.bytes(v || 0));
+    table('t-cache', [{ label: 'cache' + note }, { label: 'files', num: 1 }, { label: 'hit', num: 1 }, { label: 'miss', num: 1 }, { label: 'bypass', num: 1 }, { label: 'hit ratio', num: 1 }],
+      act.caches.map((o) => el('tr', { data: { key: o.server } }, el('td', { class: 'name', title: o.server }, o.server), n(o.files), b(o.hit_bytes), b(o.miss_bytes), b(o.bypass_bytes),
+        el('td', { class: 'num' }, fmt.pct(o.hit_bytes / ((o.hit_bytes + o.miss_bytes + o.bypass_bytes) || NaN))))));
+    table('t-tpc', [{ label: 'server' + note }, { label: 'copies', num: 1 }, { label: 'failed', num: 1 }, { label: 'bytes', num: 1 }, { label: 'mean rate', num: 1 }],
+      act.copies.map((o) => el('tr', { data: { key: o.server } }, el('td', { class: 'name', title: o.server }, o.server), n(o.copies), n(o.failed), b(o.bytes),
+        el('td', { class: 'num' }, o.seconds ? fmt.rate(o.timed_bytes / o.seconds) : '—'))));
+    const rd = act.redirected;
+    const mean = (v) => (rd.transfers ? v / rd.transfers : null);
+    const rows = act.redirectors.map((o) => el('tr', { data: { key: o.server } }, el('td', { class: 'name', title: o.server }, o.server), n(o.redirects), n(o.targets), el('td', {}, ''), el('td', {}, '')));
+    rows.push(el('tr', { data: { key: 'delay' } },
+      el('td', {}, 'transfers redirected' + (rd.records_complete ? '' : ` (of the newest ${rd.records_scanned.toLocaleString('en')})`)), n(rd.transfers),
+      el('td', { class: 'num' }, rd.transfers ? 'hops ' + mean(rd.hops).toFixed(2) : '—'),
+      el('td', { class: 'num' }, rd.transfers ? 'delay ≥ ' + fmt.secs(mean(rd.delay_ms) / 1000) : '—'),
+      el('td', { class: 'num' }, rd.transfers ? '≤ ' + fmt.secs(mean(rd.delay_max_ms) / 1000) : '—')));
+    table('t-redirect', [{ label: 'redirector' + note }, { label: 'redirects', num: 1 }, { label: 'targets', num: 1 }, { label: 'mean' }, { label: '' }], rows);
   }
 
   // --- wiring ----------------------------------------------------------------------------
