@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	rungroup "github.com/oklog/run"
@@ -157,9 +158,13 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	if cfg.HTTP.Address != "" {
 		addr, err := srv.Listen()
 		if err != nil {
-			return fmt.Errorf("listen http: %w", err)
+			hint := ""
+			if errors.Is(err, syscall.EADDRINUSE) {
+				hint = " (is another collector, or another service, on this port? choose another with --http.address)"
+			}
+			return fmt.Errorf("http.address %s: %w%s", cfg.HTTP.Address, err, hint)
 		}
-		log.Info("Serving metrics and health", "http", addr.String())
+		log.Info("Serving the dashboard, query API and metrics", "dashboard", "http://"+addr.String()+"/", "metrics", "http://"+addr.String()+"/metrics")
 	}
 
 	outputs, err := newOutputs(cfg, st, log, reg)
@@ -188,7 +193,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	}
 
 	start := time.Now()
-	log.Info("Collector running", "shards", popts.Shards, "store", cfg.Store.Options().Path, "outputs", len(outputs))
+	log.Info("Collector running", "shards", popts.Shards, "store", cfg.Store.Options().Path, "outputs", outputNames(outputs))
 	err = runGroup(ctx, pipe, sources, outputs, background, log)
 	st1 := pipe.Stats()
 	log.Info("Stopped", "uptime", time.Since(start).Round(time.Second), "packets", st1.Packets, "records", st1.TotalRecords(), "lost", st1.TotalLost(), "rejected", st1.TotalRejected())
