@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -261,6 +262,116 @@ func TestDashboard(t *testing.T) {
 		if err != nil || gaps < 8 {
 			t.Errorf("duration chart: %d gaps before the workload (%v)", gaps, err)
 		}
+	})
+
+	// Item 6: one time convention (24-hour, UTC by default), readable
+	// units: no "am"/"pm", no "ks", "0 s" at a duration axis' origin, no
+	// rate below one per second labelled per second.
+	t.Run("labels", func(t *testing.T) {
+		act(t, chromedp.Navigate(base+"#tab=traffic&"+custom))
+		type labels struct {
+			Time, Duration, Rate []string
+			Cell                 string
+		}
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[labels](`({
+			Time: document.getElementById('c-read').uplot.axes[0]._values,
+			Duration: document.getElementById('c-duration').uplot.axes[1]._values,
+			Rate: document.getElementById('c-xfers').uplot.axes[1]._values,
+			Cell: '' })`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		timeRe := regexp.MustCompile(`^(\d\d-\d\d )?\d\d:\d\d$|^\d\d-\d\d$`)
+		for _, l := range got.Time {
+			if !timeRe.MatchString(l) {
+				t.Errorf("time label %q is not 24-hour HH:MM (or MM-DD)", l)
+			}
+		}
+		for _, l := range got.Duration {
+			if strings.Contains(l, "ks") || strings.Contains(l, "0 ms") && l == "0 ms" {
+				t.Errorf("duration label %q", l)
+			}
+		}
+		units, top := map[string]bool{}, 0.0
+		for _, l := range got.Rate {
+			if f := strings.Fields(l); len(f) == 2 {
+				units[f[1]] = true
+				v, _ := strconv.ParseFloat(f[0], 64)
+				top = max(top, v)
+			}
+		}
+		if len(units) > 1 || (units["/s"] && top < 1) {
+			t.Errorf("rate axis %v: mixed units, or per second below one per second", got.Rate)
+		}
+		if len(got.Time) < 3 || len(got.Duration) < 2 {
+			t.Errorf("labels: %+v", got)
+		}
+	})
+
+	// Item 7: no two series of a chart share a colour (more than the 10 of
+	// the old palette here), and a legend is never taller than its chart.
+	t.Run("colours and legends", func(t *testing.T) {
+		act(t, chromedp.EmulateViewport(1280, 900))
+		defer act(t, chromedp.EmulateViewport(1400, 1000))
+		act(t, chromedp.Navigate(base+"#tab=traffic&by=user&n=30&"+custom))
+		type look struct {
+			Series, Distinct int
+			Legend, Plot     float64
+		}
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[look](`(() => { const b = document.getElementById('c-read'), u = b.uplot;
+			const cs = u.series.slice(1).map(s => s._stroke);
+			return {Series: cs.length, Distinct: new Set(cs).size, Legend: b.querySelector('.u-legend').getBoundingClientRect().height,
+				Plot: b.querySelector('.u-wrap').getBoundingClientRect().height}; })()`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Series <= 10 || got.Distinct != got.Series {
+			t.Errorf("%d series, %d colours", got.Series, got.Distinct)
+		}
+		if got.Legend > got.Plot/2 {
+			t.Errorf("legend %.0f px high, chart %.0f px", got.Legend, got.Plot)
+		}
+	})
+
+	// Item 3: at 1280 px every table fits its panel (no column hidden
+	// until a scroll), on Transfers, Top and Servers.
+	t.Run("tables fit", func(t *testing.T) {
+		act(t, chromedp.EmulateViewport(1280, 900))
+		defer act(t, chromedp.EmulateViewport(1400, 1000))
+		for _, tab := range []string{"transfers", "top", "servers"} {
+			act(t, chromedp.Navigate(base+"#tab="+tab+"&"+custom))
+			over, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('section:not([hidden]) table.data')]
+				.filter(t => t.closest('.panel').scrollWidth > t.closest('.panel').clientWidth + 1)
+				.map(t => t.id + ': ' + t.closest('.panel').scrollWidth + ' > ' + t.closest('.panel').clientWidth)`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(over) > 0 {
+				t.Errorf("%s at 1280 px: tables wider than their panels: %v", tab, over)
+			}
+		}
+	})
+
+	// Item 8: the transfers tab counts every record of the range (not
+	// "50+"), exports the records shown as CSV, and refreshes a short
+	// range that ends now by itself.
+	t.Run("transfers count, export, refresh", func(t *testing.T) {
+		act(t, chromedp.Navigate(base+"#tab=transfers&"+custom))
+		if got, want := attr(t, "#rec-count", "data-total"), int64(len(truth.Records))+1; got != want {
+			t.Errorf("transfers: total %d, truth %d and the hostile one", got, want)
+		}
+		lines, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.getElementById('export').csv.trim().split('\r\n').length`))
+		if err != nil || lines != 51 {
+			t.Errorf("CSV export: %d lines (%v), want a header and the 50 records shown", lines, err)
+		}
+		if got := attr(t, "body", "data-refresh"); got != 0 {
+			t.Errorf("a custom range refreshes every %d s", got)
+		}
+		act(t, chromedp.Navigate(base+"#tab=transfers&range=1h"))
+		if got := attr(t, "body", "data-refresh"); got != 30 {
+			t.Errorf("the last hour refreshes every %d s, want 30", got)
+		}
+		act(t, chromedp.Navigate(base+"#tab=traffic&"+custom)) // where the next test starts
 	})
 
 	t.Run("time picker", func(t *testing.T) {

@@ -389,6 +389,26 @@
   // --- transfers ------------------------------------------------------------------
   let nextCursor = '';
   let shown = [];
+  let total = { n: 0, complete: true };
+  // exportCSV points the CSV link at the records shown (exact values, the
+  // record's JSON names). A cell a spreadsheet would take for a formula
+  // (=, +, -, @ first) is quoted with a leading apostrophe: strings come
+  // from packets.
+  const csvColumns = ['end', 'start', 'server_host', 'server_ip', 'site', 'user', 'vo', 'client_host', 'protocol', 'path', 'read_bytes', 'readv_bytes', 'write_bytes', 'reason', 'record_id'];
+  let csvURL = null;
+  function exportCSV() {
+    const cell = (v) => {
+      let s = v === undefined || v === null ? '' : String(v);
+      if (/^[=+\-@\t\r]/.test(s) && typeof v === 'string') s = "'" + s;
+      return /[",\n\r]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s;
+    };
+    const text = [csvColumns.join(',')].concat(shown.map((r) => csvColumns.map((c) => cell(r[c])).join(','))).join('\r\n') + '\r\n';
+    if (csvURL) URL.revokeObjectURL(csvURL);
+    csvURL = URL.createObjectURL(new Blob([text], { type: 'text/csv' }));
+    const a = $('export');
+    a.href = csvURL;
+    a.csv = text; // for tests
+  }
   function recordQuery() {
     const w = window_();
     return { from: String(w.from), to: String(w.to), user: state.user, path_prefix: state.path, server: state.server, site: state.site,
@@ -397,11 +417,14 @@
   async function loadTransfers(more) {
     for (const [k, id] of [['user', 'q-user'], ['path', 'q-path'], ['server', 'q-server'], ['site', 'q-site']]) $(id).value = state[k];
     $('q-partial').checked = !!state.partial;
-    const a = await api('records', { ...recordQuery(), cursor: more ? nextCursor : '' });
+    const a = await api('records', { ...recordQuery(), cursor: more ? nextCursor : '', count: more ? '' : 'true' });
     nextCursor = a.next || '';
     shown = more ? shown.concat(a.records) : a.records;
+    if (!more) total = { n: a.total || a.records.length, complete: !a.next || a.total_complete };
     $('more').hidden = !nextCursor;
-    $('rec-count').textContent = `(${shown.length}${nextCursor ? '+' : ''})`;
+    $('rec-count').dataset.total = String(total.n);
+    $('rec-count').textContent = `(${shown.length.toLocaleString('en')} of ${total.complete ? '' : 'more than '}${total.n.toLocaleString('en')})`;
+    exportCSV();
     const rows = shown.map((r, i) => el('tr', { data: { index: i }, on: { click: (ev) => showRecord(i, ev.currentTarget) } },
       el('td', {}, fmt.time(r.end)), el('td', { title: r.user || '', class: 'short' }, r.user || ''),
       el('td', { title: r.server_host || r.server_ip, class: 'short' }, r.server_host || r.server_ip), el('td', { title: r.path || '', class: 'name' }, r.path || ''),
