@@ -559,7 +559,7 @@ func TestDashboard(t *testing.T) {
 			Silent string `json:"silent"`
 			Map    string `json:"map"`
 		}
-		rows, err := chromedp.Run(ctx, chromedp.Evaluate[[]row](`[...document.querySelectorAll('#t-heard tbody tr[data-key]')].map(r => ({silent: r.dataset.silent, map: r.cells[6].textContent}))`))
+		rows, err := chromedp.Run(ctx, chromedp.Evaluate[[]row](`[...document.querySelectorAll('#t-heard tbody tr[data-key]')].map(r => ({silent: r.dataset.silent, map: r.cells[7].textContent}))`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -607,7 +607,20 @@ func TestDashboard(t *testing.T) {
 				reporting++
 			}
 		}
-		for _, id := range []string{"c-conn", "c-threads", "c-link"} {
+		// Item 10: link in and out apart, and operations, each summing to
+		// the increase the servers' own counters report.
+		var linkIn, linkOut, opens int64
+		for _, sv := range truth.Servers {
+			if sv.Summary != nil {
+				linkIn += sv.Summary.Increase["link.in"]
+				linkOut += sv.Summary.Increase["link.out"]
+				opens += sv.Summary.Increase["xrootd.ops.open"]
+			}
+		}
+		if in, out, ops := attr(t, "#c-link-in", "data-sum"), attr(t, "#c-link", "data-sum"), attr(t, "#c-ops", "data-sum"); in != linkIn || out != linkOut || ops != opens || opens == 0 {
+			t.Errorf("link in %d, out %d, opens %d; truth %d, %d, %d", in, out, ops, linkIn, linkOut, opens)
+		}
+		for _, id := range []string{"c-conn", "c-threads", "c-link-in", "c-link"} {
 			servers, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.getElementById('`+id+`').dataset.series)`))
 			if err != nil {
 				t.Fatal(err)

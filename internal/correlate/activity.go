@@ -37,6 +37,9 @@ type ServerActivity struct {
 	// datagram accepted from the server on it; 0 if none.
 	Heard     [NumStreams]int64
 	OpenFiles int
+	// Lost is the datagrams missing from the server's sequence counters
+	// (all domains), as xrdmon_packets_lost_total counts them.
+	Lost uint64
 }
 
 // TakeActivity appends the activity of every server the shard holds now
@@ -45,7 +48,11 @@ type ServerActivity struct {
 // packet path only stores a time per datagram.
 func (s *Shard) TakeActivity(dst []ServerActivity) []ServerActivity {
 	for _, inc := range s.incList {
-		dst = append(dst, ServerActivity{ServerIP: inc.ip, Host: inc.host, Site: inc.site, Heard: inc.heard, OpenFiles: int(inc.files.n)})
+		var lost uint64
+		for _, n := range inc.lost {
+			lost += n
+		}
+		dst = append(dst, ServerActivity{ServerIP: inc.ip, Host: inc.host, Site: inc.site, Heard: inc.heard, OpenFiles: int(inc.files.n), Lost: lost})
 	}
 	return dst
 }

@@ -54,7 +54,8 @@ type server struct {
 	usual          float64           // moving average of the intervals between news, s
 	intervals      int
 	open           int    // files open, summed over the address's incarnations
-	gen            uint64 // the Observe that last reported it (open counts then only)
+	lost           uint64 // datagrams lost, summed over the address's incarnations now
+	gen            uint64 // the Observe that last reported it (open and lost count then only)
 }
 
 func (m *Monitor) server(ip string) *server {
@@ -108,9 +109,10 @@ func (m *Monitor) activity(act []correlate.ServerActivity, evs []record.Event) {
 			s.site = a.Site
 		}
 		if s.gen != m.gen {
-			s.gen, s.open = m.gen, 0
+			s.gen, s.open, s.lost = m.gen, 0, 0
 		}
 		s.open += a.OpenFiles
+		s.lost += a.Lost
 		copy(heard[:], a.Heard[:])
 		heard[streamSummary] = 0
 		s.hear(&heard)
@@ -179,6 +181,10 @@ type Server struct {
 	SilentAfterSeconds   float64 `json:"silent_after_seconds"`
 	Silent               bool    `json:"silent"`
 	OpenFiles            int     `json:"open_files"`
+	// LostPackets is the datagrams missing from the sequence counters of
+	// the server's current incarnations (while the collector holds its
+	// state: a server idle for the session TTL starts again at 0).
+	LostPackets uint64 `json:"lost_packets"`
 }
 
 // Servers returns every tracked server, silent ones first, then by name.
@@ -192,7 +198,7 @@ func (m *Monitor) Servers() []Server {
 			LastHeard: time.Unix(s.last, 0).UTC(), UsualIntervalSeconds: s.usual,
 			SilentAfterSeconds: s.silenceAfter().Seconds(), Silent: s.silent(now)}
 		if s.gen == m.gen {
-			v.OpenFiles = s.open
+			v.OpenFiles, v.LostPackets = s.open, s.lost
 		}
 		for k, t := range s.heard {
 			if t > 0 {

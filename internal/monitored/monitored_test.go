@@ -167,7 +167,12 @@ func TestFilesOpen(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	m, _ := New(reg, nil)
 	m.Observe(nil, nil, []correlate.ServerActivity{{ServerIP: "192.0.2.1", Site: "S", OpenFiles: 3}, {ServerIP: "192.0.2.1", Site: "S", OpenFiles: 2}})
-	m.Observe(nil, nil, []correlate.ServerActivity{{ServerIP: "192.0.2.1", Site: "S", OpenFiles: 4}, {ServerIP: "192.0.2.3", Site: "S", OpenFiles: 1}})
+	m.Observe(nil, nil, []correlate.ServerActivity{{ServerIP: "192.0.2.1", Site: "S", OpenFiles: 4, Lost: 2}, {ServerIP: "192.0.2.3", Site: "S", OpenFiles: 1}, {ServerIP: "192.0.2.1", Site: "S", Lost: 5}})
+	for _, s := range m.Servers() {
+		if s.ServerIP == "192.0.2.1" && s.LostPackets != 7 {
+			t.Errorf("lost packets of 192.0.2.1: %d, want 7 (two incarnations)", s.LostPackets)
+		}
+	}
 	want := `
 # HELP xrdmon_monitored_files_open Files open now, by server and site (the correlator's open files).
 # TYPE xrdmon_monitored_files_open gauge

@@ -452,13 +452,14 @@
     const streams = ['map', 'fstream', 'gstream', 'trace', 'redir', 'summary'];
     $('heard-count').textContent = `(${a.servers.length.toLocaleString('en')} servers, ${a.silent} silent)`;
     table('t-heard', [{ label: 'server' }, { label: 'site' }, { label: 'state' }, { label: 'last heard', num: 1 }, { label: 'usual interval', num: 1 },
-      { label: 'open files', num: 1 }].concat(streams.map((s) => ({ label: s, num: 1 }))),
+      { label: 'open files', num: 1 }, { label: 'lost packets', num: 1 }].concat(streams.map((s) => ({ label: s, num: 1 }))),
     a.servers.map((s) => el('tr', { class: s.silent ? 'silent' : null, data: { key: s.server_ip, silent: s.silent } },
       el('td', { class: 'name', title: s.server_ip }, s.host || s.server_ip), el('td', { class: 'short' }, s.site || ''),
       el('td', {}, s.silent ? 'SILENT' : 'ok'),
       el('td', { class: 'num', title: fmt.time(s.last_heard) }, ago(s.last_heard, now)),
       el('td', { class: 'num' }, s.usual_interval_seconds ? dur(s.usual_interval_seconds) : '—'),
       el('td', { class: 'num' }, (s.open_files || 0).toLocaleString('en')),
+      el('td', { class: 'num', data: { lost: s.lost_packets || 0 } }, (s.lost_packets || 0).toLocaleString('en')),
       streams.map((k) => el('td', { class: 'num', title: s.heard[k] ? fmt.time(s.heard[k]) : 'never' }, s.heard[k] ? ago(s.heard[k], now) : '—')))));
   }
   async function loadServers() {
@@ -466,7 +467,8 @@
     const w = window_();
     const q = { from: String(w.from), to: String(w.to) };
     const [sum, act] = await Promise.all([
-      api('summary', { ...q, name: 'link.num,sched.threads,link.in,link.out' }),
+      api('summary', { ...q, name: ['link.num', 'sched.threads', 'link.in', 'link.out', 'xrootd.ops.open', 'xrootd.ops.rd', 'xrootd.ops.wr',
+        'xrootd.err', 'ofs.err'].concat([0, 1, 2, 3].map((i) => `oss.paths.${i}.free`)).join(',') }),
       api('activity', q),
     ]);
     const per = (name, get) => align((sum.servers || []).map((s) => {
@@ -481,7 +483,23 @@
     const range = { from: w.from, to: w.to };
     const c = per(['link.num'], (p) => p.last); chart('c-conn', c.xs, c.series, fmt.count, { range });
     const th = per(['sched.threads'], (p) => p.last); chart('c-threads', th.xs, th.series, fmt.count, { range });
-    const lk = per(['link.in', 'link.out'], (p) => p.rate); chart('c-link', lk.xs, lk.series, fmt.rate, { range });
+    // data-sum of a counter chart: its increase over the range (the sum of
+    // the buckets' deltas), as the servers' own counters say.
+    const deltas = (names) => (sum.servers || []).reduce((a, s) => a + (s.series || []).filter((x) => names.includes(x.name))
+      .reduce((b, x) => b + x.points.reduce((c, p) => c + (p.delta || 0), 0), 0), 0);
+    const li = per(['link.in'], (p) => p.rate); chart('c-link-in', li.xs, li.series, fmt.rate, { range, sum: deltas(['link.in']) });
+    const lk = per(['link.out'], (p) => p.rate); chart('c-link', lk.xs, lk.series, fmt.rate, { range, sum: deltas(['link.out']) });
+    // Operations by kind, summed over the servers.
+    let opsX = [];
+    const ops = [['xrootd.ops.open', 'open'], ['xrootd.ops.rd', 'read'], ['xrootd.ops.wr', 'write']].map(([n, label]) => {
+      const one = per([n], (p) => p.rate);
+      opsX = one.xs;
+      return { label, values: one.xs.map((_, i) => one.series.reduce((a, s) => (s.values[i] === null ? a : (a ?? 0) + s.values[i]), null)) };
+    });
+    chart('c-ops', opsX, ops, fmt.per, { range, sum: deltas(['xrootd.ops.open']), empty: 'no operation counters in the summaries' });
+    const er = per(['xrootd.err', 'ofs.err'], (p) => p.rate); chart('c-err', er.xs, er.series, fmt.per, { range, empty: 'no error counters in the summaries' });
+    const dk = per(['oss.paths.0.free', 'oss.paths.1.free', 'oss.paths.2.free', 'oss.paths.3.free'], (p) => p.last);
+    chart('c-disk', dk.xs, dk.series, fmt.bytes, { range, empty: 'no oss.paths in the summaries (xrd.report … all)' });
     // The tables: sums over every event of the range, made by the
     // collector (/activity); "newest" only where it had to stop.
     const note = act.complete ? '' : ` (the newest ${act.events.toLocaleString('en')} events)`;
