@@ -116,6 +116,9 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		return fmt.Errorf("monitored metrics: %w", err)
 	}
 	popts.Observe = mon.Observe
+	if err := mon.Restore(filepath.Join(cfg.Store.Path, "servers-heard.json"), log.With("component", "monitored")); err != nil {
+		log.Warn("Servers heard by the previous run not restored", "err", err)
+	}
 	var pstore pipeline.Store = st
 	var lease *postgres.Lease
 	if cfg.Cluster.Enabled {
@@ -174,7 +177,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	if rollups != nil {
 		outputs = append(outputs, output{"rollup", rollups.Run})
 	}
-	background := []output{{"store", st.Run}}
+	background := []output{{"store", st.Run}, {"monitored", mon.Run}}
 	if lease != nil {
 		background = append(background, output{"lease", func(ctx context.Context) error {
 			select {

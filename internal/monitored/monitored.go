@@ -18,6 +18,7 @@ package monitored
 
 import (
 	"bytes"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -88,6 +89,9 @@ type Monitor struct {
 	labels  [3]map[string]struct{} // admitted server, site and VO values
 	servers map[string]*server     // by address (activity.go)
 	gen     uint64                 // commits with activity seen
+
+	path string       // where the servers heard are kept (Restore)
+	log  *slog.Logger // for a failed save
 
 	descs descs
 }

@@ -2,6 +2,7 @@ package monitored
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -181,5 +182,35 @@ xrdmon_monitored_files_open{server="192.0.2.3",site="S"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "xrdmon_monitored_files_open"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRestoreServers: the servers heard survive a restart of the
+// collector: a server silent before it is still flagged after it.
+func TestRestoreServers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "servers.json")
+	base := time.Unix(1_800_000_000, 0)
+	now := base
+	m, _ := New(nil, func() time.Time { return now })
+	if err := m.Restore(path, nil); err != nil {
+		t.Fatalf("missing file: %v", err)
+	}
+	for i := range 10 {
+		a := correlate.ServerActivity{ServerIP: "192.0.2.1", Host: "xrd1", Site: "S"}
+		a.Heard[correlate.StreamF] = base.Add(time.Duration(i) * 10 * time.Second).Unix()
+		m.Observe(nil, nil, []correlate.ServerActivity{a})
+	}
+	if err := m.save(); err != nil {
+		t.Fatal(err)
+	}
+	now = base.Add(time.Hour)
+	m2, _ := New(nil, func() time.Time { return now })
+	if err := m2.Restore(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := m2.Servers()
+	if len(got) != 1 || !got[0].Silent || got[0].Host != "xrd1" || got[0].UsualIntervalSeconds != 10 ||
+		got[0].Heard["fstream"].Unix() != base.Add(90*time.Second).Unix() {
+		t.Errorf("restored: %+v", got)
 	}
 }
