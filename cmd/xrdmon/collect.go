@@ -116,8 +116,12 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		return fmt.Errorf("monitored metrics: %w", err)
 	}
 	popts.Observe = mon.Observe
-	if err := mon.Restore(filepath.Join(cfg.Store.Path, "servers-heard.json"), log.With("component", "monitored")); err != nil {
-		log.Warn("Servers heard by the previous run not restored", "err", err)
+	// An import's times are the capture's: its servers are not kept as
+	// heard (a daemon on the same store would list them).
+	if !importing {
+		if err := mon.Restore(filepath.Join(cfg.Store.Path, "servers-heard.json"), log.With("component", "monitored")); err != nil {
+			log.Warn("Servers heard by the previous run not restored", "err", err)
+		}
 	}
 	var pstore pipeline.Store = st
 	var lease *postgres.Lease

@@ -516,6 +516,13 @@ func TestDashboard(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(storeDir, "health-history.json"), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
+		// Item 9 across the restart: a server heard every 10 s until 20
+		// minutes ago is silent, and stays flagged.
+		quiet := time.Now().Add(-20 * time.Minute).Unix()
+		heard := fmt.Sprintf(`[{"ip":"192.0.2.77","host":"quiet.example.org","site":"T2_TEST","heard":{"fstream":%d,"summary":%d},"usual":10,"intervals":50}]`, quiet, quiet-30)
+		if err := os.WriteFile(filepath.Join(storeDir, "servers-heard.json"), []byte(heard), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		d3 := startDaemon(t, func(c *config.Config) { c.Store.Path = storeDir })
 		type drawn struct {
 			Before int     `json:"before"`
@@ -536,6 +543,19 @@ func TestDashboard(t *testing.T) {
 		}
 		if got.Max > 10.01 || got.Gaps < 2 {
 			t.Errorf("accounted: highest rate %v /s (the previous run's was 10 /s: a spike), %d gaps (want the restart's)", got.Max, got.Gaps)
+		}
+		type flagged struct {
+			Verdict, Reasons, Row string
+		}
+		act(t, chromedp.Navigate("http://"+d3.http+"/#tab=servers&range=1h"))
+		f, err := chromedp.Run(ctx, chromedp.Evaluate[flagged](`({Verdict: document.getElementById('verdict').dataset.status,
+			Reasons: document.getElementById('reasons').textContent,
+			Row: (document.querySelector('#t-heard tr[data-key="192.0.2.77"]') || {dataset: {}}).dataset.silent || ''})`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Verdict != "warn" || !strings.Contains(f.Reasons, "quiet.example.org") || f.Row != "true" {
+			t.Errorf("a silent server: verdict %q, reasons %q, row silent %q", f.Verdict, f.Reasons, f.Row)
 		}
 	})
 
