@@ -450,10 +450,14 @@
     if (!a) { table('t-heard', [{ label: 'server' }], []); return; }
     const now = Date.now();
     const streams = ['map', 'fstream', 'gstream', 'trace', 'redir', 'summary'];
-    $('heard-count').textContent = `(${a.servers.length.toLocaleString('en')} servers, ${a.silent} silent)`;
+    // At most 500 rows (silent ones come first): a federation's thousands
+    // of servers are in /api/v1/servers.
+    const rowsMax = 500;
+    $('heard-count').textContent = `(${a.servers.length.toLocaleString('en')} servers, ${a.silent} silent` +
+      (a.servers.length > rowsMax ? `; the first ${rowsMax} shown)` : ')');
     table('t-heard', [{ label: 'server' }, { label: 'site' }, { label: 'state' }, { label: 'last heard', num: 1 }, { label: 'usual interval', num: 1 },
       { label: 'open files', num: 1 }, { label: 'lost packets', num: 1 }].concat(streams.map((s) => ({ label: s, num: 1 }))),
-    a.servers.map((s) => el('tr', { class: s.silent ? 'silent' : null, data: { key: s.server_ip, silent: s.silent } },
+    a.servers.slice(0, rowsMax).map((s) => el('tr', { class: s.silent ? 'silent' : null, data: { key: s.server_ip, silent: s.silent } },
       el('td', { class: 'name', title: s.server_ip }, s.host || s.server_ip), el('td', { class: 'short' }, s.site || ''),
       el('td', {}, s.silent ? 'SILENT' : 'ok'),
       el('td', { class: 'num', title: fmt.time(s.last_heard) }, ago(s.last_heard, now)),
