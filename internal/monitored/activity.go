@@ -252,15 +252,15 @@ func (m *Monitor) collectActivity(ch chan<- prometheus.Metric) {
 		}
 		for k, t := range s.heard {
 			if t > 0 {
-				ch <- prometheus.MustNewConstMetric(d.heard, prometheus.GaugeValue, float64(t), name, StreamName(k))
+				send(ch, d.heard, prometheus.GaugeValue, float64(t), name, StreamName(k))
 			}
 		}
 		if s.intervals > 0 {
-			ch <- prometheus.MustNewConstMetric(d.usual, prometheus.GaugeValue, s.usual, name)
+			send(ch, d.usual, prometheus.GaugeValue, s.usual, name)
 		}
 	}
 	for k, n := range open {
-		ch <- prometheus.MustNewConstMetric(d.open, prometheus.GaugeValue, float64(n), k.server, k.site)
+		send(ch, d.open, prometheus.GaugeValue, float64(n), k.server, k.site)
 	}
-	ch <- prometheus.MustNewConstMetric(d.silent, prometheus.GaugeValue, float64(silent))
+	send(ch, d.silent, prometheus.GaugeValue, float64(silent))
 }

@@ -20,8 +20,10 @@ import (
 	"bytes"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -133,8 +135,13 @@ func New(reg prometheus.Registerer, now func() time.Time) (*Monitor, error) {
 	return m, ms.Err()
 }
 
-// admit returns v, or Other when label i is full and v is new to it.
+// admit returns v, or Other when label i is full and v is new to it. A
+// value that is not UTF-8 (from a packet) is admitted with its bad bytes
+// replaced: Prometheus takes UTF-8 label values only.
 func (m *Monitor) admit(i int, v string, max int) string {
+	if !utf8.ValidString(v) {
+		v = strings.ToValidUTF8(v, "\uFFFD")
+	}
 	if _, ok := m.labels[i][v]; ok {
 		return v
 	}
@@ -252,11 +259,23 @@ func (m *Monitor) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect sends the current values.
 func (m *Monitor) Collect(ch chan<- prometheus.Metric) {
+	m.collect(ch)
+}
+
+// send sends one sample; label values are UTF-8 (admit), so it cannot
+// fail, and would drop the sample rather than panic if it did.
+func send(ch chan<- prometheus.Metric, desc *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+	if mt, err := prometheus.NewConstMetric(desc, t, v, labels...); err == nil {
+		ch <- mt
+	}
+}
+
+func (m *Monitor) collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d := &m.descs
 	counter := func(desc *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), labels...)
+		send(ch, desc, prometheus.CounterValue, float64(v), labels...)
 	}
 	// Every key of cells is admitted (or Other): one series each.
 	type ss struct{ server, site string }

@@ -214,3 +214,18 @@ func TestRestoreServers(t *testing.T) {
 		t.Errorf("restored: %+v", got)
 	}
 }
+
+// TestHostileLabels: strings from packets that are not UTF-8 or are
+// markup become label values a scrape accepts (never a panic).
+func TestHostileLabels(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, _ := New(reg, nil)
+	m.Observe([][]record.Record{{rec("evil\xff\xfe.example.org", "S\xc3", "<script>\x00", 1, 0, record.Evicted)}}, nil,
+		[]correlate.ServerActivity{{ServerIP: "192.0.2.66", Host: "h\xff", Site: "\xfe", OpenFiles: 1, Heard: [correlate.NumStreams]int64{1}}})
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m, "xrdmon_monitored_transfers_total"); n != 1 {
+		t.Errorf("%d series", n)
+	}
+}
