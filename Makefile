@@ -6,7 +6,7 @@ STATICCHECK_VERSION := v0.8.2
 VERSION     := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS     := -X main.version=$(VERSION)
 
-.PHONY: all build run test unit race browser rabbitmq-plugins crash hostile lint vet staticcheck fuzz bench clean
+.PHONY: all build run test unit race browser promtool rabbitmq-plugins crash hostile lint vet staticcheck fuzz bench clean
 
 all: build
 
@@ -21,7 +21,7 @@ run: build
 # PostgreSQL skip with a message when the service is absent, and fail in CI (CI=true).
 test: lint unit race crash
 
-unit: browser rabbitmq-plugins
+unit: browser promtool rabbitmq-plugins
 	$(GO) test -count=1 -timeout 30m ./...
 
 # race: the packages whose goroutines share batches, state and counters, and
@@ -46,6 +46,17 @@ browser:
 	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium \
 	    || echo "could not install chromium: the dashboard's browser test will skip"; }
+
+# promtool: Prometheus's rule checker (Debian's prometheus package), which
+# checks and unit-tests the alert rules in deploy/prometheus; installed with
+# apt-get when missing (the daemon it brings is not started: no systemd in
+# CI). Without it the test skips outside CI and fails in CI.
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  echo "installing promtool (the alert rules' test runs it)"; \
+	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends prometheus \
+	    || echo "could not install promtool: the alert rules' test will skip"; }
 
 # crash: kill -9, RabbitMQ and PostgreSQL outages, full disk (test/crash).
 # They stop the shared services and run one at a time; about 5 minutes.

@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	rungroup "github.com/oklog/run"
@@ -20,6 +22,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/dashboard"
 	"github.com/xrdmon/xrdmon/internal/dnscache"
 	"github.com/xrdmon/xrdmon/internal/metrics"
+	"github.com/xrdmon/xrdmon/internal/monitored"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
 	"github.com/xrdmon/xrdmon/internal/rollup"
 	"github.com/xrdmon/xrdmon/internal/sink/postgres"
@@ -108,6 +111,18 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	}
 	importing := len(cfg.FileInput.Paths) > 0
 	popts := pipelineOptions(cfg, importing)
+	mon, err := monitored.New(reg, nil)
+	if err != nil {
+		return fmt.Errorf("monitored metrics: %w", err)
+	}
+	popts.Observe = mon.Observe
+	// An import's times are the capture's: its servers are not kept as
+	// heard (a daemon on the same store would list them).
+	if !importing {
+		if err := mon.Restore(filepath.Join(cfg.Store.Path, "servers-heard.json"), log.With("component", "monitored")); err != nil {
+			log.Warn("Servers heard by the previous run not restored", "err", err)
+		}
+	}
 	var pstore pipeline.Store = st
 	var lease *postgres.Lease
 	if cfg.Cluster.Enabled {
@@ -140,16 +155,24 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	srv := web.New(cfg.HTTP, reg, log.With("component", "web"))
 	srv.AddCheck("pipeline", pipe.Ready)
 	history := api.NewHistory(reg, healthStep, healthKeep)
-	if err := mountAPI(srv, cfg.HTTP, st, pipe, rollups, history, log); err != nil {
+	history.Silent = mon.Silent
+	if err := history.Restore(filepath.Join(cfg.Store.Path, "health-history.json"), time.Now(), log.With("component", "health")); err != nil {
+		log.Warn("Health history of the previous run not restored", "err", err)
+	}
+	if err := mountAPI(srv, cfg.HTTP, st, pipe, rollups, history, mon, log); err != nil {
 		return err
 	}
 	srv.Handle("/", dashboard.Handler())
 	if cfg.HTTP.Address != "" {
 		addr, err := srv.Listen()
 		if err != nil {
-			return fmt.Errorf("listen http: %w", err)
+			hint := ""
+			if errors.Is(err, syscall.EADDRINUSE) {
+				hint = " (is another collector, or another service, on this port? choose another with --http.address)"
+			}
+			return fmt.Errorf("http.address %s: %w%s", cfg.HTTP.Address, err, hint)
 		}
-		log.Info("Serving metrics and health", "http", addr.String())
+		log.Info("Serving the dashboard, query API and metrics", "dashboard", "http://"+addr.String()+"/", "metrics", "http://"+addr.String()+"/metrics")
 	}
 
 	outputs, err := newOutputs(cfg, st, log, reg)
@@ -159,7 +182,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	if rollups != nil {
 		outputs = append(outputs, output{"rollup", rollups.Run})
 	}
-	background := []output{{"store", st.Run}}
+	background := []output{{"store", st.Run}, {"monitored", mon.Run}}
 	if lease != nil {
 		background = append(background, output{"lease", func(ctx context.Context) error {
 			select {
@@ -178,7 +201,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	}
 
 	start := time.Now()
-	log.Info("Collector running", "shards", popts.Shards, "store", cfg.Store.Options().Path, "outputs", len(outputs))
+	log.Info("Collector running", "shards", popts.Shards, "store", cfg.Store.Options().Path, "outputs", outputNames(outputs))
 	err = runGroup(ctx, pipe, sources, outputs, background, log)
 	st1 := pipe.Stats()
 	log.Info("Stopped", "uptime", time.Since(start).Round(time.Second), "packets", st1.Packets, "records", st1.TotalRecords(), "lost", st1.TotalLost(), "rejected", st1.TotalRejected())
@@ -426,7 +449,7 @@ const (
 )
 
 // mountAPI serves the query API on srv, with the collector's status.
-func mountAPI(srv *web.Server, c web.Config, st *store.Store, pipe *pipeline.Pipeline, rollups *rollup.Builder, history *api.History, log *slog.Logger) error {
+func mountAPI(srv *web.Server, c web.Config, st *store.Store, pipe *pipeline.Pipeline, rollups *rollup.Builder, history *api.History, mon *monitored.Monitor, log *slog.Logger) error {
 	var token string
 	if c.APITokenFile != "" {
 		var err error
@@ -444,7 +467,7 @@ func mountAPI(srv *web.Server, c web.Config, st *store.Store, pipe *pipeline.Pip
 		}
 		return newStatus(started, pipe.Stats(), last, st.Sinks()), nil
 	}
-	opts := api.Options{Status: status, Token: token, History: history}
+	opts := api.Options{Status: status, Token: token, History: history, Servers: mon.Servers}
 	if rollups != nil {
 		opts.Rollups = rollups
 	}

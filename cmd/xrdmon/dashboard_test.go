@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,7 +60,7 @@ func TestDashboard(t *testing.T) {
 	pcap, truthFile := dir+"/cap.pcap", dir+"/truth.json"
 	var stderr bytes.Buffer
 	if code := run(context.Background(), []string{"loadgen", "--pcap", pcap, "--truth", truthFile, "--servers", "4",
-		"--duration", "20m", "--seed", "5", "--summary", "1m"}, io.Discard, &stderr); code != 0 {
+		"--duration", "20m", "--seed", "5", "--summary", "1m", "--redirectors", "2", "--cache-frac", "0.5"}, io.Discard, &stderr); code != 0 {
 		t.Fatalf("loadgen exit %d: %s", code, stderr.String())
 	}
 	b, err := os.ReadFile(truthFile)
@@ -209,6 +210,170 @@ func TestDashboard(t *testing.T) {
 		shot(t, "traffic")
 	})
 
+	// Item 1 of issue 28: the x axis covers the range chosen, whatever the
+	// data cover (one bucket must not span years; the last hour is an hour).
+	t.Run("axes cover the chosen range", func(t *testing.T) {
+		span := func(id string) (int64, int64) { return attr(t, id, "data-xmin"), attr(t, id, "data-xmax") }
+		act(t, chromedp.Navigate(base+"#tab=traffic&"+custom))
+		for _, id := range []string{"#c-read", "#c-xfers", "#c-duration", "#c-local"} {
+			if lo, hi := span(id); lo != from.Unix() || hi != to.Unix() {
+				t.Errorf("%s: axis %s – %s, range %s – %s", id, time.Unix(lo, 0).UTC(), time.Unix(hi, 0).UTC(), from, to)
+			}
+		}
+		// A custom minute holding one bucket.
+		m0 := truth.Start.Add(5 * time.Minute).Truncate(time.Minute).UTC()
+		act(t, chromedp.Navigate(base+fmt.Sprintf("#tab=traffic&range=custom&from=%s&to=%s", m0.Format(time.RFC3339), m0.Add(time.Minute).Format(time.RFC3339))))
+		if lo, hi := span("#c-read"); lo != m0.Unix() || hi != m0.Add(time.Minute).Unix() {
+			t.Errorf("one minute: axis %s – %s", time.Unix(lo, 0).UTC(), time.Unix(hi, 0).UTC())
+		}
+		for _, r := range []struct {
+			name string
+			secs int64
+		}{{"1h", 3600}, {"30d", 30 * 86400}} {
+			act(t, chromedp.Navigate(base+"#tab=health&range="+r.name))
+			if lo, hi := span("#c-state"); hi-lo < r.secs-120 || hi-lo > r.secs+120 {
+				t.Errorf("health, %s: axis spans %d s", r.name, hi-lo)
+			}
+		}
+	})
+
+	// Item 2: a time without transfers (here the ten minutes before the
+	// workload) is drawn as zero, not bridged by a line from the buckets
+	// around it.
+	t.Run("outages look like outages", func(t *testing.T) {
+		act(t, chromedp.Navigate(base+"#tab=traffic&"+custom))
+		type pts struct {
+			Before  int `json:"before"`
+			NonZero int `json:"nonzero"`
+		}
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[pts](fmt.Sprintf(`(() => {
+			const d = document.getElementById('c-read').uplot.data; let before = 0, nonzero = 0;
+			d[0].forEach((x, i) => { if (x < %d) { before++; for (const s of d.slice(1)) if (s[i] !== 0) nonzero++; } });
+			return {before, nonzero}; })()`, truth.Start.Add(-time.Minute).Unix())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Before < 8 || got.NonZero != 0 {
+			t.Errorf("the empty ten minutes: %d points drawn, %d of them not zero; want about ten, all zero", got.Before, got.NonZero)
+		}
+		// Quantiles have no value where nothing ended: a gap, not a line.
+		gaps, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf(`(() => { const u = document.getElementById('c-duration').uplot;
+			return u.data[0].filter((x, i) => x < %d && u.data[1][i] === null).length; })()`, truth.Start.Add(-time.Minute).Unix())))
+		if err != nil || gaps < 8 {
+			t.Errorf("duration chart: %d gaps before the workload (%v)", gaps, err)
+		}
+	})
+
+	// Item 6: one time convention (24-hour, UTC by default), readable
+	// units: no "am"/"pm", no "ks", "0 s" at a duration axis' origin, no
+	// rate below one per second labelled per second.
+	t.Run("labels", func(t *testing.T) {
+		act(t, chromedp.Navigate(base+"#tab=traffic&"+custom))
+		type labels struct {
+			Time, Duration, Rate []string
+			Cell                 string
+		}
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[labels](`({
+			Time: document.getElementById('c-read').uplot.axes[0]._values,
+			Duration: document.getElementById('c-duration').uplot.axes[1]._values,
+			Rate: document.getElementById('c-xfers').uplot.axes[1]._values,
+			Cell: '' })`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		timeRe := regexp.MustCompile(`^(\d\d-\d\d )?\d\d:\d\d$|^\d\d-\d\d$`)
+		for _, l := range got.Time {
+			if !timeRe.MatchString(l) {
+				t.Errorf("time label %q is not 24-hour HH:MM (or MM-DD)", l)
+			}
+		}
+		for _, l := range got.Duration {
+			if strings.Contains(l, "ks") || strings.Contains(l, "0 ms") && l == "0 ms" {
+				t.Errorf("duration label %q", l)
+			}
+		}
+		units, top := map[string]bool{}, 0.0
+		for _, l := range got.Rate {
+			if f := strings.Fields(l); len(f) == 2 {
+				units[f[1]] = true
+				v, _ := strconv.ParseFloat(f[0], 64)
+				top = max(top, v)
+			}
+		}
+		if len(units) > 1 || (units["/s"] && top < 1) {
+			t.Errorf("rate axis %v: mixed units, or per second below one per second", got.Rate)
+		}
+		if len(got.Time) < 3 || len(got.Duration) < 2 {
+			t.Errorf("labels: %+v", got)
+		}
+	})
+
+	// Item 7: no two series of a chart share a colour (more than the 10 of
+	// the old palette here), and a legend is never taller than its chart.
+	t.Run("colours and legends", func(t *testing.T) {
+		act(t, chromedp.EmulateViewport(1280, 900))
+		defer act(t, chromedp.EmulateViewport(1400, 1000))
+		act(t, chromedp.Navigate(base+"#tab=traffic&by=user&n=30&"+custom))
+		type look struct {
+			Series, Distinct int
+			Legend, Plot     float64
+		}
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[look](`(() => { const b = document.getElementById('c-read'), u = b.uplot;
+			const cs = u.series.slice(1).map(s => s._stroke);
+			return {Series: cs.length, Distinct: new Set(cs).size, Legend: b.querySelector('.u-legend').getBoundingClientRect().height,
+				Plot: b.querySelector('.u-wrap').getBoundingClientRect().height}; })()`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Series <= 10 || got.Distinct != got.Series {
+			t.Errorf("%d series, %d colours", got.Series, got.Distinct)
+		}
+		if got.Legend > got.Plot/2 {
+			t.Errorf("legend %.0f px high, chart %.0f px", got.Legend, got.Plot)
+		}
+	})
+
+	// Item 3: at 1280 px every table fits its panel (no column hidden
+	// until a scroll), on Transfers, Top and Servers.
+	t.Run("tables fit", func(t *testing.T) {
+		act(t, chromedp.EmulateViewport(1280, 900))
+		defer act(t, chromedp.EmulateViewport(1400, 1000))
+		for _, tab := range []string{"transfers", "top", "servers"} {
+			act(t, chromedp.Navigate(base+"#tab="+tab+"&"+custom))
+			over, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('section:not([hidden]) table.data')]
+				.filter(t => t.closest('.panel').scrollWidth > t.closest('.panel').clientWidth + 1)
+				.map(t => t.id + ': ' + t.closest('.panel').scrollWidth + ' > ' + t.closest('.panel').clientWidth)`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(over) > 0 {
+				t.Errorf("%s at 1280 px: tables wider than their panels: %v", tab, over)
+			}
+		}
+	})
+
+	// Item 8: the transfers tab counts every record of the range (not
+	// "50+"), exports the records shown as CSV, and refreshes a short
+	// range that ends now by itself.
+	t.Run("transfers count, export, refresh", func(t *testing.T) {
+		act(t, chromedp.Navigate(base+"#tab=transfers&"+custom))
+		if got, want := attr(t, "#rec-count", "data-total"), int64(len(truth.Records))+1; got != want {
+			t.Errorf("transfers: total %d, truth %d and the hostile one", got, want)
+		}
+		lines, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.getElementById('export').csv.trim().split('\r\n').length`))
+		if err != nil || lines != 51 {
+			t.Errorf("CSV export: %d lines (%v), want a header and the 50 records shown", lines, err)
+		}
+		if got := attr(t, "body", "data-refresh"); got != 0 {
+			t.Errorf("a custom range refreshes every %d s", got)
+		}
+		act(t, chromedp.Navigate(base+"#tab=transfers&range=1h"))
+		if got := attr(t, "body", "data-refresh"); got != 30 {
+			t.Errorf("the last hour refreshes every %d s, want 30", got)
+		}
+		act(t, chromedp.Navigate(base+"#tab=traffic&"+custom)) // where the next test starts
+	})
+
 	t.Run("time picker", func(t *testing.T) {
 		// The last hour (now) holds nothing of a January workload...
 		act(t, choose("range", "1h"))
@@ -332,6 +497,68 @@ func TestDashboard(t *testing.T) {
 		shot(t, "health")
 	})
 
+	// Item 4: the health history of the previous run survives a restart,
+	// and a counter that restarts from zero draws a gap, never a spike.
+	t.Run("restart keeps health and draws no spike", func(t *testing.T) {
+		storeDir := t.TempDir()
+		start := time.Now().Add(-40 * time.Minute).Truncate(10 * time.Second).UTC()
+		const name = `xrdmon_packets_total{outcome="accounted"}`
+		var hist api.HealthAnswer
+		hist.Names = []string{name}
+		for i := range 60 { // ten minutes at 10/s, ending at 11,282
+			v := float64(11282 - 100*(59-i))
+			hist.Samples = append(hist.Samples, api.HealthSample{Time: start.Add(time.Duration(i) * 10 * time.Second), Values: []*float64{&v}})
+		}
+		b, err := json.Marshal(hist)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(storeDir, "health-history.json"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// Item 9 across the restart: a server heard every 10 s until 20
+		// minutes ago is silent, and stays flagged.
+		quiet := time.Now().Add(-20 * time.Minute).Unix()
+		heard := fmt.Sprintf(`[{"ip":"192.0.2.77","host":"quiet.example.org","site":"T2_TEST","heard":{"fstream":%d,"summary":%d},"usual":10,"intervals":50}]`, quiet, quiet-30)
+		if err := os.WriteFile(filepath.Join(storeDir, "servers-heard.json"), []byte(heard), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		d3 := startDaemon(t, func(c *config.Config) { c.Store.Path = storeDir })
+		type drawn struct {
+			Before int     `json:"before"`
+			Max    float64 `json:"max"`
+			Gaps   int     `json:"gaps"`
+		}
+		act(t, chromedp.Navigate("http://"+d3.http+"/#tab=health&range=1h"))
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[drawn](fmt.Sprintf(`(() => {
+			const u = document.getElementById('c-outcome').uplot; const i = u.series.findIndex(s => s.label === 'accounted');
+			let before = 0, max = 0, gaps = 0;
+			u.data[0].forEach((x, k) => { const v = u.data[i][k]; if (x < %d) before++; if (v === null) gaps++; else max = Math.max(max, v); });
+			return {before, max, gaps}; })()`, start.Add(10*time.Minute).Unix())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Before < 60 {
+			t.Errorf("%d samples of the previous run drawn, want its 60", got.Before)
+		}
+		if got.Max > 10.01 || got.Gaps < 2 {
+			t.Errorf("accounted: highest rate %v /s (the previous run's was 10 /s: a spike), %d gaps (want the restart's)", got.Max, got.Gaps)
+		}
+		type flagged struct {
+			Verdict, Reasons, Row string
+		}
+		act(t, chromedp.Navigate("http://"+d3.http+"/#tab=servers&range=1h"))
+		f, err := chromedp.Run(ctx, chromedp.Evaluate[flagged](`({Verdict: document.getElementById('verdict').dataset.status,
+			Reasons: document.getElementById('reasons').textContent,
+			Row: (document.querySelector('#t-heard tr[data-key="192.0.2.77"]') || {dataset: {}}).dataset.silent || ''})`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Verdict != "warn" || !strings.Contains(f.Reasons, "quiet.example.org") || f.Row != "true" {
+			t.Errorf("a silent server: verdict %q, reasons %q, row silent %q", f.Verdict, f.Reasons, f.Row)
+		}
+	})
+
 	t.Run("health, top and servers render", func(t *testing.T) {
 		for _, tab := range []string{"top", "servers"} {
 			act(t, chromedp.Navigate(base+"#tab="+tab+"&"+custom))
@@ -344,6 +571,48 @@ func TestDashboard(t *testing.T) {
 		if verdict.Value != "ok" {
 			t.Errorf("keeping-up verdict %q, want ok", verdict.Value)
 		}
+		// Item 9: every server heard is listed with its streams' times
+		// (the live servers of the health test, just heard: none silent).
+		var heard api.ServersAnswer
+		d.getJSON(t, "/api/v1/servers", &heard)
+		type row struct {
+			Silent string `json:"silent"`
+			Map    string `json:"map"`
+		}
+		rows, err := chromedp.Run(ctx, chromedp.Evaluate[[]row](`[...document.querySelectorAll('#t-heard tbody tr[data-key]')].map(r => ({silent: r.dataset.silent, map: r.cells[7].textContent}))`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(heard.Servers) < 2 || len(rows) != len(heard.Servers) {
+			t.Errorf("servers heard: the table shows %d, the API %d (want the live loadgen's)", len(rows), len(heard.Servers))
+		}
+		for _, r := range rows {
+			if r.Silent != "false" || !strings.HasSuffix(r.Map, " ago") {
+				t.Errorf("a live server: %+v", r)
+			}
+		}
+		// Item 5: the cache and redirect tables sum every event of the
+		// range (more than a page of 1,000 redirects), on the server.
+		type sums struct {
+			Files, Redirects, Redirected int64
+		}
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[sums](`(() => {
+			const col = (id, i) => [...document.querySelectorAll('#' + id + ' tbody tr')].filter(r => r.dataset.key && r.dataset.key !== 'delay')
+				.reduce((n, r) => n + Number(r.cells[i].textContent.replace(/,/g, '')), 0);
+			const d = document.querySelector('#t-redirect tr[data-key="delay"]');
+			return {Files: col('t-cache', 1), Redirects: col('t-redirect', 1), Redirected: Number(d.cells[1].textContent.replace(/,/g, ''))}; })()`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var redirected int64
+		for i := range truth.Records {
+			if truth.Records[i].RedirectHops > 0 {
+				redirected++
+			}
+		}
+		if want := (sums{truth.Events["C"], truth.Events["r"], redirected}); got != want || want.Redirects <= 1000 {
+			t.Errorf("servers tab: cache files, redirects, transfers redirected %+v; truth %+v (more than 1,000 redirects)", got, want)
+		}
 		// The third-party copies table counts every TPC event of the truth.
 		copies, err := chromedp.Run(ctx, chromedp.Evaluate[int](`[...document.querySelectorAll('#t-tpc tbody tr')].reduce((n, r) => n + Number(r.cells[1].textContent.replace(/,/g, '')), 0)`))
 		if err != nil {
@@ -352,13 +621,32 @@ func TestDashboard(t *testing.T) {
 		if int64(copies) != truth.Events["P"] {
 			t.Errorf("third-party copies: %d, truth %d", copies, truth.Events["P"])
 		}
-		for _, id := range []string{"c-conn", "c-threads", "c-link"} {
+		reporting := 0 // the servers that send summaries (the redirectors do not)
+		for _, sv := range truth.Servers {
+			if sv.Summary != nil && sv.Summary.Reports > 0 {
+				reporting++
+			}
+		}
+		// Item 10: link in and out apart, and operations, each summing to
+		// the increase the servers' own counters report.
+		var linkIn, linkOut, opens int64
+		for _, sv := range truth.Servers {
+			if sv.Summary != nil {
+				linkIn += sv.Summary.Increase["link.in"]
+				linkOut += sv.Summary.Increase["link.out"]
+				opens += sv.Summary.Increase["xrootd.ops.open"]
+			}
+		}
+		if in, out, ops := attr(t, "#c-link-in", "data-sum"), attr(t, "#c-link", "data-sum"), attr(t, "#c-ops", "data-sum"); in != linkIn || out != linkOut || ops != opens || opens == 0 {
+			t.Errorf("link in %d, out %d, opens %d; truth %d, %d, %d", in, out, ops, linkIn, linkOut, opens)
+		}
+		for _, id := range []string{"c-conn", "c-threads", "c-link-in", "c-link"} {
 			servers, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.getElementById('`+id+`').dataset.series)`))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if servers != len(truth.Servers) {
-				t.Errorf("%s chart: %d servers, truth %d", id, servers, len(truth.Servers))
+			if servers != reporting {
+				t.Errorf("%s chart: %d servers, truth %d", id, servers, reporting)
 			}
 		}
 	})

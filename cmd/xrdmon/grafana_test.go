@@ -130,3 +130,52 @@ func TestGrafanaCollectorDashboard(t *testing.T) {
 		t.Errorf("only %d queries", queries)
 	}
 }
+
+// TestGrafanaMonitoredDashboard: grafana/xrdmon-monitored.json parses, and
+// every metric its queries name is a documented monitored metric, with
+// labels it has (a fresh collector exports none of them before it hears a
+// server, so docs/metrics.md is the reference; TestMonitoredExport checks
+// the export).
+func TestGrafanaMonitoredDashboard(t *testing.T) {
+	d := readDashboard(t, "../../grafana/xrdmon-monitored.json")
+	doc, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string][]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(xrdmon_\\w+)` \\| \\w+ \\| ([^|]*) \\|").FindAllStringSubmatch(string(doc), -1) {
+		labels[m[1]] = []string{}
+		for l := range strings.SplitSeq(m[2], ",") {
+			if l = strings.TrimSpace(l); l != "—" && l != "" {
+				labels[m[1]] = append(labels[m[1]], l)
+			}
+		}
+	}
+	metricRe := regexp.MustCompile(`\b(xrdmon_[a-z0-9_]+)`)
+	labelRe := regexp.MustCompile(`(\w+)\s*(?:=~|!~|!=|=)\s*"|by \(([^)]*)\)`)
+	queries := 0
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			queries++
+			names := metricRe.FindAllString(tg.Expr, -1)
+			var have []string
+			for _, n := range names {
+				l, ok := labels[n]
+				if !ok || (n != "xrdmon_packets_total" && !strings.HasPrefix(n, "xrdmon_monitored_")) {
+					t.Errorf("panel %q: %s is not a documented monitored metric", p.Title, n)
+				}
+				have = append(have, l...)
+			}
+			for _, m := range labelRe.FindAllStringSubmatch(tg.Expr, -1) {
+				for l := range strings.SplitSeq(m[1]+m[2], ",") {
+					if l = strings.TrimSpace(l); l != "instance" && l != "job" && !slices.Contains(have, l) {
+						t.Errorf("panel %q: label %q is not one of %v (%s)", p.Title, l, names, tg.Expr)
+					}
+				}
+			}
+		}
+	}
+	if queries < 12 {
+		t.Errorf("only %d queries", queries)
+	}
+}

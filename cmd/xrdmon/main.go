@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 )
 
@@ -104,15 +105,63 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args, mapping a parse error to errUsage.
+// parseFlags parses args, mapping a parse error to errUsage. A mistake
+// gets one line and the closest flag ("did you mean"), not the whole
+// usage (-h prints that).
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	if err == nil {
+		return nil
 	}
-	return nil
+	if errors.Is(err, flag.ErrHelp) {
+		usage()
+		return err
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		msg = "unknown flag --" + name + suggestFlag(fs, name)
+	}
+	fmt.Fprintf(out, "%s: %s\nRun '%s -h' for every flag.\n", fs.Name(), msg, fs.Name())
+	return errUsage
+}
+
+// suggestFlag names the defined flag closest to name, if one is close.
+func suggestFlag(fs *flag.FlagSet, name string) string {
+	best, bestD := "", max(2, len(name)/4)+1
+	fs.VisitAll(func(f *flag.Flag) {
+		if d := editDistance(name, f.Name); d < bestD || (d == bestD && f.Name < best) {
+			best, bestD = f.Name, d
+		}
+	})
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean --%s?)", best)
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func versionString() string {

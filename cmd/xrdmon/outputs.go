@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -61,4 +62,20 @@ func newOutputs(cfg *config.Config, st *store.Store, log *slog.Logger, reg prome
 		outs = append(outs, output{k.name, run})
 	}
 	return outs, nil
+}
+
+// outputNames lists the outputs that deliver records elsewhere (the
+// rollups are the collector's own), for the startup log: "none" when the
+// store is the only destination.
+func outputNames(outs []output) string {
+	var names []string
+	for _, o := range outs {
+		if o.name != "rollup" {
+			names = append(names, o.name)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ",")
 }

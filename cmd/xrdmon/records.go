@@ -8,6 +8,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/api"
@@ -59,6 +62,17 @@ func (q *queryFlags) open() (report.Source, store.Query, report.Format, func(), 
 	if sq.To, err = api.ParseTime(q.until, now); err != nil {
 		return nil, sq, f, nil, fmt.Errorf("--until: %w", err)
 	}
+	if !sq.To.IsZero() && !sq.To.After(sq.From) {
+		return nil, sq, f, nil, fmt.Errorf("--until %s is not after --since %s: the window is empty (a duration counts back from now: --since 2h --until 1h)",
+			sq.To.UTC().Format(time.RFC3339), sq.From.UTC().Format(time.RFC3339))
+	}
+	if sq.Reason != record.Complete && !slices.Contains(record.Reasons, sq.Reason) {
+		names := make([]string, len(record.Reasons))
+		for i, r := range record.Reasons {
+			names[i] = string(r)
+		}
+		return nil, sq, f, nil, fmt.Errorf("--reason %q is not a partial reason (%s)", q.reason, strings.Join(names, ", "))
+	}
 	if q.url != "" {
 		src := report.APISource{URL: q.url}
 		if q.tokenFile != "" {
@@ -76,7 +90,11 @@ func (q *queryFlags) open() (report.Source, store.Query, report.Format, func(), 
 		}
 		dir = cfg.Store.Path
 	}
-	r, err := store.OpenReader(filepath.Join(dir, store.DBFile))
+	db := filepath.Join(dir, store.DBFile)
+	if _, err := os.Stat(db); err != nil && q.storePath == "" && q.cfgPath == "" {
+		return nil, sq, f, nil, fmt.Errorf("no store at %s (%w): run this in the collector's directory, or name the store with --store.path DIR (or --config FILE), or ask a running collector with --url http://HOST:9939", db, err)
+	}
+	r, err := store.OpenReader(db)
 	if err != nil {
 		return nil, sq, f, nil, fmt.Errorf("open store: %w", err)
 	}
@@ -84,7 +102,8 @@ func (q *queryFlags) open() (report.Source, store.Query, report.Format, func(), 
 }
 
 const recordsSynopsis = "[--since 1h] [--user NAME] [--path PREFIX] [--format table|csv|json] [flags]\n\n" +
-	"Lists the transfer records a collector kept, oldest first, from its store\n" +
+	"Lists the transfer records a collector kept, newest first (--oldest: oldest\n" +
+	"first), at most --limit of them, and says how many the window holds, from its store\n" +
 	"(--store.path or --config; safe while the collector runs) or from a running\n" +
 	"collector's API (--url). Tables humanise numbers; CSV and JSON are exact\n" +
 	"(JSON: one native record per line, docs/records.md)."
@@ -97,21 +116,35 @@ func runRecords(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var q queryFlags
 	q.register(fs, "1h")
 	limit := fs.Int("limit", 1000, "at most this many `records` (0: all)")
+	oldest := fs.Bool("oldest", false, "the oldest records first (default: the newest first)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if err := noArgs(fs, stderr); err != nil {
+		return err
+	}
+	if *limit < 0 {
+		fmt.Fprintln(stderr, "xrdmon records: --limit must be 0 (all) or more")
+		return errUsage
 	}
 	src, sq, f, done, err := q.open()
 	if err != nil {
 		return err
 	}
 	defer done()
+	sq.Newest = !*oldest
 	w := report.NewRecordWriter(stdout, f)
-	n := 0
+	// Every record of the window is counted (up to countCap), the first
+	// --limit written: the note says how many were left out.
+	shown, total := 0, 0
 	err = src.Records(ctx, sq, func(r *record.Record) error {
-		if err := w.Write(r); err != nil {
-			return err
+		if *limit == 0 || shown < *limit {
+			if err := w.Write(r); err != nil {
+				return err
+			}
+			shown++
 		}
-		if n++; *limit > 0 && n >= *limit {
+		if total++; total >= countCap {
 			return errEnough
 		}
 		return nil
@@ -122,8 +155,39 @@ func runRecords(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	if errors.Is(err, errEnough) {
-		fmt.Fprintf(stderr, "xrdmon records: first %d records shown (--limit)\n", n)
+	order := "newest first"
+	if *oldest {
+		order = "oldest first"
+	}
+	switch {
+	case errors.Is(err, errEnough):
+		fmt.Fprintf(stderr, "xrdmon records: %s of more than %s records in the window shown, %s (--limit, --oldest, --since)\n", count(shown), count(total), order)
+	case shown < total:
+		fmt.Fprintf(stderr, "xrdmon records: %s of %s records in the window shown, %s (--limit 0 for all, --oldest)\n", count(shown), count(total), order)
+	default:
+		fmt.Fprintf(stderr, "xrdmon records: %s records, %s\n", count(total), order)
+	}
+	return nil
+}
+
+// countCap bounds the records `xrdmon records` counts past its --limit.
+const countCap = 10_000_000
+
+// count writes n with thousands separators.
+func count(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// noArgs refuses arguments after the flags (a misplaced value, a flag
+// without its dashes): they are not silently ignored.
+func noArgs(fs *flag.FlagSet, stderr io.Writer) error {
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q (every option is a flag: %s -h)\n", fs.Name(), fs.Arg(0), fs.Name())
+		return errUsage
 	}
 	return nil
 }
@@ -149,13 +213,20 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := noArgs(fs, stderr); err != nil {
+		return err
+	}
+	if *n < 1 {
+		fmt.Fprintf(stderr, "xrdmon report: --n %d: want at least 1 group\n", *n)
+		return errUsage
+	}
 	spec, limit := *by, 0
 	switch {
 	case *by != "" && *top != "":
 		fmt.Fprintln(stderr, "xrdmon report: --by and --top exclude each other")
 		return errUsage
 	case *top != "":
-		spec, limit = *top, max(*n, 1)
+		spec, limit = *top, *n
 	case spec == "":
 		spec = "site"
 	}

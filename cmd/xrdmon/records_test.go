@@ -116,7 +116,7 @@ func TestReportMatchesTruth(t *testing.T) {
 
 	// Top users, CSV: exact numbers, at most --n rows, most bytes first.
 	csv := strings.Split(strings.TrimSpace(runOut(t, "report", "--store.path", dir, "--since", "100000d", "--until", "2200-01-01T00:00:00Z", "--top", "users", "--n", "3", "--format", "csv")), "\n")
-	if len(csv) != 4 || csv[0] != "user,transfers,partial,read_bytes,write_bytes,users,seconds" {
+	if len(csv) != 4 || csv[0] != "user,transfers,partial,read_bytes,write_bytes,users,transfer_seconds" {
 		t.Errorf("top users CSV:\n%s", strings.Join(csv, "\n"))
 	}
 	// The table humanises.

@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xrdmon/xrdmon/internal/monitored"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/rollup"
 	"github.com/xrdmon/xrdmon/internal/store"
@@ -55,6 +56,9 @@ type Options struct {
 	Rollups Rollups
 	// History answers /health (nil: it answers 404).
 	History *History
+	// Servers answers /servers: the servers heard, when last on each
+	// stream, and which are silent (monitored.Monitor.Servers; nil: 404).
+	Servers func() []monitored.Server
 }
 
 // Rollups is what the API reads rollups from (rollup.Builder).
@@ -90,6 +94,8 @@ func New(recs Records, opts Options, log *slog.Logger) *API {
 	a.mux.HandleFunc("GET "+Prefix+"health", a.health)
 	a.mux.HandleFunc("GET "+Prefix+"rollups", a.rollups)
 	a.mux.HandleFunc("GET "+Prefix+"top", a.top)
+	a.mux.HandleFunc("GET "+Prefix+"servers", a.servers)
+	a.mux.HandleFunc("GET "+Prefix+"activity", a.activity)
 	a.mux.HandleFunc("GET "+Prefix+"openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openAPI)
@@ -133,6 +139,10 @@ type RecordPage struct {
 	Records []json.RawMessage `json:"records"`
 	// Next is the cursor of the next page; absent on the last one.
 	Next string `json:"next,omitempty"`
+	// Total is, with count=true on the first page, the number of records
+	// the query matches (TotalComplete false: more than Total, the bound).
+	Total         int  `json:"total,omitempty"`
+	TotalComplete bool `json:"total_complete,omitempty"`
 }
 
 func (a *API) records(w http.ResponseWriter, r *http.Request) {
@@ -154,7 +164,36 @@ func (a *API) records(w http.ResponseWriter, r *http.Request) {
 	if next != nil {
 		page.Next = encodeCursor(*next)
 	}
+	if r.URL.Query().Get("count") == "true" && q.After == nil {
+		if page.Total, page.TotalComplete, err = a.countRecords(r, q, len(recs), next); err != nil {
+			a.log.Warn("Record count failed", "err", err)
+			writeError(w, http.StatusInternalServerError, "query failed")
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// maxCount bounds the records /records?count=true counts.
+const maxCount = 1_000_000
+
+// countRecords counts the records q matches, the first page (n records,
+// then next) already read; at most maxCount.
+func (a *API) countRecords(r *http.Request, q store.Query, n int, next *store.Position) (int, bool, error) {
+	q.Limit = a.opts.MaxLimit
+	for next != nil {
+		if n >= maxCount {
+			return n, false, nil
+		}
+		q.After = next
+		recs, nx, err := a.recs.QueryPage(r.Context(), q)
+		if err != nil {
+			return n, false, err
+		}
+		n += len(recs)
+		next = nx
+	}
+	return n, true, nil
 }
 
 // recordQuery reads the parameters of /records (documented in

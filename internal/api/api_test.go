@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/xrdmon/xrdmon/internal/monitored"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/rollup"
 	"github.com/xrdmon/xrdmon/internal/store"
@@ -276,7 +277,8 @@ func TestToken(t *testing.T) {
 // TestOpenAPIDescribesEveryEndpoint: the served document parses and lists
 // every path the API answers, and nothing else.
 func TestOpenAPIDescribesEveryEndpoint(t *testing.T) {
-	srv, _ := serve(t, 3, Options{Status: func(context.Context) (any, error) { return struct{}{}, nil }, Rollups: noRollups{}, History: NewHistory(prometheus.NewRegistry(), time.Second, 10)})
+	srv, _ := serve(t, 3, Options{Status: func(context.Context) (any, error) { return struct{}{}, nil }, Rollups: noRollups{}, History: NewHistory(prometheus.NewRegistry(), time.Second, 10),
+		Servers: func() []monitored.Server { return nil }})
 	code, body := get(t, srv, "/api/v1/openapi.yaml")
 	if code != 200 {
 		t.Fatal(code)
@@ -294,7 +296,7 @@ func TestOpenAPIDescribesEveryEndpoint(t *testing.T) {
 			t.Errorf("documented %s answers %d", p, code)
 		}
 	}
-	for _, p := range []string{"/records", "/events", "/summary", "/status", "/health", "/rollups", "/top", "/openapi.yaml"} {
+	for _, p := range []string{"/records", "/events", "/summary", "/status", "/health", "/rollups", "/top", "/servers", "/activity", "/openapi.yaml"} {
 		if _, ok := doc.Paths[p]; !ok {
 			t.Errorf("%s is served but not documented", p)
 		}

@@ -2,9 +2,15 @@ package api
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
 	"math"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -28,6 +34,14 @@ type History struct {
 	step time.Duration
 	keep int
 
+	// Silent, when set, names the servers silent now
+	// (monitored.Monitor.Silent): the verdict warns of them. Set it before
+	// Run.
+	Silent func() []string
+
+	path string       // where the samples are kept across restarts ("" nowhere)
+	log  *slog.Logger // for a failed save
+
 	mu      sync.Mutex
 	names   []string       // series names, in the order they first appeared
 	index   map[string]int // name → position in names
@@ -49,19 +63,110 @@ func NewHistory(g prometheus.Gatherer, step time.Duration, keep int) *History {
 	return &History{g: g, step: step, keep: keep, index: map[string]int{}}
 }
 
-// Run samples every step until ctx ends.
+// Run samples every step until ctx ends. With a file (Restore), it saves
+// the samples there every minute and when it ends.
 func (h *History) Run(ctx context.Context) error {
 	h.Sample(time.Now())
 	t := time.NewTicker(h.step)
 	defer t.Stop()
-	for {
+	saveEvery := max(1, int(time.Minute/h.step))
+	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
+			h.saveOrLog()
 			return nil
 		case now := <-t.C:
 			h.Sample(now)
+			if n%saveEvery == 0 {
+				h.saveOrLog()
+			}
 		}
 	}
+}
+
+// maxHistoryFile bounds the file Restore reads (a History of
+// maxHealthSeries values per sample and a day of samples fits).
+const maxHistoryFile = 256 << 20
+
+// Restore makes h keep its samples in the file path across restarts: it
+// reads the samples a previous process saved there (those within the last
+// keep steps), and Run saves them there. A missing file is a first start;
+// a file that does not parse is ignored (the history starts empty) and
+// reported.
+func (h *History) Restore(path string, now time.Time, log *slog.Logger) error {
+	h.path, h.log = path, log
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("restore health history: %w", err)
+	}
+	defer f.Close()
+	var a HealthAnswer
+	if err := json.NewDecoder(io.LimitReader(f, maxHistoryFile)).Decode(&a); err != nil {
+		return fmt.Errorf("restore health history %s: %w", path, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range a.Names {
+		if _, ok := h.index[n]; !ok && len(h.names) < maxHealthSeries {
+			h.index[n] = len(h.names)
+			h.names = append(h.names, n)
+		}
+	}
+	oldest := now.Add(-time.Duration(h.keep) * h.step)
+	for _, s := range a.Samples {
+		if s.Time.Before(oldest) || s.Time.After(now) || len(s.Values) > len(a.Names) {
+			continue
+		}
+		v := make([]float64, len(h.names))
+		for i := range v {
+			v[i] = math.NaN()
+		}
+		for i, x := range s.Values {
+			if j, ok := h.index[a.Names[i]]; ok && x != nil {
+				v[j] = *x
+			}
+		}
+		if len(h.samples) == h.keep {
+			h.samples = h.samples[1:]
+		}
+		h.samples = append(h.samples, sample{t: s.Time.UTC(), v: v})
+	}
+	return nil
+}
+
+// saveOrLog saves the samples; a failure (a full disk) costs only the
+// history of a restart, and is logged (at most once a minute).
+func (h *History) saveOrLog() {
+	if err := h.save(); err != nil && h.log != nil {
+		h.log.Warn("Health history not saved; a restart will start it empty", "err", err)
+	}
+}
+
+// save writes the samples to h's file, through a temporary file renamed
+// over it (a crash leaves the previous one).
+func (h *History) save() error {
+	if h.path == "" {
+		return nil
+	}
+	a := h.Answer(time.Time{})
+	b, err := json.Marshal(struct {
+		Names   []string       `json:"names"`
+		Samples []HealthSample `json:"samples"`
+	}{a.Names, a.Samples})
+	if err != nil {
+		return fmt.Errorf("save health history: %w", err)
+	}
+	tmp := h.path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("save health history: %w", err)
+	}
+	if err := os.Rename(tmp, h.path); err != nil {
+		return fmt.Errorf("save health history: %w", err)
+	}
+	return nil
 }
 
 // Sample gathers the metrics once, as at now.
@@ -97,7 +202,7 @@ func (h *History) Sample(now time.Time) {
 	var sb strings.Builder
 	for _, f := range fams {
 		name := f.GetName()
-		if !strings.HasPrefix(name, "xrdmon_") {
+		if !strings.HasPrefix(name, "xrdmon_") || monitoredFamily(name) {
 			continue
 		}
 		for _, m := range f.GetMetric() {
@@ -132,6 +237,13 @@ func (h *History) Sample(now time.Time) {
 		h.samples = h.samples[:h.keep-1]
 	}
 	h.samples = append(h.samples, sample{t: now.UTC(), v: v})
+}
+
+// monitoredFamily reports whether name is a family of the monitored data
+// (per server, site and VO: thousands of series), not of the collector's
+// own health: the History leaves those to Prometheus.
+func monitoredFamily(name string) bool {
+	return strings.HasPrefix(name, "xrdmon_monitored_")
 }
 
 // HealthAnswer is the answer of /api/v1/health.
@@ -178,6 +290,19 @@ func (h *History) Answer(from time.Time) HealthAnswer {
 		a.Samples = append(a.Samples, hs)
 	}
 	a.KeepingUp = h.verdict()
+	if h.Silent != nil {
+		if names := h.Silent(); len(names) > 0 {
+			if a.KeepingUp.Status == "ok" {
+				a.KeepingUp.Status = "warn"
+			}
+			const show = 5
+			list := strings.Join(names[:min(show, len(names))], ", ")
+			if len(names) > show {
+				list += fmt.Sprintf(" and %d more", len(names)-show)
+			}
+			a.KeepingUp.Reasons = append(a.KeepingUp.Reasons, fmt.Sprintf("%d servers silent beyond their usual interval: %s (see Servers)", len(names), list))
+		}
+	}
 	return a
 }
 

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -167,5 +168,65 @@ func TestHistoryVerdict(t *testing.T) {
 	step(func() { r.backlog.WithLabelValues("gracc").Set(100) })
 	if v := verdict(); v.Status != "ok" {
 		t.Errorf("backlog drained: %+v", v)
+	}
+}
+
+// TestHistoryVerdictSilent: servers the monitor finds silent make the
+// verdict a warning that names them.
+func TestHistoryVerdictSilent(t *testing.T) {
+	r := newHealthRegistry()
+	h := NewHistory(r.reg, 10*time.Second, 100)
+	var silent []string
+	h.Silent = func() []string { return silent }
+	h.Sample(t0)
+	h.Sample(t0.Add(10 * time.Second))
+	if v := h.Answer(time.Time{}).KeepingUp; v.Status != "ok" {
+		t.Errorf("no silent server: %+v", v)
+	}
+	silent = []string{"xrd1.example.org", "192.0.2.7"}
+	v := h.Answer(time.Time{}).KeepingUp
+	if v.Status != "warn" || len(v.Reasons) != 1 || !strings.Contains(v.Reasons[0], "2 servers silent") || !strings.Contains(v.Reasons[0], "xrd1.example.org, 192.0.2.7") {
+		t.Errorf("two silent servers: %+v", v)
+	}
+}
+
+// TestHistoryRestore: samples saved by one History are those another
+// restores from the file (a restart keeps the hour of health), less the
+// ones older than it keeps; a missing file is an empty start.
+func TestHistoryRestore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "health.json")
+	r := newHealthRegistry()
+	h := NewHistory(r.reg, 10*time.Second, 30)
+	if err := h.Restore(path, t0, nil); err != nil {
+		t.Fatalf("missing file: %v", err)
+	}
+	for i := range 20 {
+		r.packets.Add(100)
+		h.Sample(t0.Add(time.Duration(i) * 10 * time.Second))
+	}
+	if err := h.save(); err != nil {
+		t.Fatal(err)
+	}
+	before := h.Answer(time.Time{})
+
+	h2 := NewHistory(newHealthRegistry().reg, 10*time.Second, 30)
+	if err := h2.Restore(path, t0.Add(300*time.Second), nil); err != nil {
+		t.Fatal(err)
+	}
+	after := h2.Answer(time.Time{})
+	// Kept: 30 steps back from t0+300 s, so the samples from t0+0 s on.
+	if len(after.Samples) != len(before.Samples) || !slices.Equal(after.Names, before.Names) {
+		t.Fatalf("restored %d samples of %v, saved %d of %v", len(after.Samples), after.Names, len(before.Samples), before.Names)
+	}
+	i := slices.Index(after.Names, "xrdmon_packets_total")
+	if got := *after.Samples[19].Values[i]; got != 2000 {
+		t.Errorf("last restored packets_total %v, want 2000", got)
+	}
+	h3 := NewHistory(newHealthRegistry().reg, 10*time.Second, 30)
+	if err := h3.Restore(path, t0.Add(390*time.Second), nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h3.Answer(time.Time{}).Samples); n != 11 {
+		t.Errorf("restored %d samples of the last 300 s, want 11", n)
 	}
 }

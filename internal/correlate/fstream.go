@@ -15,6 +15,7 @@ func (s *Shard) handleF(data []byte, addr netip.Addr) {
 		return
 	}
 	inc := s.resolve(addr, fs.Stod, fs.SID, fs.HasSID)
+	inc.heard[StreamF] = s.nowS
 	s.accept(packet.KindFStream)
 	if !s.observe(inc, DomainF, uint16(fs.Pseq)) {
 		return

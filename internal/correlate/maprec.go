@@ -36,6 +36,7 @@ func (s *Shard) handleMap(data []byte, addr netip.Addr) {
 	}
 	sid, ok := sidFromUserID(uid)
 	inc := s.resolve(addr, m.Stod, sid, ok)
+	inc.heard[StreamMap] = s.nowS
 	d := DomainMain
 	switch m.Code {
 	case packet.CodePurge, packet.CodeXfer:

@@ -48,6 +48,7 @@ func (s *Shard) handleRedir(data []byte, addr netip.Addr) {
 		return
 	}
 	inc := s.resolve(addr, r.Stod, r.SID, true)
+	inc.heard[StreamRedir] = s.nowS
 	s.accept(packet.KindRedir)
 	if !s.observe(inc, DomainMain, uint16(r.Pseq)) {
 		return

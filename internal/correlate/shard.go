@@ -600,6 +600,7 @@ func (s *Shard) handleG(data []byte, addr netip.Addr) {
 		return
 	}
 	inc := s.resolve(addr, g.Stod, g.SID, true)
+	inc.heard[StreamG] = s.nowS
 	s.accept(packet.KindGStream)
 	if !s.observeT(inc, s.gTracker(inc, g.Provider&0x7F), DomainG, uint16(g.Pseq), 256) {
 		return
@@ -619,6 +620,7 @@ func (s *Shard) handleTextG(data []byte, addr netip.Addr, kind packet.Kind) {
 		return
 	}
 	inc := s.resolve(addr, t.Stod, t.SID, true)
+	inc.heard[StreamG] = s.nowS
 	s.accept(kind)
 	if t.Code != 'g' {
 		return // ident and dict records of text streams carry nothing we keep

@@ -176,8 +176,9 @@ type incarnation struct {
 	traced               bool // its t-stream traces I/O (trace.go)
 	superseded           bool // a newer stod from the same sender and sID exists
 	site, inst, pgm, ver string
-	host                 string // host from the '=' userid
-	seen                 int64  // collector clock
+	host                 string            // host from the '=' userid
+	seen                 int64             // collector clock
+	heard                [NumStreams]int64 // collector clock, Unix s: last datagram of each stream (TakeActivity)
 	files                list
 	sessions             list
 	byText               map[string]int32 // userid text -> latest session

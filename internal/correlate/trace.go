@@ -56,6 +56,7 @@ func (s *Shard) handleTrace(data []byte, addr netip.Addr) {
 		}
 	}
 	inc := s.resolve(addr, t.Stod, sid, hasSID)
+	inc.heard[StreamTrace] = s.nowS
 	s.accept(packet.KindTrace)
 	if !s.observe(inc, DomainMain, uint16(t.Pseq)) {
 		return

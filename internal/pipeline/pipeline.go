@@ -113,6 +113,11 @@ type Options struct {
 	// rollups nobody reads them: replay and a collector with rollups off
 	// leave it false.
 	Progress bool
+	// Observe, when set, is called by the writer after each commit is
+	// durable, with its record chunks, its events and every server's
+	// activity at its barrier (monitored.Monitor.Observe). It must not
+	// keep the slices.
+	Observe func(recs [][]record.Record, evs []record.Event, servers []correlate.ServerActivity)
 }
 
 // linkMaxBytes bounds the redirect Linker's memory.
@@ -200,6 +205,7 @@ func New(ctx context.Context, opts Options, st Store, namer Namer, log *slog.Log
 			return nil, err
 		}
 		restored += n
+		p.stats[i] = c.Stats() // the restored counters from the start, not from the first barrier (no jump in the metrics)
 		p.shards[i] = &shard{id: i, n: opts.Shards, c: c, in: make(chan shardMsg, opts.Queue)}
 	}
 	if restored > 0 {
@@ -321,7 +327,8 @@ type barrier struct {
 	hasBufs    bool            // recs and evs were taken from the free list (by the first shard to answer)
 	states     map[int][]byte
 	err        error
-	acks       []func() error // acks of batches dispatched before this barrier
+	acks       []func() error             // acks of batches dispatched before this barrier
+	servers    []correlate.ServerActivity // for Options.Observe
 }
 
 type shard struct {
@@ -386,6 +393,9 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 	br.evs = s.c.TakeRawEvents(br.evs) // typed by the writer, off the packet path
 	br.opens = s.c.TakeOpens(br.opens)
 	br.prog = s.c.TakeProgress(br.prog)
+	if p.opts.Observe != nil {
+		br.servers = s.c.TakeActivity(br.servers)
+	}
 	if state != nil {
 		br.states[s.id] = state
 	}
@@ -650,6 +660,9 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 		}
 	}
 	p.ready.Store(true)
+	if p.opts.Observe != nil {
+		p.opts.Observe(br.recs, br.evs, br.servers)
+	}
 	for _, ack := range br.acks {
 		if err := ack(); err != nil {
 			p.m.ackErrors.Inc()

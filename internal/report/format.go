@@ -109,7 +109,23 @@ func Text(s string) string {
 }
 
 // recordColumns are the columns of a record listing.
-var recordColumns = []string{"end", "server", "site", "user", "vo", "client", "path", "read_bytes", "write_bytes", "seconds", "reason"}
+// duration_seconds is the transfer's duration (end - start, seconds).
+var recordColumns = []string{"end", "server", "site", "user", "vo", "client", "path", "read_bytes", "write_bytes", "duration_seconds", "reason"}
+
+// Widths of a table's text columns (runes): longer texts are cut in the
+// middle (…), so that a listing fits a terminal; CSV and JSON are exact.
+var recordWidths = map[int]int{1: 28, 2: 16, 3: 20, 4: 10, 5: 28, 6: 56}
+
+// clip cuts s to at most n runes, keeping its start and end (a path's
+// file name) around an ellipsis.
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n || n < 5 {
+		return s
+	}
+	tail := (n - 1) / 2
+	return string(r[:n-1-tail]) + "…" + string(r[len(r)-tail:])
+}
 
 func recordValues(r *record.Record, human bool) []string {
 	read, write := r.ReadBytes+r.ReadvBytes, r.WriteBytes
@@ -130,6 +146,9 @@ func recordValues(r *record.Record, human bool) []string {
 		v[7], v[8], v[9] = Bytes(read), Bytes(write), (time.Duration(secs) * time.Second).String()
 		for i, s := range v {
 			v[i] = Text(s)
+			if w, ok := recordWidths[i]; ok {
+				v[i] = clip(v[i], w)
+			}
 		}
 	}
 	return v
@@ -190,7 +209,9 @@ func WriteSummary(w io.Writer, s *Summary, f Format) error {
 	for _, d := range s.By {
 		head = append(head, string(d))
 	}
-	head = append(head, "transfers", "partial", "read_bytes", "write_bytes", "users", "seconds")
+	// transfer_seconds: the transfers' durations summed (bytes over it is
+	// the table's average rate).
+	head = append(head, "transfers", "partial", "read_bytes", "write_bytes", "users", "transfer_seconds")
 	switch f {
 	case JSON:
 		type out struct {
@@ -242,7 +263,11 @@ func WriteSummary(w io.Writer, s *Summary, f Format) error {
 		fmt.Fprintln(tw, strings.Join(v, "\t")+"\t")
 	}
 	for i := range s.Rows {
-		row(s.Rows[i].Keys, &s.Rows[i])
+		keys := make([]string, len(s.Rows[i].Keys))
+		for j, k := range s.Rows[i].Keys {
+			keys[j] = clip(k, 48)
+		}
+		row(keys, &s.Rows[i])
 	}
 	total := make([]string, len(s.By))
 	total[0] = "TOTAL"
