@@ -24,6 +24,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/xrdmon/xrdmon/internal/units"
+
+	"github.com/xrdmon/xrdmon/internal/signal"
 )
 
 // Resolver does reverse lookups. *net.Resolver implements it.
@@ -144,6 +146,7 @@ type Cache struct {
 	lookups               map[string]prometheus.Counter
 	waits                 map[string]prometheus.Counter
 	duration              prometheus.Histogram
+	resolved              signal.Broadcast // notified when a lookup ends
 }
 
 // entry is one address. While pending it has no name; once resolved, name
@@ -403,6 +406,10 @@ func (c *Cache) Wait(ctx context.Context, addr netip.Addr, maxWait time.Duration
 	return normalize(addr).String()
 }
 
+// Resolved returns a channel closed when the next lookup ends: a caller
+// waiting for several names takes it, looks them up, and waits on it.
+func (c *Cache) Resolved() <-chan struct{} { return c.resolved.C() }
+
 // resolve performs one queued lookup and stores its result.
 func (c *Cache) resolve(ctx context.Context, e *entry) {
 	lctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
@@ -433,6 +440,7 @@ func (c *Cache) resolve(ctx context.Context, e *entry) {
 	e.pending = false
 	s.mu.Unlock()
 	close(e.done)
+	c.resolved.Notify()
 }
 
 // abandon forgets a pending entry without a result.
@@ -445,6 +453,7 @@ func (c *Cache) abandon(e *entry) {
 	}
 	s.mu.Unlock()
 	close(e.done)
+	c.resolved.Notify()
 }
 
 func classify(err error) string {

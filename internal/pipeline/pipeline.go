@@ -751,7 +751,12 @@ func (p *Pipeline) name(chunks [][]record.Record, evs []record.Event) {
 		return
 	}
 	deadline := time.Now().Add(p.opts.DNSMaxWait)
+	waiter, _ := p.namer.(resolvedWaiter)
 	for {
+		var wake <-chan struct{}
+		if waiter != nil {
+			wake = waiter.Resolved() // before the look: a lookup ending after it wakes the wait
+		}
 		missing := false
 		for _, recs := range chunks {
 			for i := range recs {
@@ -785,8 +790,22 @@ func (p *Pipeline) name(chunks [][]record.Record, evs []record.Event) {
 		if !missing || !time.Now().Before(deadline) {
 			return
 		}
-		time.Sleep(min(10*time.Millisecond, time.Until(deadline)))
+		wait := time.NewTimer(time.Until(deadline))
+		if wake == nil { // a Namer that cannot say: look again soon
+			wait.Reset(min(10*time.Millisecond, time.Until(deadline)))
+		}
+		select {
+		case <-wake:
+		case <-wait.C:
+		}
+		wait.Stop()
 	}
+}
+
+// resolvedWaiter is a Namer that can wake a wait for names
+// (dnscache.Cache.Resolved).
+type resolvedWaiter interface {
+	Resolved() <-chan struct{}
 }
 
 // lookup names an address text (an IP, maybe in brackets, maybe

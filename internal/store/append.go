@@ -162,6 +162,11 @@ func (s *Store) Listen(fn func([]Entry)) {
 	s.listeners = append(s.listeners, fn)
 }
 
+// Appended returns a channel closed at the next Append that adds entries
+// to the log: a reader that found nothing new takes it before reading,
+// then waits on it instead of polling.
+func (s *Store) Appended() <-chan struct{} { return s.grew.C() }
+
 // fullErr wraps a driver's disk-full error so that it matches both ErrFull
 // and ErrDiskFull and still shows the driver's message.
 type fullErr struct{ err error }
@@ -296,6 +301,9 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 		}
 		clear(s.appended)
 		s.appended = s.appended[:0]
+	}
+	if nrec+nev > 0 {
+		s.grew.Notify()
 	}
 	return nrec, nev, dups, nil
 }

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/xrdmon/xrdmon/internal/signal"
 	"github.com/xrdmon/xrdmon/internal/units"
 )
 
@@ -229,6 +230,7 @@ type Store struct {
 	// the batch's entries as given to them, reused.
 	listeners []func([]Entry)
 	appended  []Entry
+	grew      signal.Broadcast // notified after every Append that added entries
 
 	*Reader // the read side: Read, Query, GetState
 

@@ -83,7 +83,9 @@ type Options struct {
 	// confirmed (1: each batch is confirmed before the next is sent).
 	// Plain Deliverers always have one.
 	InFlight int
-	// PollInterval is how often the store is polled when nothing is new.
+	// PollInterval is how often the store is read when nothing is new and
+	// no append was signalled (store.Appended wakes the loop at once; the
+	// interval is a fallback).
 	PollInterval time.Duration
 	// MinBackoff and MaxBackoff bound the exponential retry delay.
 	MinBackoff, MaxBackoff time.Duration
@@ -93,12 +95,14 @@ type Options struct {
 }
 
 // DefaultOptions returns the defaults: no name (New requires one), 1000
-// entries per batch, 2 batches in flight (for a Pipeliner), 100 ms polling, backoff from 200 ms to 30 s, 10 s drain.
+// entries per batch, 2 batches in flight (for a Pipeliner), a read every
+// second at most when no append wakes the loop, backoff from 200 ms to 30 s,
+// 10 s drain.
 func DefaultOptions() Options {
 	return Options{
 		BatchSize:    1000,
 		InFlight:     2,
-		PollInterval: 100 * time.Millisecond,
+		PollInterval: time.Second,
 		MinBackoff:   200 * time.Millisecond,
 		MaxBackoff:   30 * time.Second,
 		DrainTimeout: 10 * time.Second,
@@ -308,6 +312,7 @@ func (r *runState) startDrain() {
 // and nothing in flight it waits a poll interval, or ends Run when
 // draining.
 func (r *runState) sendNext() stepResult {
+	wake := r.l.st.Appended() // before the read: an append after it wakes the wait
 	batch, err := r.read()
 	if err != nil {
 		return r.failedStep(fmt.Errorf("read store: %w", err), "store unreadable")
@@ -320,7 +325,7 @@ func (r *runState) sendNext() stepResult {
 			r.l.stopped(r.cursor, "backlog delivered")
 			return stepStop
 		}
-		r.poll()
+		r.poll(wake)
 		return stepAgain
 	}
 	last := batch[len(batch)-1].Seq
@@ -382,11 +387,13 @@ func (r *runState) send(batch []store.Entry, last int64) error {
 	return nil
 }
 
-// poll waits a poll interval, or until Run's context ends.
-func (r *runState) poll() {
+// poll waits for an append (wake), a poll interval at most, or until
+// Run's context ends.
+func (r *runState) poll(wake <-chan struct{}) {
 	t := time.NewTimer(r.l.o.PollInterval)
 	select {
 	case <-r.ctx.Done():
+	case <-wake:
 	case <-t.C:
 	}
 	t.Stop()

@@ -569,3 +569,27 @@ func TestRefusedEntriesSetAside(t *testing.T) {
 		t.Errorf("dead_letters_total = %v, want 4", got)
 	}
 }
+
+// TestAppendWakesTheLoop: a loop that found nothing new waits for the
+// store's append signal, not its poll interval: with an hour between
+// polls, an entry appended later is delivered at once.
+func TestAppendWakesTheLoop(t *testing.T) {
+	st := openStore(t, 2)
+	f := &fake{st: st, name: "s"}
+	o := fastOptions("s")
+	o.PollInterval = time.Hour
+	l, err := New(st, f, o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := sinktest.Start(t, l)
+	waitFor(t, "the first entries", func() bool { return sinktest.Cursor(t, st, "s") == 2 })
+	time.Sleep(20 * time.Millisecond) // the loop is waiting now
+	if err := st.Append(context.Background(), []record.Record{{RecordID: "later", End: t0, ServerIP: "192.0.2.1"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the later entry (a poll interval is an hour)", func() bool { return sinktest.Cursor(t, st, "s") == 3 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
