@@ -80,12 +80,11 @@ const (
 // log from its cursor (catching up after a start, or after a gap in what
 // it was fed). An entry is applied once, in log order, either way.
 type Builder struct {
-	cfg   Config
-	st    Store
-	log   *slog.Logger
-	m     *metrics
-	specs []Spec
-	dims  [][]int // per spec, the indexes of its dimensions in vals
+	Querier // the queries, over the parts and the head
+	st      Store
+	log     *slog.Logger
+	m       *metrics
+	dims    [][]int // per spec, the indexes of its dimensions in vals
 	used  []record.Dim
 
 	// mu guards what Apply and Feed change: the head, the watermark, the
@@ -141,7 +140,7 @@ func New(cfg Config, st Store, log *slog.Logger, reg prometheus.Registerer) (*Bu
 	if err != nil {
 		return nil, err
 	}
-	b := &Builder{cfg: cfg, st: st, log: log, m: m, specs: specs, head: make(head),
+	b := &Builder{Querier: Querier{cfg: cfg, specs: specs, parts: st}, st: st, log: log, m: m, head: make(head),
 		open: make(map[record.AccessKey]openAccess), parts: make(map[bucketKey]int), serverTime: make(map[serverKey]int64),
 		feed: make(chan *feedBatch, feedQueue)}
 	for _, s := range specs {
@@ -156,6 +155,7 @@ func New(cfg Config, st Store, log *slog.Logger, reg prometheus.Registerer) (*Bu
 		}
 		b.dims = append(b.dims, idx)
 	}
+	b.live = b
 	b.vals = make([]string, len(b.used))
 	b.last = make([]lastSeries, len(specs))
 	return b, nil

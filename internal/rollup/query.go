@@ -45,21 +45,58 @@ type Series struct {
 	Total  Agg
 }
 
-// Specs returns the dimension combinations kept, the total ("") first.
-func (b *Builder) Specs() []Spec { return slices.Clone(b.specs) }
+// Querier answers queries over the rollups: from the stored parts, and
+// for a running builder (Builder embeds its Querier) from its head too. A
+// Querier of a store alone (NewReader) is what xrdmon report reads: it
+// does not see what the builder has not flushed yet.
+type Querier struct {
+	cfg   Config
+	specs []Spec
+	parts PartReader
+	live  *Builder // nil: the store's parts only
+	// watermark of a reader: the builder's at its last flush
+	watermark int64
+}
 
-func (b *Builder) spec(by []record.Dim) (Spec, error) {
+// wm returns the latest data time summed (Unix s).
+func (qr *Querier) wm() int64 {
+	if b := qr.live; b != nil {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.watermark
+	}
+	return qr.watermark
+}
+
+// lockParts orders a query with a running builder's flush (see
+// Builder.partsMu); a reader has nothing to order with.
+func (qr *Querier) lockParts() {
+	if qr.live != nil {
+		qr.live.partsMu.RLock()
+	}
+}
+
+func (qr *Querier) unlockParts() {
+	if qr.live != nil {
+		qr.live.partsMu.RUnlock()
+	}
+}
+
+// Specs returns the dimension combinations kept, the total ("") first.
+func (qr *Querier) Specs() []Spec { return slices.Clone(qr.specs) }
+
+func (qr *Querier) spec(by []record.Dim) (Spec, error) {
 	s := SpecOf(by)
-	if !slices.Contains(b.specs, s) {
-		return "", fmt.Errorf("%w: %q (kept: %v)", ErrNotRolledUp, s, b.specs[1:])
+	if !slices.Contains(qr.specs, s) {
+		return "", fmt.Errorf("%w: %q (kept: %v)", ErrNotRolledUp, s, qr.specs[1:])
 	}
 	return s, nil
 }
 
 // Series answers q: one series per combination of values seen, each with
 // the points of the buckets that have data.
-func (b *Builder) Series(ctx context.Context, q Query) ([]Series, error) {
-	spec, err := b.spec(q.By)
+func (qr *Querier) Series(ctx context.Context, q Query) ([]Series, error) {
+	spec, err := qr.spec(q.By)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +110,7 @@ func (b *Builder) Series(ctx context.Context, q Query) ([]Series, error) {
 		to += s - m
 	}
 	byBucket := make(map[int64]map[string]*Agg)
-	err = b.read(ctx, []span{{s, from, to}}, spec, walk{}, func(start int64, m map[string]*Agg) {
+	err = qr.read(ctx, []span{{s, from, to}}, spec, walk{}, func(start int64, m map[string]*Agg) {
 		byBucket[start] = m
 	})
 	if err != nil {
@@ -170,15 +207,15 @@ func (m Measure) Value(a *Agg) int64 {
 // their sums alone (read without their users and distributions), then
 // reads in full only the n it returns, and the total from the total's
 // series.
-func (b *Builder) Top(ctx context.Context, by []record.Dim, from, to time.Time, m Measure, n int) ([]Row, Agg, error) {
-	spec, err := b.spec(by)
+func (qr *Querier) Top(ctx context.Context, by []record.Dim, from, to time.Time, m Measure, n int) ([]Row, Agg, error) {
+	spec, err := qr.spec(by)
 	if err != nil {
 		return nil, Agg{}, err
 	}
-	spans := b.cover(from.Unix(), to.Unix())
+	spans := qr.cover(from.Unix(), to.Unix())
 	if n <= 0 || m == ByUsers {
 		// Every series in full: one pass.
-		sums, err := b.sum(ctx, spans, spec, walk{})
+		sums, err := qr.sum(ctx, spans, spec, walk{})
 		if err != nil {
 			return nil, Agg{}, err
 		}
@@ -186,7 +223,7 @@ func (b *Builder) Top(ctx context.Context, by []record.Dim, from, to time.Time, 
 	}
 	// Rank by the sums alone, then read in full the n returned, from the
 	// same sections (read and decompressed once).
-	secs, head, err := b.load(ctx, spans, spec)
+	secs, head, err := qr.load(ctx, spans, spec)
 	if err != nil {
 		return nil, Agg{}, err
 	}
@@ -233,7 +270,7 @@ func (b *Builder) Top(ctx context.Context, by []record.Dim, from, to time.Time, 
 			total.Merge(a)
 		}
 	} else {
-		ts, err := b.sum(ctx, spans, "", walk{})
+		ts, err := qr.sum(ctx, spans, "", walk{})
 		if err != nil {
 			return nil, Agg{}, err
 		}
@@ -264,14 +301,14 @@ func topOf(sums map[string]*Agg, m Measure, n int) ([]Row, Agg, error) {
 
 // load returns the decompressed sections of spec's series in the stored
 // parts of spans, and a copy of the head's sums of spec in spans.
-func (b *Builder) load(ctx context.Context, spans []span, spec Spec) ([]section, map[string]*Agg, error) {
-	b.partsMu.RLock()
-	defer b.partsMu.RUnlock()
+func (qr *Querier) load(ctx context.Context, spans []span, spec Spec) ([]section, map[string]*Agg, error) {
+	qr.lockParts()
+	defer qr.unlockParts()
 	prefix := string(spec) + "\x00"
 	var secs []section
 	head := make(map[string]*Agg)
 	for _, sp := range spans {
-		err := b.st.RollupParts(ctx, sp.step, sp.from, sp.to, string(spec), func(p store.RollupPart) error {
+		err := qr.parts.RollupParts(ctx, sp.step, sp.from, sp.to, string(spec), func(p store.RollupPart) error {
 			ss, err := sectionsOf(p.Data, prefix)
 			secs = append(secs, ss...)
 			return err
@@ -279,7 +316,7 @@ func (b *Builder) load(ctx context.Context, spans []span, spec Spec) ([]section,
 		if err != nil {
 			return nil, nil, err
 		}
-		for _, m := range b.headSums(sp, prefix, nil) {
+		for _, m := range qr.headSums(sp, prefix, nil) {
 			for k, a := range m {
 				mergeInto(head, k, a)
 			}
@@ -288,11 +325,16 @@ func (b *Builder) load(ctx context.Context, spans []span, spec Spec) ([]section,
 	return secs, head, nil
 }
 
-// headSums returns copies of the series in the heads (the one being fed
-// and the one being flushed) whose key starts with prefix (and that keep
-// keeps, when not nil), summed into the buckets of span sp, by start.
-// Call it with partsMu held for reading.
-func (b *Builder) headSums(sp span, prefix string, keep func(string) bool) map[int64]map[string]*Agg {
+// headSums returns copies of the series in the heads of a running
+// builder (the one being fed and the one being flushed) whose key starts
+// with prefix (and that keep keeps, when not nil), summed into the buckets
+// of span sp, by start; nothing for a reader. Call it with the parts
+// locked (lockParts).
+func (qr *Querier) headSums(sp span, prefix string, keep func(string) bool) map[int64]map[string]*Agg {
+	b := qr.live
+	if b == nil {
+		return nil
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make(map[int64]map[string]*Agg)
@@ -325,9 +367,9 @@ func (b *Builder) headSums(sp span, prefix string, keep func(string) bool) map[i
 }
 
 // sum merges, per series of spec that w keeps, the buckets of spans.
-func (b *Builder) sum(ctx context.Context, spans []span, spec Spec, w walk) (map[string]*Agg, error) {
+func (qr *Querier) sum(ctx context.Context, spans []span, spec Spec, w walk) (map[string]*Agg, error) {
 	sums := make(map[string]*Agg)
-	err := b.read(ctx, spans, spec, w, func(_ int64, bm map[string]*Agg) {
+	err := qr.read(ctx, spans, spec, w, func(_ int64, bm map[string]*Agg) {
 		for k, a := range bm {
 			mergeInto(sums, k, a)
 		}
@@ -367,16 +409,14 @@ type span struct{ step, from, to int64 }
 
 // cover returns spans of buckets that cover [from, to): whole days, then
 // hours, then minutes at the edges.
-func (b *Builder) cover(from, to int64) []span {
-	b.mu.Lock()
-	wm := b.watermark
-	b.mu.Unlock()
+func (qr *Querier) cover(from, to int64) []span {
+	wm := qr.wm()
 	const m, h, d = 60, 3600, 86400
 	// Round out to what the finest available resolution can answer.
 	unit := int64(m)
-	if r := b.cfg.RetentionMinute.D(); r > 0 && from < wm-int64(r/time.Second) {
+	if r := qr.cfg.RetentionMinute.D(); r > 0 && from < wm-int64(r/time.Second) {
 		unit = h
-		if r := b.cfg.RetentionHour.D(); r > 0 && from < wm-int64(r/time.Second) {
+		if r := qr.cfg.RetentionHour.D(); r > 0 && from < wm-int64(r/time.Second) {
 			unit = d
 		}
 	}
@@ -418,14 +458,14 @@ func (b *Builder) cover(from, to int64) []span {
 // read merges, for each bucket of the spans, the stored parts and the
 // head's sums of spec's series that w keeps (w.prefix is set here), and
 // calls fn once per bucket.
-func (b *Builder) read(ctx context.Context, spans []span, spec Spec, w walk, fn func(start int64, m map[string]*Agg)) error {
-	b.partsMu.RLock()
-	defer b.partsMu.RUnlock()
+func (qr *Querier) read(ctx context.Context, spans []span, spec Spec, w walk, fn func(start int64, m map[string]*Agg)) error {
+	qr.lockParts()
+	defer qr.unlockParts()
 	prefix := string(spec) + "\x00"
 	w.prefix = prefix
 	for _, sp := range spans {
 		buckets := make(map[int64]map[string]*Agg)
-		err := b.st.RollupParts(ctx, sp.step, sp.from, sp.to, string(spec), func(p store.RollupPart) error {
+		err := qr.parts.RollupParts(ctx, sp.step, sp.from, sp.to, string(spec), func(p store.RollupPart) error {
 			m := buckets[p.Start]
 			if m == nil {
 				m = make(map[string]*Agg)
@@ -436,7 +476,7 @@ func (b *Builder) read(ctx context.Context, spans []span, spec Spec, w walk, fn 
 		if err != nil {
 			return err
 		}
-		for start, hm := range b.headSums(sp, prefix, w.keep) {
+		for start, hm := range qr.headSums(sp, prefix, w.keep) {
 			m := buckets[start]
 			if m == nil {
 				buckets[start] = hm

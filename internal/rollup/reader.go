@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/store"
@@ -50,12 +49,12 @@ func (b *Builder) marshalMeta(wm int64) []byte {
 	return out
 }
 
-// NewReader returns a Builder that only answers queries (Series, Top)
-// from the rollups stored in r, with the dimensions and retention the
-// builder that wrote them had. It holds no head: what the builder has not
-// flushed yet (at most rollup.flush_interval) is not seen. `xrdmon report`
-// reads a store this way.
-func NewReader(ctx context.Context, r PartReader) (*Builder, error) {
+// NewReader returns a Querier of the rollups stored in r, with the
+// dimensions and retention the builder that wrote them had. It holds no
+// head: what the builder has not flushed yet (at most
+// rollup.flush_interval) is not seen. `xrdmon report` reads a store this
+// way.
+func NewReader(ctx context.Context, r PartReader) (*Querier, error) {
 	raw, err := r.RollupMeta(ctx)
 	if err != nil {
 		return nil, err
@@ -72,22 +71,12 @@ func NewReader(ctx context.Context, r PartReader) (*Builder, error) {
 	cfg.RetentionMinute = units.Duration(time.Duration(m.RetentionMinute) * time.Second)
 	cfg.RetentionHour = units.Duration(time.Duration(m.RetentionHour) * time.Second)
 	cfg.RetentionDay = units.Duration(time.Duration(m.RetentionDay) * time.Second)
-	b, err := New(cfg, readOnly{r}, slog.New(slog.DiscardHandler), nil)
-	if err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("rollup meta: %w", err)
 	}
-	b.watermark = m.Watermark
-	return b, nil
+	specs, _ := cfg.specs()
+	return &Querier{cfg: cfg, specs: specs, parts: r, watermark: m.Watermark}, nil
 }
-
-// errReadOnly is returned by a reader's builder asked to build.
-var errReadOnly = errors.New("rollup reader: read only")
-
-// readOnly is a Store that only reads.
-type readOnly struct{ PartReader }
-
-func (readOnly) Read(context.Context, int64, int) ([]store.Entry, error) { return nil, errReadOnly }
-func (readOnly) CommitRollup(context.Context, store.RollupCommit) error  { return errReadOnly }
 
 // ExportRow is one series of a bucket, as an output exports it.
 type ExportRow struct {

@@ -124,9 +124,6 @@ func TestReaderAndChanged(t *testing.T) {
 	if _, err := r.Series(ctx, Query{By: []record.Dim{record.DimIdentity}, From: forever[0], To: forever[1], Step: time.Hour}); !errors.Is(err, ErrNotRolledUp) {
 		t.Errorf("reader by path: %v, want ErrNotRolledUp", err)
 	}
-	if err := r.CatchUp(ctx); !errors.Is(err, errReadOnly) {
-		t.Errorf("reader CatchUp: %v, want read only", err)
-	}
 	var _ PartReader = (*store.Reader)(nil)
 }
 
