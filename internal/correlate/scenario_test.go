@@ -330,7 +330,7 @@ func TestScenarioNoOpen(t *testing.T) {
 		t.Fatalf("records: %+v", recs)
 	}
 	m := byFile(recs)
-	if r := m[1]; r.Reason != record.NoOpen || r.ReadBytes != 7 || r.Start != tu(5) || r.End != tu(10) || r.Received != at(400) {
+	if r := m[1]; r.Reason != record.NoOpen || r.ReadBytes != 7 || !r.StartUnknown || r.Start != tu(10) || r.End != tu(10) || r.Received != at(400) {
 		t.Errorf("no_open: %+v", r)
 	}
 	if r := m[2]; r.Reason != record.Complete || r.Path != "/two" || r.ReadBytes != 8 || r.Start != tu(10) || r.End != tu(30) {
@@ -404,7 +404,7 @@ func TestScenarioEviction(t *testing.T) {
 	// 1 is evicted by 2, 2 by the xfr of 1 (whose open is gone: an entry
 	// without open), that by 3, and 3 by 4.
 	if len(recs) != 4 || recs[0].FileID != 1 || recs[1].FileID != 2 || recs[2].FileID != 1 || recs[3].FileID != 3 ||
-		recs[2].ReadBytes != 11 || recs[2].Path != "" || recs[2].Start != tu(10) {
+		recs[2].ReadBytes != 11 || recs[2].Path != "" || !recs[2].StartUnknown || recs[2].Start != recs[2].End {
 		t.Fatalf("per-server: %+v", recs)
 	}
 }

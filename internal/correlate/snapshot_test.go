@@ -214,7 +214,7 @@ func TestSnapshotPendingClose(t *testing.T) {
 		t.Fatalf("records: %+v", recs)
 	}
 	m := byFile(recs)
-	if r := m[1]; r.Reason != record.NoOpen || r.ReadBytes != 7 || r.Start != tu(5) || r.End != tu(10) || r.Received != at(310) {
+	if r := m[1]; r.Reason != record.NoOpen || r.ReadBytes != 7 || !r.StartUnknown || r.Start != tu(10) || r.End != tu(10) || r.Received != at(310) {
 		t.Errorf("no_open: %+v", r)
 	}
 	if r := m[2]; r.Reason != record.Complete || r.Path != "/two" || r.ReadBytes != 8 || r.ReadOps != 1 || r.End != tu(30) {

@@ -178,6 +178,7 @@ func AppendJSON(dst []byte, r *Record) []byte {
 	dst = appendTime(dst, r.Start)
 	dst = append(dst, `,"end":`...)
 	dst = appendTime(dst, r.End)
+	dst = optBool(dst, `,"start_unknown":`, r.StartUnknown)
 	dst = append(dst, `,"received":`...)
 	dst = appendTime(dst, r.Received)
 

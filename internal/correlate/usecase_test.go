@@ -1,0 +1,76 @@
+package correlate
+
+import (
+	"bufio"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/source"
+	"github.com/xrdmon/xrdmon/internal/source/sourcetest"
+)
+
+// useCasePackets reads the real use-case capture: its shoveler messages
+// in file order.
+func useCasePackets(t *testing.T) []source.Shoveled {
+	t.Helper()
+	f, err := os.Open(sourcetest.UseCaseCapturePath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var out []source.Shoveled
+	for sc.Scan() {
+		p, err := source.ParseShoveler(sc.Bytes())
+		if err != nil {
+			t.Fatalf("line %d: %v", len(out)+1, err)
+		}
+		p.Data = append([]byte(nil), p.Data...)
+		out = append(out, p)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// runUseCase feeds the capture's packets in the given order to one shard
+// and flushes it; it returns the shard and its records.
+func runUseCase(t *testing.T, pkts []source.Shoveled) (*Shard, []record.Record) {
+	t.Helper()
+	s := NewShard(DefaultConfig())
+	now := time.Unix(1748891940, 0)
+	for _, p := range pkts {
+		s.Handle(p.Data, p.Sender, now)
+	}
+	s.Flush(now.Add(time.Hour))
+	return s, s.TakeRecords(nil)
+}
+
+// A close whose open is not in the capture: when the file was opened is
+// unknown, so the record says so and has no duration (it used to take the
+// close packet's tBeg as the open, giving 59 s for file ids 37344, 36841
+// and 33804).
+func TestUseCaseCloseWithoutOpenHasNoDuration(t *testing.T) {
+	_, recs := runUseCase(t, useCasePackets(t))
+	noOpen := 0
+	for i := range recs {
+		r := &recs[i]
+		if r.Reason != record.NoOpen {
+			if r.StartUnknown {
+				t.Errorf("file %d (%s): start_unknown on a record whose open was seen", r.FileID, r.Reason)
+			}
+			continue
+		}
+		noOpen++
+		if !r.StartUnknown || !r.Start.Equal(r.End) {
+			t.Errorf("file %d: no_open with start %v end %v start_unknown %v", r.FileID, r.Start, r.End, r.StartUnknown)
+		}
+	}
+	if noOpen != 49 {
+		t.Errorf("%d no_open records, want the capture's 49", noOpen)
+	}
+}
