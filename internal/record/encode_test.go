@@ -18,6 +18,8 @@ const (
 		`"site":"T2_US_Example","user":"cmsuser","host":"[::ffff:198.51.100.7]","user_domain":"example.edu","protocol":"xroot","ipv6":true,` +
 		`"user_dn":"/DC=ch/DC=cern/OU=Users/CN=jdoe/CN=123456/CN=Jane \"Q\" Doe","vo":"cms cms",` +
 		`"appinfo":"162_https://glidein.cern.ch/162/190501:101553:heewon:crab:RPCEfficiency:SingleMuon:Run2018D-PromptReco-v2_0",` +
+		`"token_subject":"sub\u003c\u0026\u003eject","token_username":"tokuser","token_org":"https://cms-auth.web.cern.ch/",` +
+		`"token_role":"prod","token_groups":"/cms\u2028/x\u2029","experiment":"2","activity":"-3",` +
 		`"filename":"/store/data/Run2026A/file.root","filesize":2198266271,"dirname1":"/store","dirname2":"/store/data","logical_dirname":"/store/data",` +
 		`"read":2899080,"readv":355578585,"write":1024,"read_average":7792992.717391305,"read_bytes_at_close":358477665,"read_max":40000000,` +
 		`"read_min":4096,"read_operations":46,"read_single_average":161060,"read_single_bytes":2899080,"read_single_max":1048576,` +
@@ -39,9 +41,38 @@ const (
 		`"read_vector_average":12699235.17857143,"read_vector_count_average":21.392857142857142,"read_vector_count_max":300,` +
 		`"read_vector_count_min":1,"read_vector_count_sigma":67.39692621526078,"read_vector_max":40000000,"read_vector_min":65536,` +
 		`"read_vector_operations":28,"read_vector_sigma":12795679.969401153,"write_average":1024,"write_bytes_at_close":1024,` +
-		`"write_max":1024,"write_min":1024,"write_operations":1,"write_sigma":0,"CRAB_Id":"162","CRAB_Retry":"0",` +
+		`"write_max":1024,"write_min":1024,"write_operations":1,"write_sigma":0,"experiment":"2","activity":"-3",` +
+		`"CRAB_Id":"162","CRAB_Retry":"0",` +
 		`"CRAB_Workflow":"190501:101553:heewon:crab:RPCEfficiency:SingleMuon:Run2018D-PromptReco-v2",` +
 		`"metadata":{"producer":"cms","type":"aaa-ng","timestamp":1772366497123,"type_prefix":"raw","host":`
+)
+
+// The Go collector's document (gracc_flavour go) of the same records.
+const (
+	graccGoGolden = `{"@timestamp":"2026-03-01T12:01:37.123456789Z","start_time":1772366400,"end_time":1772366495,"operation_time":95,` +
+		`"serverID":"1758000000#192.0.2.10#258305997245184","server_hostname":"xrootd.example.org","server":"192.0.2.10",` +
+		`"server_ip":"192.0.2.10","site":"T2_US_Example","user":"cmsuser",` +
+		`"user_dn":"/DC=ch/DC=cern/OU=Users/CN=jdoe/CN=123456/CN=Jane \"Q\" Doe","user_domain":"example.edu","vo":"cms",` +
+		`"host":"[::ffff:198.51.100.7]","token_subject":"sub\u003c\u0026\u003eject","token_username":"tokuser",` +
+		`"token_org":"https://cms-auth.web.cern.ch/","token_role":"prod","token_groups":"/cms\u2028/x\u2029","experiment":"2",` +
+		`"activity":"-3","filename":"/store/data/Run2026A/file.root","dirname1":"/store","dirname2":"/store/data",` +
+		`"logical_dirname":"/store/data","protocol":"xroot",` +
+		`"appinfo":"162_https://glidein.cern.ch/162/190501:101553:heewon:crab:RPCEfficiency:SingleMuon:Run2018D-PromptReco-v2_0",` +
+		`"ipv6":true,"filesize":2198266271,"read_operations":18,"read_single_operations":18,"read_vector_operations":28,` +
+		`"write_operations":1,"read":2899080,"read_single_bytes":2899080,"readv":355578585,"write":1024,"read_min":4096,` +
+		`"read_max":1048576,"read_average":161060,"read_single_min":4096,"read_single_max":1048576,"read_single_average":161060,` +
+		`"read_vector_min":65536,"read_vector_max":40000000,"read_vector_average":12699235,"write_min":1024,"write_max":1024,` +
+		`"write_average":1024,"read_vector_count_min":1,"read_vector_count_max":300,"read_vector_count_average":21.392857142857142,` +
+		`"read_bytes_at_close":2899080,"write_bytes_at_close":1024,"HasFileCloseMsg":1}`
+	graccGoMinimalGolden = `{"@timestamp":"2025-09-16T05:21:41.000000999Z","start_time":1758000100,"end_time":1758000100,` +
+		`"operation_time":0,"serverID":"1758000000#2001:db8::1#1","server_hostname":"2001:db8::1","server":"2001:db8::1",` +
+		`"server_ip":"2001:db8::1","site":"UNKNOWN","user":"0","user_dn":"","host":"unknown","filename":"unknown",` +
+		`"dirname1":"unknown directory","dirname2":"unknown directory","logical_dirname":"unknown directory","protocol":"unknown",` +
+		`"appinfo":"","ipv6":false,"filesize":0,"read_operations":0,"read_single_operations":0,"read_vector_operations":0,` +
+		`"write_operations":0,"read":10,"read_single_bytes":10,"readv":0,"write":0,"read_min":0,"read_max":0,"read_average":0,` +
+		`"read_single_min":0,"read_single_max":0,"read_single_average":0,"read_vector_min":0,"read_vector_max":0,` +
+		`"read_vector_average":0,"write_min":0,"write_max":0,"write_average":0,"read_vector_count_min":0,` +
+		`"read_vector_count_max":0,"read_vector_count_average":0,"read_bytes_at_close":10,"write_bytes_at_close":0,"HasFileCloseMsg":0}`
 )
 
 func TestGolden(t *testing.T) {
@@ -53,6 +84,8 @@ func TestGolden(t *testing.T) {
 	}{
 		{"gracc/full", AppendGRACC(nil, goldenRecord()), graccGolden},
 		{"gracc/minimal", AppendGRACC(nil, minimalRecord()), graccMinimalGolden},
+		{"gracc-go/full", AppendGRACCGo(nil, goldenRecord()), graccGoGolden},
+		{"gracc-go/minimal", AppendGRACCGo(nil, minimalRecord()), graccGoMinimalGolden},
 		{"wlcg/full", AppendWLCG(nil, goldenRecord()), wlcgGoldenHead + string(host) + `,"_id":"01234567-89ab-cdef-0123-456789abcdef"}}`},
 	}
 	for _, c := range cases {
