@@ -135,8 +135,11 @@ func AppendGRACCGo(dst []byte, r *Record) []byte {
 	dst = appendKeyFloat(dst, `,"read_vector_count_average":`, ratio(float64(r.ReadvSegs), int64(r.ReadvOps)))
 	dst = appendKeyInt(dst, `,"read_bytes_at_close":`, r.ReadBytes)
 	dst = appendKeyInt(dst, `,"write_bytes_at_close":`, r.WriteBytes)
+	// Theirs: 1 on every record (they are made at a close); here 1 when
+	// a close was seen (complete and no_open), 0 for the partial records
+	// they never write.
 	dst = append(dst, `,"HasFileCloseMsg":`...)
-	if r.Reason == Complete {
+	if r.Reason == Complete || r.Reason == NoOpen {
 		dst = append(dst, '1')
 	} else {
 		dst = append(dst, '0')
