@@ -72,7 +72,7 @@ const (
 		`"write_operations":0,"read":10,"read_single_bytes":10,"readv":0,"write":0,"read_min":0,"read_max":0,"read_average":0,` +
 		`"read_single_min":0,"read_single_max":0,"read_single_average":0,"read_vector_min":0,"read_vector_max":0,` +
 		`"read_vector_average":0,"write_min":0,"write_max":0,"write_average":0,"read_vector_count_min":0,` +
-		`"read_vector_count_max":0,"read_vector_count_average":0,"read_bytes_at_close":10,"write_bytes_at_close":0,"HasFileCloseMsg":0}`
+		`"read_vector_count_max":0,"read_vector_count_average":0,"read_bytes_at_close":10,"write_bytes_at_close":0,"HasFileCloseMsg":1}`
 )
 
 func TestGolden(t *testing.T) {
