@@ -331,7 +331,8 @@ func splitList(s string) []string {
 func writeStats(w io.Writer, st *correlate.Stats) {
 	fmt.Fprintf(w, "packets: %d handled, %d accounted, %d rejected, %d lost (sequence gaps)",
 		st.Packets, st.Accounted, st.TotalRejected(), st.TotalLost())
-	fmt.Fprintf(w, "; %d duplicate, %d reordered, %d sequence collisions (applied)\n", st.Duplicates, st.Reordered, st.SeqCollisions)
+	fmt.Fprintf(w, "; %d duplicate, %d reordered (late, filled a gap), %d stale (later than the horizon), %d sequence collisions (applied)\n",
+		st.Duplicates, st.Reordered, st.Stale, st.SeqCollisions)
 	for _, r := range correlate.RejectReasons() {
 		if n := st.Rejected[r]; n > 0 {
 			fmt.Fprintf(w, "  rejected %-20s %d\n", r.String()+":", n)

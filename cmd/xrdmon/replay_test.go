@@ -240,3 +240,19 @@ func sameLines(t *testing.T, what string, a, b []string) {
 		}
 	}
 }
+
+// TestReplayUseCaseLoss: replay's summary of the real use-case capture,
+// whose packets are not in sequence order, counts the 47 missing numbers
+// and shows the late packets that filled gaps.
+func TestReplayUseCaseLoss(t *testing.T) {
+	path := sourcetest.UseCaseCapturePath(t)
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"replay", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for _, want := range []string{"47 lost (sequence gaps)", "7 reordered (late, filled a gap), 0 stale", "lost in fstream:              47"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, stderr.String())
+		}
+	}
+}

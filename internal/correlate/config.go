@@ -51,8 +51,10 @@ type Config struct {
 	// churn that address's slots and never evict another address's state.
 	MaxServersPerAddr int
 
-	// ReorderWindow is the number of sequence numbers (1..63) a packet may
-	// arrive late without being counted lost.
+	// ReorderWindow is the number of sequence numbers (1..63) within which
+	// a repeated number is compared with the datagram seen (a duplicate,
+	// or a collision). Loss waits for a late packet over a fixed horizon
+	// of 64 numbers (docs/records.md §2.1).
 	ReorderWindow int
 	// InternMax bounds each string-interning table; a full table is reset.
 	InternMax int

@@ -463,11 +463,15 @@ func (s *Shard) dropIncarnation(inc *incarnation, r uint8) {
 		s.removeSession(inc.sessions.head)
 	}
 	for d := range inc.seq {
-		inc.lost[d] += inc.seq[d].holes(s.win)
-		s.stats.Lost[d] += inc.seq[d].holes(s.win)
+		inc.lost[d] += inc.seq[d].holes(256)
+		s.stats.Lost[d] += inc.seq[d].holes(256)
 	}
 	for i := range inc.gseq {
-		h := inc.gseq[i].t.holes(s.win)
+		mod := uint16(256)
+		if inc.gseq[i].prov&0x80 != 0 {
+			mod = 1000
+		}
+		h := inc.gseq[i].t.holes(mod)
 		inc.lost[DomainG] += h
 		s.stats.Lost[DomainG] += h
 	}
