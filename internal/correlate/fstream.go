@@ -349,6 +349,12 @@ func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *pac
 			rec.ReadSqSum, rec.ReadvSqSum, rec.ReadvSegSqSum, rec.WriteSqSum = q.Read, q.Readv, q.ReadvSegs, q.Write
 		}
 	}
+	if rec.End.After(s.now.Add(s.cfg.ClockAheadTolerance)) {
+		// The server's clock is ahead of ours: the record lands in the
+		// future. Kept as the server says, flagged and counted.
+		rec.ClockAhead = true
+		s.stats.ClockAhead++
+	}
 	s.attachTrace(rec, f, inc)
 	s.stats.Records[r]++
 }

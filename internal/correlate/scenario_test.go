@@ -495,3 +495,29 @@ func TestDisconnectedSessionsExpire(t *testing.T) {
 		t.Fatalf("sessions = %d at the end, want 0", got)
 	}
 }
+
+// A server whose clock runs 49 minutes ahead: its records are kept with
+// the server's times, flagged clock_ahead and counted; one a minute ahead
+// is within the tolerance (5 minutes by default).
+func TestScenarioClockAhead(t *testing.T) {
+	s := newSrv("192.0.2.61:40000", t0, 61)
+	var f feed
+	f.send(s, 10, s.f(2940+5, 2940+6, func(fb *packet.FStreamBuilder) {
+		fb.Open(openLFN(1, 0, "/ahead", 1))
+		fb.Close(packet.FileClose{FileID: 1})
+	}))
+	f.send(s, 11, s.f(60, 61, func(fb *packet.FStreamBuilder) {
+		fb.Open(openLFN(2, 0, "/near", 1))
+		fb.Close(packet.FileClose{FileID: 2})
+	}))
+	recs, _, st := f.runTwice(t, DefaultConfig())
+	m := byFile(recs)
+	if len(recs) != 2 || !m[1].ClockAhead || m[1].End != tu(2946) || m[2].ClockAhead || st.ClockAhead != 1 {
+		t.Errorf("clock ahead: %d counted, records %+v", st.ClockAhead, recs)
+	}
+	cfg := DefaultConfig()
+	cfg.ClockAheadTolerance = time.Hour
+	if recs, _, st := f.run(t, cfg); st.ClockAhead != 0 || recs[0].ClockAhead {
+		t.Errorf("tolerance 1h: %d counted", st.ClockAhead)
+	}
+}

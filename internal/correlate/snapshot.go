@@ -24,7 +24,7 @@ import (
 // pending, traces, then a CRC-32C.
 const (
 	snapMagic   = "XRDMCSNP"
-	snapVersion = 3
+	snapVersion = 4
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -435,9 +435,10 @@ func (e *snapScratch) close(cd *closeData) {
 	e.uv(uint64(cd.tEnd))
 }
 
-func statScalars(st *Stats) [12]*uint64 {
+func statScalars(st *Stats) [13]*uint64 {
 	return [...]*uint64{&st.Packets, &st.Accounted, &st.Duplicates, &st.Reordered, &st.Stale, &st.Events,
-		&st.InvalidEvents, &st.FRMRecords, &st.Restarts, &st.PendingDropped, &st.EvictedSess, &st.SeqCollisions}
+		&st.InvalidEvents, &st.FRMRecords, &st.Restarts, &st.PendingDropped, &st.EvictedSess, &st.SeqCollisions,
+		&st.ClockAhead}
 }
 
 func statArrays(st *Stats) [5][]uint64 {
@@ -667,6 +668,9 @@ func (d *decoder) stats() {
 	for i, p := range statScalars(&s.stats) {
 		if d.version < 2 && i >= 11 {
 			break // SeqCollisions came with version 2
+		}
+		if d.version < 4 && i >= 12 {
+			break // ClockAhead came with version 4
 		}
 		*p = d.Uvarint()
 	}

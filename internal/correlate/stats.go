@@ -101,6 +101,10 @@ type Stats struct {
 	// interleaving): applied, never dropped on the number alone.
 	SeqCollisions uint64
 
+	// ClockAhead counts records whose end was ahead of the collector's
+	// clock by more than Config.ClockAheadTolerance (record.ClockAhead).
+	ClockAhead uint64
+
 	Records        [numRecordReasons]uint64 // emitted records, indexed like RecordReasons
 	Events         uint64                   // emitted g-stream events
 	InvalidEvents  uint64                   // events whose line was not valid JSON
@@ -177,6 +181,7 @@ func (s *Stats) Add(o *Stats) {
 	s.Reordered += o.Reordered
 	s.Stale += o.Stale
 	s.SeqCollisions += o.SeqCollisions
+	s.ClockAhead += o.ClockAhead
 	for i := range s.Records {
 		s.Records[i] += o.Records[i]
 	}

@@ -48,6 +48,10 @@ type Record struct {
 	StartUnknown bool `json:"start_unknown,omitempty"`
 	// Received is the collector's clock when the record was emitted.
 	Received time.Time `json:"received"`
+	// ClockAhead says End was ahead of Received by more than the
+	// collector's tolerance (correlate.clock_ahead_tolerance): the
+	// server's clock is wrong, and the record's times are in the future.
+	ClockAhead bool `json:"clock_ahead,omitempty"`
 
 	// Server identity.
 	ServerIP   string `json:"server_ip"`             // sender address (after NAT map)

@@ -192,7 +192,7 @@ func (s *Sink) Run(ctx context.Context) error {
 // fileWriter appends batches as lines to the sink's file; it is the
 // deliver.Deliverer of the sink's loop.
 type fileWriter struct {
-	f        *os.File // set by Run while it runs
+	f        *os.File                                  // set by Run while it runs
 	enc      func(dst []byte, r *record.Record) []byte // record lines; nil: native
 	buf      []byte
 	fsyncDur prometheus.Histogram
