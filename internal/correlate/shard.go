@@ -83,7 +83,8 @@ type closeData struct {
 type Shard struct {
 	cfg     Config
 	win     uint8
-	pktHash uint32 // CRC-32C of the datagram being handled (seqTracker)
+	seqRes  seqResult // the last packet's sequence classification (observeT)
+	pktHash uint32    // CRC-32C of the datagram being handled (seqTracker)
 	now     time.Time
 	nowS    int64
 	nextInc uint32
@@ -516,6 +517,7 @@ func (s *Shard) observe(inc *incarnation, d Domain, pseq uint16) bool {
 
 func (s *Shard) observeT(inc *incarnation, t *seqTracker, d Domain, pseq, mod uint16) bool {
 	res, lost := t.observe(pseq, mod, s.win, s.pktHash)
+	s.seqRes = res
 	if lost > 0 {
 		inc.lost[d] += lost
 		s.stats.Lost[d] += lost

@@ -955,6 +955,8 @@ func (e *snapScratch) traces(s *Shard) {
 		e.v(ts.next)
 		e.v(int64(ts.unwind))
 		e.buf = append(e.buf, b2u(ts.ended))
+		e.buf = append(e.buf, byte(ts.flaw)) // version 4
+		e.uv(ts.gaps)                        // version 4
 		p := &ts.io
 		for _, v := range [...]int64{p.Reads, p.Readvs, p.Writes, p.ReadBytes, p.ReadvBytes, p.WriteBytes, p.SequentialReads, p.ReadvSegments} {
 			e.v(v)
@@ -974,6 +976,16 @@ func (d *decoder) traces() {
 	for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
 		ts := traceState{inc: d.Uint32(), fileID: d.Uint32(), seen: d.Uint32(), next: d.Varint(), unwind: d.Int32()}
 		ts.ended = d.Byte() != 0
+		if d.version >= 4 {
+			ts.flaw = record.IOPartial(d.Byte())
+			ts.gaps = d.Uvarint()
+			if ts.flaw != record.IOWhole && ts.flaw != record.IOReordered {
+				d.Fail("trace of file %d: flaw %d", ts.fileID, ts.flaw)
+				return
+			}
+		} else if inc := s.byID[ts.inc]; inc != nil {
+			ts.gaps = mainGaps(inc) // what went before is not this trace's
+		}
 		p := &ts.io
 		for _, v := range [...]*int64{&p.Reads, &p.Readvs, &p.Writes, &p.ReadBytes, &p.ReadvBytes, &p.WriteBytes, &p.SequentialReads, &p.ReadvSegments} {
 			*v = d.Varint()
