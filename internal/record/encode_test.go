@@ -2,6 +2,7 @@ package record
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
@@ -250,4 +251,71 @@ func TestWLCGValues(t *testing.T) {
 	if !strings.Contains(string(AppendWLCG(nil, &Record{RecordID: "not-hex"})), `"unique_id":"not-hex"`) {
 		t.Error("non-hex record id not written as is")
 	}
+}
+
+// documentedFields returns the field names in backquotes in the first
+// column of the tables of docs/records.md between the headings from and
+// to.
+func documentedFields(t *testing.T, from, to string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/records.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	i, j := strings.Index(doc, from), strings.Index(doc, to)
+	if i < 0 || j < i {
+		t.Fatalf("sections %q to %q not found", from, to)
+	}
+	names := map[string]bool{}
+	for _, line := range strings.Split(doc[i:j], "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cell := strings.Split(line, "|")[1]
+		for _, f := range strings.Split(cell, "`") {
+			if f = strings.TrimSpace(f); f != "" && f != "," && f != "/" {
+				names[f] = true
+			}
+		}
+	}
+	return names
+}
+
+// Every field of the python flavour is one docs/records.md §3.1 documents
+// (the Python collector's documented fields and xrdmon's additions), and
+// every one of the go flavour is in §3.4's table.
+func TestGRACCFieldsDocumented(t *testing.T) {
+	py := documentedFields(t, "### 3.1 Fields", "### 3.2")
+	for _, s := range []string{"read_sigma", "read_single_sigma", "read_vector_sigma", "read_vector_count_sigma", "write_sigma"} {
+		py[s] = true // listed in the text under the tables
+	}
+	goDoc := documentedFields(t, "### 3.4", "## 4.")
+	for _, r := range []*Record{goldenRecord(), minimalRecord()} {
+		for name, c := range map[string]struct {
+			doc map[string]bool
+			enc func([]byte, *Record) []byte
+		}{"python": {py, AppendGRACC}, "go": {goDoc, AppendGRACCGo}} {
+			var m map[string]any
+			if err := json.Unmarshal(c.enc(nil, r), &m); err != nil {
+				t.Fatal(err)
+			}
+			for k := range m {
+				if !c.doc[k] && !documentedPattern(c.doc, k) {
+					t.Errorf("%s flavour writes %q, not in docs/records.md", name, k)
+				}
+			}
+		}
+	}
+}
+
+// documentedPattern reports whether k matches a documented name with a
+// "*" (read_single_* and the like) or a "…" range.
+func documentedPattern(doc map[string]bool, k string) bool {
+	for d := range doc {
+		if p, ok := strings.CutSuffix(d, "*"); ok && strings.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return strings.HasPrefix(k, "token_") && doc["token_subject"]
 }
