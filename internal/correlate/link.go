@@ -85,11 +85,15 @@ type Linker struct {
 	redirs map[linkKey][]linkRedir // redirects not yet taken, oldest first
 	opens  map[linkKey][]linkOpen  // opens not yet decided, oldest first
 	pend   map[recKey]int64        // undecided opens: their deadline
+	queue  dueQueue                // undecided opens by deadline (a heap; stale entries skipped)
 	order  []fifoRef               // redirects and opens, in arrival order
 	nextID uint64
 	linked map[recKey]*linkResult
 	lorder []recKey     // links, in arrival order
-	held   []heldRecord // records whose open is undecided, in arrival order
+	held   map[recKey][]record.Record // records whose open is undecided
+	horder []recKey                   // their keys, in arrival order (for the memory bound)
+	nheld  int
+	out    []record.Record // held records whose open is decided, to return
 	bytes  int64
 	now    int64 // collector clock, Unix s: the latest time seen
 	// since is when the first redirect reached the collector (0: none
@@ -181,9 +185,56 @@ type linkResult struct {
 	received   int64
 }
 
-type heldRecord struct {
-	rec      record.Record
-	deadline int64
+// dueOpen is an open in the decision queue.
+type dueOpen struct {
+	d   int64
+	k   linkKey
+	id  uint64
+	rec recKey
+}
+
+// dueQueue is a min-heap of opens by deadline, then identity.
+type dueQueue []dueOpen
+
+func (q dueQueue) less(i, j int) bool {
+	return q[i].d < q[j].d || (q[i].d == q[j].d && q[i].rec.compare(q[j].rec) < 0)
+}
+
+func (q *dueQueue) push(x dueOpen) {
+	*q = append(*q, x)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (q *dueQueue) pop() dueOpen {
+	h := *q
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && h.less(l, m) {
+			m = l
+		}
+		if r < n && h.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*q = h
+	return top
 }
 
 // linkSlack is how far apart, in seconds, the two servers' clocks may be.
@@ -200,7 +251,7 @@ func NewLinker(window, hold time.Duration, maxBytes int64) *Linker {
 		window: max(int64(window/time.Second), 1), hold: max(int64(hold/time.Second), 1),
 		maxBytes: maxBytes,
 		redirs:   make(map[linkKey][]linkRedir), opens: make(map[linkKey][]linkOpen),
-		pend: make(map[recKey]int64), linked: make(map[recKey]*linkResult),
+		pend: make(map[recKey]int64), linked: make(map[recKey]*linkResult), held: make(map[recKey][]record.Record),
 	}
 }
 
@@ -253,10 +304,8 @@ func (l *Linker) Commit(chunks [][]record.Record, evs []record.Event, opens []Op
 		for i := range c {
 			r := &c[i]
 			k := recKeyOf(r)
-			if d, ok := l.pend[k]; ok && l.since != 0 && l.since <= r.Received.Unix() {
-				l.held = append(l.held, heldRecord{rec: *r, deadline: d})
-				l.bytes += heldCost
-				l.stats.Held++
+			if _, ok := l.pend[k]; ok && l.since != 0 && l.since <= r.Received.Unix() {
+				l.holdRecord(k, r)
 				continue
 			}
 			l.apply(r, k)
@@ -266,8 +315,14 @@ func (l *Linker) Commit(chunks [][]record.Record, evs []record.Event, opens []Op
 		clear(c[j:])
 		chunks[ci] = c[:j]
 	}
-	released := l.release(final)
 	l.expire()
+	if final {
+		for _, k := range l.horder {
+			l.unhold(k)
+		}
+		l.horder = l.horder[:0]
+	}
+	released := l.release()
 	if len(released) > 0 {
 		chunks = append(chunks, released)
 	}
@@ -317,8 +372,32 @@ func (l *Linker) addOpen(o *Open) {
 	}
 	l.opens[k] = append(l.opens[k], lo)
 	l.pend[lo.rec] = l.deadline(&lo)
+	l.queue.push(dueOpen{d: l.deadline(&lo), k: k, id: lo.id, rec: lo.rec})
 	l.order = append(l.order, fifoRef{key: k, id: lo.id, received: lo.received, open: true})
 	l.bytes += openCost(k)
+}
+
+// holdRecord keeps record r (key k) until its open is decided.
+func (l *Linker) holdRecord(k recKey, r *record.Record) {
+	if len(l.held[k]) == 0 {
+		l.horder = append(l.horder, k)
+	}
+	l.held[k] = append(l.held[k], *r)
+	l.nheld++
+	l.bytes += heldCost
+	l.stats.Held++
+}
+
+// unhold moves the records held for k to the records to return.
+func (l *Linker) unhold(k recKey) {
+	rs, ok := l.held[k]
+	if !ok {
+		return
+	}
+	delete(l.held, k)
+	l.nheld -= len(rs)
+	l.bytes -= heldCost * int64(len(rs))
+	l.out = append(l.out, rs...)
 }
 
 func (l *Linker) id() uint64 { l.nextID++; return l.nextID }
@@ -329,25 +408,21 @@ func (r *linkRedir) matches(o *linkOpen, window int64) bool {
 	return o.end+1+linkSlack >= r.at && o.start <= r.at+r.win+1+window
 }
 
-// decide decides, in the order of their deadlines, the opens whose
-// deadline has passed (every open, when final).
+// decide decides, in the order of their deadlines (then identities), the
+// opens whose deadline has passed (every open, when final).
 func (l *Linker) decide(final bool) {
-	type due struct {
-		k linkKey
-		o linkOpen
-		d int64
-	}
-	var dues []due
-	for k, os := range l.opens {
-		for _, o := range os {
-			if d := l.deadline(&o); final || d < l.now {
-				dues = append(dues, due{k, o, d})
-			}
+	for len(l.queue) > 0 && (final || l.queue[0].d < l.now) {
+		x := l.queue.pop()
+		if d, ok := l.pend[x.rec]; !ok || d != x.d {
+			continue // decided, or forgotten over the memory bound
 		}
-	}
-	slices.SortFunc(dues, func(a, b due) int { return cmp.Or(cmp.Compare(a.d, b.d), a.o.rec.compare(b.o.rec)) })
-	for _, x := range dues {
-		l.decideOpen(x.k, &x.o, x.d)
+		os := l.opens[x.k]
+		i := slices.IndexFunc(os, func(o linkOpen) bool { return o.id == x.id })
+		if i < 0 {
+			continue
+		}
+		o := os[i]
+		l.decideOpen(x.k, &o, x.d)
 	}
 }
 
@@ -438,6 +513,7 @@ func (l *Linker) decideOpen(k linkKey, o *linkOpen, d int64) {
 		}
 		l.linked[o.rec] = res
 	}
+	l.unhold(o.rec)
 }
 
 // redirectLife is how long, in collector seconds, a redirect waits for its
@@ -461,27 +537,14 @@ func (l *Linker) apply(r *record.Record, k recKey) {
 	l.stats.Hops += uint64(res.hops)
 }
 
-// release returns the held records whose open has been decided (every
-// one, when final), with their redirection, in the order of their
-// deadlines and identities.
-func (l *Linker) release(final bool) []record.Record {
-	var out []record.Record
-	kept := l.held[:0]
-	for i := range l.held {
-		h := &l.held[i]
-		k := recKeyOf(&h.rec)
-		if _, undecided := l.pend[k]; undecided && !final {
-			kept = append(kept, *h)
-			continue
-		}
-		l.apply(&h.rec, k)
-		out = append(out, h.rec)
-		if h.deadline >= 0 {
-			l.bytes -= heldCost
-		}
+// release returns the held records whose open has been decided, with
+// their redirection, in the order of their arrival times and identities.
+func (l *Linker) release() []record.Record {
+	out := l.out
+	l.out = nil
+	for i := range out {
+		l.apply(&out[i], recKeyOf(&out[i]))
 	}
-	clear(l.held[len(kept):])
-	l.held = kept
 	slices.SortStableFunc(out, func(a, b record.Record) int {
 		return cmp.Or(cmp.Compare(a.Received.Unix(), b.Received.Unix()), recKeyOf(&a).compare(recKeyOf(&b)), strings.Compare(a.RecordID, b.RecordID))
 	})
@@ -511,6 +574,8 @@ func (l *Linker) expire() {
 				break
 			}
 			delete(l.pend, os[i].rec)
+			l.unhold(os[i].rec)
+			l.stats.Forgotten++
 			os = slices.Delete(os, i, i+1)
 			l.bytes -= openCost(f.key)
 			if len(os) == 0 {
@@ -547,20 +612,28 @@ func (l *Linker) expire() {
 		}
 	}
 	l.lorder = l.lorder[n:]
-	// Over the bound with records held: their opens are forgotten, and
-	// the records go out at the next Commit.
-	for i := 0; i < len(l.held) && l.bytes > l.maxBytes; i++ {
-		if l.held[i].deadline < 0 {
+	// Over the bound with records held: the oldest ones' opens are
+	// forgotten, and the records returned without redirection.
+	n = 0
+	for ; n < len(l.horder) && l.bytes > l.maxBytes; n++ {
+		k := l.horder[n]
+		if _, ok := l.held[k]; !ok {
 			continue
 		}
-		k := recKeyOf(&l.held[i].rec)
 		if _, ok := l.pend[k]; ok {
 			delete(l.pend, k)
 			l.stats.Forgotten++
 		}
-		l.bytes -= heldCost
-		l.held[i].deadline = -1 // counted out of the bytes already
+		l.unhold(k)
 	}
+	// Keys whose records were returned (decided) go too.
+	for n < len(l.horder) {
+		if _, ok := l.held[l.horder[n]]; ok {
+			break
+		}
+		n++
+	}
+	l.horder = l.horder[n:]
 }
 
 // Costs in bytes, about, of what the Linker keeps.
@@ -661,12 +734,20 @@ func (l *Linker) MarshalBinary() ([]byte, error) {
 			}
 		}
 	}
-	b = binary.AppendUvarint(b, uint64(len(l.held)))
+	b = binary.AppendUvarint(b, uint64(l.nheld+len(l.out)))
 	var rb []byte
-	for i := range l.held {
-		rb = record.AppendBinary(rb[:0], &l.held[i].rec)
+	put := func(r *record.Record) {
+		rb = record.AppendBinary(rb[:0], r)
 		b = binary.AppendUvarint(b, uint64(len(rb)))
 		b = append(b, rb...)
+	}
+	for _, k := range l.horder {
+		for i := range l.held[k] {
+			put(&l.held[k][i])
+		}
+	}
+	for i := range l.out {
+		put(&l.out[i])
 	}
 	return b, nil
 }
@@ -713,6 +794,7 @@ func (l *Linker) UnmarshalBinary(b []byte) error {
 			}
 			l.opens[k] = append(l.opens[k], o)
 			l.pend[o.rec] = l.deadline(&o)
+			l.queue.push(dueOpen{d: l.deadline(&o), k: k, id: o.id, rec: o.rec})
 			l.order = append(l.order, fifoRef{key: k, id: o.id, received: o.received, open: true})
 			l.bytes += openCost(k)
 		default:
@@ -735,14 +817,17 @@ func (l *Linker) UnmarshalBinary(b []byte) error {
 	}
 	if !v1 {
 		for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
-			var h heldRecord
-			if err := record.DecodeBinary(d.UvarintBytes(), &h.rec); err != nil {
+			var r record.Record
+			if err := record.DecodeBinary(d.UvarintBytes(), &r); err != nil {
 				d.Fail("held record: %v", err)
 				break
 			}
-			h.deadline = l.pend[recKeyOf(&h.rec)]
-			l.held = append(l.held, h)
-			l.bytes += heldCost
+			k := recKeyOf(&r)
+			if _, ok := l.pend[k]; ok {
+				l.holdRecord(k, &r)
+			} else {
+				l.out = append(l.out, r)
+			}
 		}
 	}
 	if d.Done(); d.Err() != nil {
