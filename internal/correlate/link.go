@@ -89,7 +89,7 @@ type Linker struct {
 	order  []fifoRef               // redirects and opens, in arrival order
 	nextID uint64
 	linked map[recKey]*linkResult
-	lorder []recKey     // links, in arrival order
+	lorder []recKey                   // links, in arrival order
 	held   map[recKey][]record.Record // records whose open is undecided
 	horder []recKey                   // their keys, in arrival order (for the memory bound)
 	nheld  int
