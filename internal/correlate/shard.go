@@ -302,6 +302,18 @@ func (s *Shard) Stats() Stats {
 	st.PendingRefs = len(s.paths) + len(s.users)
 	st.FileBytes, st.SessionBytes, st.PendingBytes = s.fileBytes, s.sessBytes, s.pendBytes
 	st.InternBytes = s.names.size + s.pathsI.size + s.loginBytes
+	for _, inc := range s.incs {
+		for d := range inc.seq {
+			st.Missing += int(inc.seq[d].holes(256))
+		}
+		for i := range inc.gseq {
+			mod := uint16(256)
+			if inc.gseq[i].prov&0x80 != 0 {
+				mod = 1000
+			}
+			st.Missing += int(inc.gseq[i].t.holes(mod))
+		}
+	}
 	return st
 }
 

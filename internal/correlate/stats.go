@@ -119,6 +119,9 @@ type Stats struct {
 	OpenFiles    int // includes files waiting (disconnect, close without open)
 	PendingRefs  int // pending paths and user attributes
 	PendingFiles int // files waiting to be emitted or completed
+	// Missing counts sequence numbers known to be missing that may still
+	// arrive (holes in the 64-number horizon): lost if they do not.
+	Missing int
 
 	// Estimated bytes held per table (see budget.go), gauges.
 	FileBytes, SessionBytes, PendingBytes, InternBytes int64
@@ -192,6 +195,7 @@ func (s *Stats) Add(o *Stats) {
 	s.PendingDropped += o.PendingDropped
 	s.EvictedSess += o.EvictedSess
 	s.Servers += o.Servers
+	s.Missing += o.Missing
 	s.Sessions += o.Sessions
 	s.OpenFiles += o.OpenFiles
 	s.PendingRefs += o.PendingRefs

@@ -90,6 +90,15 @@ func TestUseCaseLossAnyOrder(t *testing.T) {
 		return cmp.Compare(a.Data[1], b.Data[1])
 	})
 	for name, order := range map[string][]source.Shoveled{"file order": pkts, "sequence order": sorted} {
+		// While the streams run, the gaps are missing (they may still
+		// come); at their end, lost.
+		live := NewShard(DefaultConfig())
+		for _, p := range order {
+			live.Handle(p.Data, p.Sender, time.Unix(1748891940, 0))
+		}
+		if st := live.Stats(); st.Missing+int(st.TotalLost()) != 47 {
+			t.Errorf("%s, live: %d missing, %d lost, want 47 in all", name, st.Missing, st.TotalLost())
+		}
 		s, _ := runUseCase(t, order)
 		if st := s.Stats(); st.Lost[DomainF] != 47 || st.TotalLost() != 47 {
 			t.Errorf("%s: lost %v, want 47 in the f-stream", name, st.Lost)

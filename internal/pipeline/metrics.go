@@ -88,6 +88,8 @@ var (
 		"Redirects of an open with a known client seen by the redirect linker, by outcome: linked (put on the record of the open they led to) or forgotten (no open matched within the window, or the record never came).", []string{"outcome"}, nil)
 	descRedirected = prometheus.NewDesc("xrdmon_records_redirected_total",
 		"Transfer records that got the redirection that led to their open (hops and delay).", nil, nil)
+	descMissing = prometheus.NewDesc("xrdmon_packets_missing",
+		"Sequence numbers known to be missing that may still arrive late (gaps within the 64-number horizon): counted lost if they do not.", nil, nil)
 	descClockAhead = prometheus.NewDesc("xrdmon_records_clock_ahead_total",
 		"Transfer records whose end is ahead of the collector's clock by more than correlate.clock_ahead_tolerance (the server's clock is wrong): written with clock_ahead set.", nil, nil)
 	descState = prometheus.NewDesc("xrdmon_state_entries",
@@ -99,7 +101,7 @@ type statsCollector struct{ p *Pipeline }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descRejected, descKind, descLost, descDup, descReordered,
-		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descState, descStateBytes, descTruncated, descRedirects, descRedirected, descClockAhead} {
+		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descState, descStateBytes, descTruncated, descRedirects, descRedirected, descClockAhead, descMissing} {
 		ch <- d
 	}
 }
@@ -128,6 +130,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descStale, s.Stale)
 	counter(descCollisions, s.SeqCollisions)
 	counter(descClockAhead, s.ClockAhead)
+	gauge(descMissing, s.Missing)
 	for i, r := range correlate.RecordReasons {
 		kind, reason := "partial", string(r)
 		if r == "" {
