@@ -118,6 +118,7 @@ type LinkStats struct {
 	Hops      uint64 // redirects on those records
 	Forgotten uint64 // redirects and links dropped before they could be used (out of the window, or over MaxBytes)
 	Held      uint64 // records held until their open was decided
+	Holding   int    // records held now
 }
 
 // Open is an open file as a shard reports it to the Linker: the identity
@@ -256,7 +257,11 @@ func NewLinker(window, hold time.Duration, maxBytes int64) *Linker {
 }
 
 // Stats returns the counters.
-func (l *Linker) Stats() LinkStats { return l.stats }
+func (l *Linker) Stats() LinkStats {
+	st := l.stats
+	st.Holding = l.nheld
+	return st
+}
 
 func keyOf(host, user, path string) linkKey {
 	if i := strings.IndexByte(path, '?'); i >= 0 {

@@ -86,6 +86,8 @@ var (
 		"Texts from packets longer than XRootD can send, cut to their cap, by field.", []string{"field"}, nil)
 	descRedirects = prometheus.NewDesc("xrdmon_redirects_total",
 		"Redirects of an open with a known client seen by the redirect linker, by outcome: linked (put on the record of the open they led to) or forgotten (no open matched within the window, or the record never came).", []string{"outcome"}, nil)
+	descHeld = prometheus.NewDesc("xrdmon_records_held_for_redirects",
+		"Transfer records the redirect linker holds until the redirects of their open can have come (at most twice correlate.redirect_window; docs/records.md §5.11).", nil, nil)
 	descRedirected = prometheus.NewDesc("xrdmon_records_redirected_total",
 		"Transfer records that got the redirection that led to their open (hops and delay).", nil, nil)
 	descMissing = prometheus.NewDesc("xrdmon_packets_missing",
@@ -101,7 +103,7 @@ type statsCollector struct{ p *Pipeline }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descRejected, descKind, descLost, descDup, descReordered,
-		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descState, descStateBytes, descTruncated, descRedirects, descRedirected, descClockAhead, descMissing} {
+		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descState, descStateBytes, descTruncated, descRedirects, descRedirected, descClockAhead, descMissing, descHeld} {
 		ch <- d
 	}
 }
@@ -158,4 +160,5 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRedirects, ls.Hops, "linked")
 	counter(descRedirects, ls.Forgotten, "forgotten")
 	counter(descRedirected, ls.Linked)
+	gauge(descHeld, ls.Holding)
 }
