@@ -89,6 +89,7 @@ func addGeneratorFlags(fs *flag.FlagSet, cfg *loadgen.Config) {
 	fs.StringVar(&cfg.Trace, "trace", cfg.Trace, "t-stream I/O tracing: `mode` io, iov or none (empty)")
 	fs.IntVar(&cfg.Redirectors, "redirectors", cfg.Redirectors, "redirectors in front of the servers (`n` 0..4): each open follows 1..n redirects")
 	fs.DurationVar(&cfg.RedirectDelay, "redirect-delay", cfg.RedirectDelay, "mean `time` a redirect hop takes")
+	fs.DurationVar(&cfg.RedirectWindow, "redirect-window", cfg.RedirectWindow, "redirectors buffer their r-stream and send it every `time` (the monitor window; 0: each redirect at once)")
 	fs.Float64Var(&cfg.TPCFrac, "tpc-frac", cfg.TPCFrac, "`fraction` of accesses that are third-party copies (P events)")
 	fs.IntVar(&cfg.Users, "users", cfg.Users, "distinct user `names`")
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,7 @@ type summaryJSON struct {
 		Keys       []string `json:"keys"`
 		Transfers  int64    `json:"transfers"`
 		ReadBytes  int64    `json:"read_bytes"`
+		ReadvBytes int64    `json:"readv_bytes"`
 		WriteBytes int64    `json:"write_bytes"`
 		Users      int      `json:"users"`
 	} `json:"rows"`
@@ -88,7 +90,7 @@ func TestReportMatchesTruth(t *testing.T) {
 		}
 		for _, row := range s.Rows {
 			w := want[row.Keys[0]+"/"+row.Keys[1]]
-			if w == nil || w.n != row.Transfers || w.read != row.ReadBytes || w.write != row.WriteBytes {
+			if w == nil || w.n != row.Transfers || w.read != row.ReadBytes+row.ReadvBytes || w.write != row.WriteBytes {
 				t.Errorf("%v: %+v, truth %+v", row.Keys, row, w)
 			}
 		}
@@ -116,12 +118,87 @@ func TestReportMatchesTruth(t *testing.T) {
 
 	// Top users, CSV: exact numbers, at most --n rows, most bytes first.
 	csv := strings.Split(strings.TrimSpace(runOut(t, "report", "--store.path", dir, "--since", "100000d", "--until", "2200-01-01T00:00:00Z", "--top", "users", "--n", "3", "--format", "csv")), "\n")
-	if len(csv) != 4 || csv[0] != "user,transfers,partial,read_bytes,write_bytes,users,transfer_seconds" {
+	if len(csv) != 4 || csv[0] != "user,transfers,partial,read_bytes,readv_bytes,write_bytes,users,transfer_seconds" {
 		t.Errorf("top users CSV:\n%s", strings.Join(csv, "\n"))
 	}
 	// The table humanises.
 	if tab := runOut(t, "report", "--store.path", dir, "--since", "100000d", "--until", "2200-01-01T00:00:00Z", "--by", "vo"); !strings.Contains(tab, " GB") || !strings.Contains(tab, "TOTAL") {
 		t.Errorf("table:\n%s", tab)
+	}
+}
+
+// A column called read_bytes means bytes read with read() (readv apart,
+// in readv_bytes) in every output: records as JSON and CSV, report as
+// JSON and CSV, from the records and from the rollups.
+func TestReadBytesOneDefinition(t *testing.T) {
+	dir, truth := reportStore(t)
+	byUser := map[string]int64{}
+	user := truth.Records[0].User
+	for i := range truth.Records {
+		r := &truth.Records[i]
+		if byUser[r.User] += r.ReadvBytes; byUser[r.User] > byUser[user] {
+			user = r.User
+		}
+	}
+	var read, readv int64
+	for i := range truth.Records {
+		if r := &truth.Records[i]; r.User == user {
+			read, readv = read+r.ReadBytes, readv+r.ReadvBytes
+		}
+	}
+	if readv == 0 {
+		t.Fatal("the workload has no vector reads: nothing tells the definitions apart")
+	}
+	span := []string{"--store.path", dir, "--since", "100000d", "--until", "2200-01-01T00:00:00Z"}
+	// sumCSV sums the byte columns of the rows (of user, with byUser).
+	sumCSV := func(out string, byUser bool) (sums map[string]int64) {
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		head := strings.Split(lines[0], ",")
+		sums = map[string]int64{}
+		for _, l := range lines[1:] {
+			f := strings.Split(l, ",")
+			if byUser && f[0] != user {
+				continue
+			}
+			for i, h := range head {
+				if h == "read_bytes" || h == "readv_bytes" {
+					n, _ := strconv.ParseInt(f[i], 10, 64)
+					sums[h] += n
+				}
+			}
+		}
+		return sums
+	}
+	got := map[string][2]int64{}
+	var jr, jv int64
+	for _, l := range strings.Split(strings.TrimSpace(runOut(t, append([]string{"records", "--user", user, "--format", "json", "--limit", "0"}, span...)...)), "\n") {
+		var r record.Record
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		jr, jv = jr+r.ReadBytes, jv+r.ReadvBytes
+	}
+	got["records json"] = [2]int64{jr, jv}
+	c := sumCSV(runOut(t, append([]string{"records", "--user", user, "--format", "csv", "--limit", "0"}, span...)...), false)
+	got["records csv"] = [2]int64{c["read_bytes"], c["readv_bytes"]}
+	for _, source := range []string{"records", "rollups"} {
+		var s summaryJSON
+		out := runOut(t, append([]string{"report", "--by", "user", "--format", "json", "--source", source}, span...)...)
+		if err := json.Unmarshal([]byte(out), &s); err != nil {
+			t.Fatal(err)
+		}
+		for _, row := range s.Rows {
+			if row.Keys[0] == user {
+				got["report json "+source] = [2]int64{row.ReadBytes, row.ReadvBytes}
+			}
+		}
+		c := sumCSV(runOut(t, append([]string{"report", "--by", "user", "--format", "csv", "--source", source}, span...)...), true)
+		got["report csv "+source] = [2]int64{c["read_bytes"], c["readv_bytes"]}
+	}
+	for where, v := range got {
+		if v != [2]int64{read, readv} {
+			t.Errorf("%s: read_bytes %d readv_bytes %d, truth %d and %d", where, v[0], v[1], read, readv)
+		}
 	}
 }
 

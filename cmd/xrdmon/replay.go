@@ -22,7 +22,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
-const replaySynopsis = "[--schema native|gracc|wlcg] [--out FILE] [--events FILE] INPUT...\n\n" +
+const replaySynopsis = "[--schema native|gracc|wlcg] [--gracc-flavour python|go] [--wlcg-only] [--out FILE] [--events FILE] INPUT...\n\n" +
 	"Decodes captures and writes one JSON line per transfer record. INPUT is a\n" +
 	"shoveler message file (JSON lines with remote, version, data), a pcap or\n" +
 	"pcapng file of UDP datagrams, or - for standard input. At the end of input,\n" +
@@ -33,10 +33,12 @@ const replaySynopsis = "[--schema native|gracc|wlcg] [--out FILE] [--events FILE
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("replay", replaySynopsis, stderr)
 	schema := fs.String("schema", "native", "record format: native, gracc or wlcg")
+	flavour := fs.String("gracc-flavour", record.GRACCPython, "with --schema gracc: python (the Python OSG collector's document) or go (the shoveler's collector mode)")
+	wlcgOnly := fs.Bool("wlcg-only", false, "with --schema gracc: write records matching the WLCG rules as WLCG documents instead, as the OSG collectors route them")
 	out := fs.String("out", "", "write records to `FILE` instead of standard output")
 	events := fs.String("events", "", "also write g-stream events as JSON lines to `FILE`")
-	wlcgVOs := fs.String("wlcg-vos", "", "with --schema wlcg: comma-separated `VOs` whose records are WLCG (default: cms,dteam)")
-	wlcgPaths := fs.String("wlcg-paths", "", "with --schema wlcg: comma-separated path `prefixes` whose records are WLCG (default: /store,/user/dteam)")
+	wlcgVOs := fs.String("wlcg-vos", "", "with --schema wlcg or --wlcg-only: comma-separated `VOs` whose records are WLCG (default: cms,dteam)")
+	wlcgPaths := fs.String("wlcg-paths", "", "with --schema wlcg or --wlcg-only: comma-separated path `prefixes` whose records are WLCG (default: /store,/user/dteam)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to `FILE` (for performance work)")
 	memProfile := fs.String("memprofile", "", "write an allocation profile to `FILE` at the end (for performance work)")
 	if err := parseFlags(fs, args); err != nil {
@@ -66,18 +68,27 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fs.Usage()
 		return errUsage
 	}
-	enc, err := record.Encoder(*schema)
+	enc, err := record.EncoderFlavour(*schema, *flavour)
 	if err != nil {
-		fmt.Fprintf(stderr, "xrdmon replay: --schema: %v\n", err)
+		fmt.Fprintf(stderr, "xrdmon replay: --schema/--gracc-flavour: %v\n", err)
 		return errUsage
 	}
+	m := record.DefaultWLCGMatcher()
+	if *wlcgVOs != "" || *wlcgPaths != "" {
+		m = &record.WLCGMatcher{VOs: splitList(*wlcgVOs), PathPrefixes: splitList(*wlcgPaths)}
+	}
 	var match func(*record.Record) bool
-	if *schema == "wlcg" {
-		m := record.DefaultWLCGMatcher()
-		if *wlcgVOs != "" || *wlcgPaths != "" {
-			m = &record.WLCGMatcher{VOs: splitList(*wlcgVOs), PathPrefixes: splitList(*wlcgPaths)}
-		}
+	switch {
+	case *schema == record.SchemaWLCG:
 		match = m.Match
+	case *schema == record.SchemaGRACC && *wlcgOnly:
+		gracc := enc
+		enc = func(dst []byte, r *record.Record) []byte {
+			if m.Match(r) {
+				return record.AppendWLCG(dst, r)
+			}
+			return gracc(dst, r)
+		}
 	}
 
 	w := stdout
@@ -321,7 +332,8 @@ func splitList(s string) []string {
 func writeStats(w io.Writer, st *correlate.Stats) {
 	fmt.Fprintf(w, "packets: %d handled, %d accounted, %d rejected, %d lost (sequence gaps)",
 		st.Packets, st.Accounted, st.TotalRejected(), st.TotalLost())
-	fmt.Fprintf(w, "; %d duplicate, %d reordered, %d sequence collisions (applied)\n", st.Duplicates, st.Reordered, st.SeqCollisions)
+	fmt.Fprintf(w, "; %d duplicate, %d reordered (late, filled a gap), %d stale (later than the horizon), %d sequence collisions (applied)\n",
+		st.Duplicates, st.Reordered, st.Stale, st.SeqCollisions)
 	for _, r := range correlate.RejectReasons() {
 		if n := st.Rejected[r]; n > 0 {
 			fmt.Fprintf(w, "  rejected %-20s %d\n", r.String()+":", n)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -238,5 +239,84 @@ func sameLines(t *testing.T, what string, a, b []string) {
 		if a[i] != b[i] {
 			t.Fatalf("%s differ:\nreplay  %s\ncollect %s", what, a[i], b[i])
 		}
+	}
+}
+
+// TestReplayUseCaseLoss: replay's summary of the real use-case capture,
+// whose packets are not in sequence order, counts the 47 missing numbers
+// and shows the late packets that filled gaps.
+func TestReplayUseCaseLoss(t *testing.T) {
+	path := sourcetest.UseCaseCapturePath(t)
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"replay", path}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for _, want := range []string{"47 lost (sequence gaps)", "7 reordered (late, filled a gap), 0 stale", "lost in fstream:              47"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, stderr.String())
+		}
+	}
+}
+
+// TestReplayRedirectsLinked: a workload with two redirectors whose
+// r-stream is sent once a minute (so redirects reach the collector after
+// the records of short transfers): every redirected transfer is linked,
+// with its exact hop count and bounds that hold the true delay, and two
+// replays (with time-driven commits falling anywhere) give the same
+// records.
+func TestReplayRedirectsLinked(t *testing.T) {
+	dir := t.TempDir()
+	pcap, truthFile := filepath.Join(dir, "cap.pcap"), filepath.Join(dir, "truth.json")
+	var stderr bytes.Buffer
+	if code := run(context.Background(), []string{"loadgen", "--pcap", pcap, "--truth", truthFile, "--servers", "4",
+		"--duration", "20m", "--redirectors", "2", "--redirect-delay", "300ms", "--redirect-window", "60s", "--seed", "5"}, io.Discard, &stderr); code != 0 {
+		t.Fatalf("loadgen exit %d: %s", code, stderr.String())
+	}
+	var truth struct{ Records []record.Record }
+	b, err := os.ReadFile(truthFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &truth); err != nil {
+		t.Fatal(err)
+	}
+	key := func(r *record.Record) string {
+		return fmt.Sprint(r.ServerIP, "/", r.ServerStod, "/", r.ServerID, "/", r.FileID)
+	}
+	want := map[string]*record.Record{}
+	for i := range truth.Records {
+		want[key(&truth.Records[i])] = &truth.Records[i]
+	}
+	var runs [2][]string
+	for i := range runs {
+		out := filepath.Join(dir, fmt.Sprint("replay", i, ".jsonl"))
+		if code := run(context.Background(), []string{"replay", "--out", out, pcap}, io.Discard, &stderr); code != 0 {
+			t.Fatalf("replay exit %d: %s", code, stderr.String())
+		}
+		runs[i] = readRaw(t, out)
+	}
+	sameLines(t, "records of two replays", runs[0], runs[1])
+	redirected, linked := 0, 0
+	for _, l := range runs[0] {
+		var r record.Record
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		w := want[key(&r)]
+		if w == nil || w.RedirectHops == 0 {
+			continue
+		}
+		redirected++
+		if r.RedirectHops == 0 {
+			continue
+		}
+		linked++
+		if r.RedirectHops != w.RedirectHops || w.RedirectDelayMS < r.RedirectDelayMS || w.RedirectDelayMS > r.RedirectDelayMaxMS {
+			t.Errorf("%s: %d hops in [%d, %d] ms, truth %d hops %d ms", key(&r), r.RedirectHops, r.RedirectDelayMS, r.RedirectDelayMaxMS,
+				w.RedirectHops, w.RedirectDelayMS)
+		}
+	}
+	if redirected < 500 || linked != redirected {
+		t.Errorf("%d of %d redirected transfers linked", linked, redirected)
 	}
 }

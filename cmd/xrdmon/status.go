@@ -19,10 +19,13 @@ type status struct {
 		Lost       uint64 `json:"lost"`
 		Duplicates uint64 `json:"duplicates"`
 		Reordered  uint64 `json:"reordered"`
+		Stale      uint64 `json:"stale"`
+		Missing    int    `json:"missing"`
 	} `json:"packets"`
 	Records struct {
-		Complete uint64 `json:"complete"`
-		Partial  uint64 `json:"partial"`
+		Complete   uint64 `json:"complete"`
+		Partial    uint64 `json:"partial"`
+		ClockAhead uint64 `json:"clock_ahead"`
 	} `json:"records"`
 	Events uint64 `json:"events"`
 	State  struct {
@@ -46,7 +49,9 @@ func newStatus(started time.Time, st correlate.Stats, lastSeq int64, cursors map
 	s := &status{Started: started.UTC(), UptimeSeconds: time.Since(started).Seconds()}
 	s.Packets.Handled, s.Packets.Accounted = st.Packets, st.Accounted
 	s.Packets.Rejected, s.Packets.Lost = st.TotalRejected(), st.TotalLost()
-	s.Packets.Duplicates, s.Packets.Reordered = st.Duplicates, st.Reordered
+	s.Packets.Duplicates, s.Packets.Reordered, s.Packets.Stale = st.Duplicates, st.Reordered, st.Stale
+	s.Records.ClockAhead = st.ClockAhead
+	s.Packets.Missing = st.Missing
 	s.Records.Complete = st.RecordsFor(record.Complete)
 	s.Records.Partial = st.TotalRecords() - s.Records.Complete
 	s.Events = st.Events

@@ -319,6 +319,7 @@ var verdictRules = []struct {
 	{"xrdmon_pipeline_commit_failures_total", "bad", "%s commits failed for good"},
 	{"xrdmon_packets_lost_total", "warn", "%s datagrams missing from the servers' sequences (lost on the way)"},
 	{"xrdmon_sink_dead_letters_total", "warn", "%s rows refused by a destination, set aside as dead letters"},
+	{"xrdmon_records_clock_ahead_total", "warn", "%s records end ahead of the collector's clock by more than correlate.clock_ahead_tolerance: a server's clock is wrong (they are flagged clock_ahead)"},
 }
 
 // verdictWindow is how far back verdict looks.

@@ -20,6 +20,7 @@ type healthRegistry struct {
 	rejected *prometheus.CounterVec
 	drops    prometheus.Counter
 	lost     prometheus.Counter
+	ahead    prometheus.Counter
 	backlog  *prometheus.GaugeVec
 }
 
@@ -30,9 +31,10 @@ func newHealthRegistry() *healthRegistry {
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xrdmon_packets_rejected_total"}, []string{"reason"}),
 		drops:    prometheus.NewCounter(prometheus.CounterOpts{Name: "xrdmon_udp_kernel_drops_total"}),
 		lost:     prometheus.NewCounter(prometheus.CounterOpts{Name: "xrdmon_packets_lost_total"}),
+		ahead:    prometheus.NewCounter(prometheus.CounterOpts{Name: "xrdmon_records_clock_ahead_total"}),
 		backlog:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "xrdmon_sink_backlog_records"}, []string{"sink"}),
 	}
-	h.reg.MustRegister(h.packets, h.rejected, h.drops, h.lost, h.backlog,
+	h.reg.MustRegister(h.packets, h.rejected, h.drops, h.lost, h.ahead, h.backlog,
 		prometheus.NewCounter(prometheus.CounterOpts{Name: "go_not_ours_total"}))
 	return h
 }
@@ -168,6 +170,11 @@ func TestHistoryVerdict(t *testing.T) {
 	step(func() { r.backlog.WithLabelValues("gracc").Set(100) })
 	if v := verdict(); v.Status != "ok" {
 		t.Errorf("backlog drained: %+v", v)
+	}
+	// Records from a server whose clock is ahead: a warning that says so.
+	step(func() { r.ahead.Add(12) })
+	if v := verdict(); v.Status != "warn" || len(v.Reasons) != 1 || !strings.Contains(v.Reasons[0], "12 records end ahead of the collector's clock") {
+		t.Errorf("clock ahead: %+v", v)
 	}
 }
 

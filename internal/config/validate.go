@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/xrdmon/xrdmon/internal/amqpconn"
+	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/web"
 	"go.yaml.in/yaml/v3"
 )
@@ -109,6 +110,7 @@ func (c *Config) Validate() error {
 			"outputs.amqp.exchanges", "at least one exchange is required when outputs.amqp.enabled")
 	}
 	p.check(a.RecordsPerMessage >= 1, "outputs.amqp.records_per_message", "must be >= 1")
+	p.check(a.GRACCFlavour == record.GRACCPython || a.GRACCFlavour == record.GRACCGo, "outputs.amqp.gracc_flavour", "must be python or go")
 	p.tls("outputs.amqp.tls", a.TLS)
 	pg := c.Outputs.Postgres
 	if pg.Enabled && pg.URL == "" {
@@ -121,7 +123,10 @@ func (c *Config) Validate() error {
 			p.add("outputs.postgres.url", fmt.Sprintf("scheme must be postgres or postgresql, not %q", u.Scheme))
 		}
 	}
-	p.check(!c.Outputs.JSONL.Enabled || c.Outputs.JSONL.Path != "", "outputs.jsonl.path", "required when outputs.jsonl.enabled")
+	j := c.Outputs.JSONL
+	p.check(!j.Enabled || j.Path != "", "outputs.jsonl.path", "required when outputs.jsonl.enabled")
+	p.check(j.Schema == record.SchemaNative || j.Schema == record.SchemaGRACC || j.Schema == record.SchemaWLCG, "outputs.jsonl.schema", "must be native, gracc or wlcg")
+	p.check(j.GRACCFlavour == record.GRACCPython || j.GRACCFlavour == record.GRACCGo, "outputs.jsonl.gracc_flavour", "must be python or go")
 
 	// cluster
 	if cl := c.Cluster; cl.Enabled {

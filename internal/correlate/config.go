@@ -51,9 +51,17 @@ type Config struct {
 	// churn that address's slots and never evict another address's state.
 	MaxServersPerAddr int
 
-	// ReorderWindow is the number of sequence numbers (1..63) a packet may
-	// arrive late without being counted lost.
+	// ReorderWindow is the number of sequence numbers (1..63) within which
+	// a repeated number is compared with the datagram seen (a duplicate,
+	// or a collision). Loss waits for a late packet over a fixed horizon
+	// of 64 numbers (docs/records.md §2.1).
 	ReorderWindow int
+	// ClockAheadTolerance is how far ahead of the collector's clock a
+	// record's end may be before the record is flagged (record.ClockAhead)
+	// and counted (Stats.ClockAhead): server clocks drift, and a server's
+	// times are whole seconds of windows that end after the collector saw
+	// them.
+	ClockAheadTolerance time.Duration
 	// InternMax bounds each string-interning table; a full table is reset.
 	InternMax int
 	// MaxStateBytes bounds the estimated heap bytes of the shard's state:
@@ -89,6 +97,7 @@ func DefaultConfig() Config {
 		MaxServers:            10_000,
 		MaxServersPerAddr:     32,
 		ReorderWindow:         16,
+		ClockAheadTolerance:   5 * time.Minute,
 		InternMax:             100_000,
 		MaxStateBytes:         1 << 30,
 	}
@@ -106,6 +115,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("correlate config: reorder window %d not in 1..63", c.ReorderWindow)
 	case c.MaxStateBytes < 1<<20:
 		return fmt.Errorf("correlate config: state budget %d bytes below 1 MiB", c.MaxStateBytes)
+	case c.ClockAheadTolerance < 0:
+		return fmt.Errorf("correlate config: clock ahead tolerance %v is negative", c.ClockAheadTolerance)
 	case c.InternMax < 1:
 		return fmt.Errorf("correlate config: intern max must be positive")
 	}

@@ -70,12 +70,14 @@
 // or Rejected (by RejectReason: the decoder's packet.Reason, or summary
 // for XML/JSON summary datagrams). Lost counts missing packets per
 // sequence domain (§7.4): main (= d i T u U t r), f-stream, g per provider,
-// FRM per FRM process, each per incarnation. A sliding window of
-// ReorderWindow sequence numbers decides: a skipped number is lost only
-// when it leaves the window unfilled; a late arrival within the window
-// fills its hole (Reordered); one seen before is a Duplicate; one behind
-// the window is Stale. Holes still in the window when an incarnation ends
-// (or at Flush) are lost. A rejected packet whose header and server are
+// FRM per FRM process, each per incarnation. A horizon of the last 64
+// sequence numbers decides: a skipped number is lost only when it leaves
+// the horizon unfilled; a late arrival within it fills its hole
+// (Reordered), and one older than the earliest packet seen extends the
+// stream back to it, so loss does not depend on arrival order; one seen
+// in the last ReorderWindow numbers with the same bytes is a Duplicate;
+// one behind the horizon is Stale. Holes still in the horizon when an
+// incarnation ends (or at Flush) are lost. A rejected packet whose header and server are
 // known still marks its sequence number as received.
 //
 // # Memory

@@ -323,6 +323,12 @@ func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *pac
 	s.out = append(s.out, record.Record{})
 	rec := &s.out[len(s.out)-1]
 	s.fill(rec, f, inc, end)
+	if f.flags&fOpen == 0 {
+		// The open was never seen: its time is unknown. The f-stream
+		// window of the close (or isXfr) that created the entry is not
+		// when the file was opened (docs/records.md §2).
+		rec.Start, rec.StartUnknown = rec.End, true
+	}
 	rec.RecordID = s.recordID(inc, f.fileID, rec.Start, rec.End)
 	rec.Reason = RecordReasons[r]
 	if c != nil {
@@ -342,6 +348,12 @@ func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *pac
 			rec.HasSSQ = true
 			rec.ReadSqSum, rec.ReadvSqSum, rec.ReadvSegSqSum, rec.WriteSqSum = q.Read, q.Readv, q.ReadvSegs, q.Write
 		}
+	}
+	if rec.End.After(s.now.Add(s.cfg.ClockAheadTolerance)) {
+		// The server's clock is ahead of ours: the record lands in the
+		// future. Kept as the server says, flagged and counted.
+		rec.ClockAhead = true
+		s.stats.ClockAhead++
 	}
 	s.attachTrace(rec, f, inc)
 	s.stats.Records[r]++

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,42 +20,52 @@ import (
 // the data server it sends clients to both report to this collector, the
 // redirect events of the redirector(s) are linked to the open that follows
 // at the data server, and the record of that access gets the number of
-// hops and the delay from the first redirect to the open
-// (record.RedirectHops, RedirectDelayMS).
+// hops and bounds on the delay from the first redirect to the open
+// (record.RedirectHops, RedirectDelayMS, RedirectDelayMaxMS).
 //
 // The redirector and the data server are different servers, correlated on
 // different shards, so the Linker works after them, where the pipeline
-// commits: it sees every redirect event and every open (Open, reported by
-// the shards as files open) and joins them, then sets the result on the
-// access's record when it is emitted, at the close.
+// commits (Commit): it sees every redirect event and every open (Open,
+// reported by the shards as files open) and every record.
 //
 // # Matching rule
 //
 // A redirect event of an open operation (openr, openw, openc) whose client
 // is known (the redirector's u record for its user dictid) and an open
 // match when they have the same client host, client user name and path
-// (CGI removed) and the open can have happened in [redirect - 2 s,
-// redirect + Window] (an open's time is only known to lie in its f-stream
-// packet's span [tBeg, tEnd]). A redirect matches the earliest open after
-// it; an open takes every redirect that matches it: their number is the
-// hop count, the earliest one the start of the delay, which is then at
-// least tBeg - first and at most tEnd - first (never negative). Whichever of the two
-// arrives first waits for the other for Window of collector time (the
-// r-stream and the f-stream are flushed on their own schedules). Within a
-// commit, redirects are joined in order of time, opens in order of time.
+// (CGI removed) and the open can have happened after the redirect and at
+// most Window after it: the redirect happened in its r-stream timing
+// window [time, time + window_s + 1) and the open in its f-stream packet's
+// span [tBeg, tEnd + 1) (whole seconds), and 2 s are allowed for the two
+// servers' clocks. A redirect goes to the earliest matching open; an open
+// takes every redirect that goes to it: their number is the hop count.
+// The delay from the first redirect to the open is then at least tBeg
+// minus the latest the first redirect can have happened (the smallest
+// time + window_s + 1), and at most tEnd + 1 minus the earliest (the
+// smallest time): the true delay always lies within the bounds.
+//
+// # When an open is decided (and a record held)
+//
+// The r-stream is flushed on its own schedule, often after the f-stream
+// that carries the open and even the close of a short transfer. So an
+// open is decided (its redirects taken) only once the collector's clock is
+// Window past the open's arrival: every redirect that reaches the
+// collector by then is considered, none later. Until then the record of
+// that access, if it comes, is held by the Linker (Commit returns it
+// later); a longer transfer's record finds its open decided and gets the
+// result at once. Records are held only once a redirect has reached the
+// collector (before the record did): without redirectors reporting here,
+// nothing waits. Everything is decided from the collector times of the
+// inputs (Received), never from when a commit happens, so the same input
+// gives the same records whatever the commit boundaries, shards or
+// GOMAXPROCS (with input in time order, as a capture is). At the end of
+// input (final) every open is decided and every held record returned.
 //
 // # Where it cannot match
 //
-//   - The times are whole seconds from two servers' clocks: the r-stream
-//     gives the second its timing window started (the redirect happened
-//     then or up to window_s later) and an open's time is that of its
-//     f-stream packet's first record, so one delay is exact only to a few
-//     seconds, and a clock offset between the servers adds to it; sums
-//     and means over many opens are what is worth reading.
-//   - A redirect that reaches the collector after the access's record has
-//     been written (an r-stream flushed after a short transfer ended), or
-//     more than Window after the open, is not linked: records are written
-//     once.
+//   - A redirect that reaches the collector more than Window after the open
+//     (at the open's own arrival), or whose open it cannot tell from
+//     another open of the same client and path in the same seconds.
 //   - Clients are matched by host and user name as each server wrote them:
 //     a client seen by its address at one server and by its name at the
 //     other does not match; clients behind one NAT address with the same
@@ -64,21 +75,35 @@ import (
 //
 // A Linker is used by one goroutine (the pipeline's writer). Its memory is
 // bounded by MaxBytes: beyond it the oldest waiting entries are forgotten
-// (LinkStats.Forgotten).
+// and the oldest held records returned without redirection
+// (LinkStats.Forgotten); only then can the result depend on timing.
 type Linker struct {
 	window   int64 // seconds
 	maxBytes int64
 	hold     int64 // seconds a link waits for its record
 
-	redirs map[linkKey][]linkRedir // waiting redirects, oldest first
-	opens  map[linkKey][]linkOpen  // opens of the last window, oldest first
-	order  []fifoRef               // both, in arrival order
-	nextID uint64
-	linked map[recKey]*linkResult
-	lorder []recKey // links, in arrival order
-	bytes  int64
-	now    int64 // collector clock, Unix s: the latest arrival seen
-	stats  LinkStats
+	redirs map[linkKey][]linkRedir // redirects not yet taken, oldest first
+	opens  map[linkKey][]linkOpen  // opens not yet decided, oldest first
+	// openSlab holds the first open of keys, a chunk at a time (addOpen):
+	// one allocation per 256 opens instead of one per open.
+	openSlab []linkOpen
+	pend     map[recKey]int64 // undecided opens: their deadline
+	queue    dueQueue         // undecided opens by deadline (a heap; stale entries skipped)
+	order    []fifoRef        // redirects and opens, in arrival order
+	nextID   uint64
+	linked   map[recKey]*linkResult
+	lorder   []recKey                   // links, in arrival order
+	held     map[recKey][]record.Record // records whose open is undecided
+	horder   []recKey                   // their keys, in arrival order (for the memory bound)
+	nheld    int
+	out      []record.Record // held records whose open is decided, to return
+	bytes    int64
+	now      int64 // collector clock, Unix s: the latest time seen
+	// since is when the first redirect reached the collector (0: none
+	// yet): records are held only from then on, so a collector without
+	// redirectors reporting to it writes every record at once.
+	since int64
+	stats LinkStats
 }
 
 // fifoRef names a waiting redirect (open false) or open by key and id.
@@ -95,6 +120,8 @@ type LinkStats struct {
 	Linked    uint64 // records that got their redirection
 	Hops      uint64 // redirects on those records
 	Forgotten uint64 // redirects and links dropped before they could be used (out of the window, or over MaxBytes)
+	Held      uint64 // records held until their open was decided
+	Holding   int    // records held now
 }
 
 // Open is an open file as a shard reports it to the Linker: the identity
@@ -109,7 +136,7 @@ type Open struct {
 	User       string
 	Path       string
 	Start      int64 // server clock, Unix s: the open happened at or after it (its f-stream packet's tBeg)
-	StartMax   int64 // ... and at or before it (the packet's tEnd)
+	StartMax   int64 // ... and before StartMax + 1 (the packet's tEnd)
 	Received   int64 // collector clock, Unix s
 }
 
@@ -122,10 +149,24 @@ type recKey struct {
 	fileID uint32
 }
 
+func recKeyOf(r *record.Record) recKey { return recKey{r.ServerIP, r.ServerStod, r.ServerID, r.FileID} }
+
+func (a recKey) compare(b recKey) int {
+	return cmp.Or(strings.Compare(a.ip, b.ip), cmp.Compare(a.stod, b.stod), cmp.Compare(a.sid, b.sid), cmp.Compare(a.fileID, b.fileID))
+}
+
 type linkRedir struct {
 	id       uint64
-	at       int64 // server clock
-	received int64 // collector clock
+	at       int64  // server clock: the start of its timing window
+	win      int64  // the window's length, s
+	received int64  // collector clock
+	src      string // the redirector (server ip and id)
+	eid      string // the event id: a fixed order among equal redirects
+}
+
+// compare orders redirects by time, arrival, redirector and event id.
+func (r *linkRedir) compare(o *linkRedir) int {
+	return cmp.Or(cmp.Compare(r.at, o.at), cmp.Compare(r.received, o.received), strings.Compare(r.src, o.src), strings.Compare(r.eid, o.eid))
 }
 
 type linkOpen struct {
@@ -135,15 +176,72 @@ type linkOpen struct {
 	received   int64
 }
 
+// deadline is when o is decided: twice Window after it reached the
+// collector (a redirector's r-stream is sent once per monitor window, and
+// the redirect up to Window before the open).
+func (l *Linker) deadline(o *linkOpen) int64 { return o.received + 2*l.window + linkSlack }
+
 type linkResult struct {
 	hops       int32
-	first      int64
+	first      int64 // the earliest the first redirect can have happened
+	firstMax   int64 // the latest
 	start, end int64
 	received   int64
 }
 
-// linkSlack is how far a redirect's time may be after the open's: both are
-// whole seconds from different packets' windows.
+// dueOpen is an open in the decision queue.
+type dueOpen struct {
+	d   int64
+	k   linkKey
+	id  uint64
+	rec recKey
+}
+
+// dueQueue is a min-heap of opens by deadline, then identity.
+type dueQueue []dueOpen
+
+func (q dueQueue) less(i, j int) bool {
+	return q[i].d < q[j].d || (q[i].d == q[j].d && q[i].rec.compare(q[j].rec) < 0)
+}
+
+func (q *dueQueue) push(x dueOpen) {
+	*q = append(*q, x)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (q *dueQueue) pop() dueOpen {
+	h := *q
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && h.less(l, m) {
+			m = l
+		}
+		if r < n && h.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*q = h
+	return top
+}
+
+// linkSlack is how far apart, in seconds, the two servers' clocks may be.
 const linkSlack = 2
 
 // DefaultLinkWindow is the default window of NewLinker.
@@ -157,12 +255,16 @@ func NewLinker(window, hold time.Duration, maxBytes int64) *Linker {
 		window: max(int64(window/time.Second), 1), hold: max(int64(hold/time.Second), 1),
 		maxBytes: maxBytes,
 		redirs:   make(map[linkKey][]linkRedir), opens: make(map[linkKey][]linkOpen),
-		linked: make(map[recKey]*linkResult),
+		pend: make(map[recKey]int64), linked: make(map[recKey]*linkResult), held: make(map[recKey][]record.Record),
 	}
 }
 
 // Stats returns the counters.
-func (l *Linker) Stats() LinkStats { return l.stats }
+func (l *Linker) Stats() LinkStats {
+	st := l.stats
+	st.Holding = l.nheld
+	return st
+}
 
 func keyOf(host, user, path string) linkKey {
 	if i := strings.IndexByte(path, '?'); i >= 0 {
@@ -177,22 +279,66 @@ type redirectData struct {
 	Path       string `json:"path"`
 	User       string `json:"user"`
 	ClientHost string `json:"client_host"`
+	WindowS    int64  `json:"window_s"`
 }
 
-// Link joins the redirect events of evs and the opens, then sets the
-// redirection of the records of recs that have one. Call it with each
-// commit's output, in commit order.
-func (l *Linker) Link(recs []record.Record, evs []record.Event, opens []Open) {
-	l.LinkChunks([][]record.Record{recs}, evs, opens)
-}
-
-// LinkChunks is Link for records in chunks (correlate.TakeRecordChunks).
-func (l *Linker) LinkChunks(chunks [][]record.Record, evs []record.Event, opens []Open) {
-	type fresh struct {
-		key linkKey
-		r   linkRedir
+// Link is Commit of one chunk of records, for tests and tools that hold
+// their records in one slice: it returns the records to write now (those
+// of recs not held, then held ones now decided).
+func (l *Linker) Link(recs []record.Record, evs []record.Event, opens []Open, now time.Time, final bool) []record.Record {
+	var out []record.Record
+	for _, c := range l.Commit([][]record.Record{recs}, evs, opens, now, final) {
+		out = append(out, c...)
 	}
-	var news []fresh
+	return out
+}
+
+// Commit joins one commit's redirect events and opens, decides the opens
+// whose time has come (now, the commit's collector time, and the inputs'
+// Received times), and sets the redirection of the records that have one.
+// It returns the chunks to write: those of chunks, without the records it
+// holds (compacted in place), and a chunk of the held records decided now,
+// in a fixed order. With final (the end of input) every open is decided
+// and nothing is held. Call it with each commit's output, in commit order.
+func (l *Linker) Commit(chunks [][]record.Record, evs []record.Event, opens []Open, now time.Time, final bool) [][]record.Record {
+	l.now = max(l.now, now.Unix())
+	l.addRedirects(evs)
+	for i := range opens {
+		l.addOpen(&opens[i])
+	}
+	l.decide(final)
+	for ci, c := range chunks {
+		j := 0
+		for i := range c {
+			r := &c[i]
+			k := recKeyOf(r)
+			if _, ok := l.pend[k]; ok && l.since != 0 && l.since <= r.Received.Unix() {
+				l.holdRecord(k, r)
+				continue
+			}
+			l.apply(r, k)
+			c[j] = c[i]
+			j++
+		}
+		clear(c[j:])
+		chunks[ci] = c[:j]
+	}
+	l.expire()
+	if final {
+		for _, k := range l.horder {
+			l.unhold(k)
+		}
+		l.horder = l.horder[:0]
+	}
+	released := l.release()
+	if len(released) > 0 {
+		chunks = append(chunks, released)
+	}
+	return chunks
+}
+
+// addRedirects keeps the redirects of open operations with a known client.
+func (l *Linker) addRedirects(evs []record.Event) {
 	for i := range evs {
 		e := &evs[i]
 		if e.Type != record.EventRedirect || !e.Valid {
@@ -208,123 +354,243 @@ func (l *Linker) LinkChunks(chunks [][]record.Record, evs []record.Event, opens 
 			continue
 		}
 		l.stats.Redirects++
-		news = append(news, fresh{keyOf(d.ClientHost, d.User, d.Path), linkRedir{at: e.Time.Unix(), received: e.Received.Unix()}})
-		l.now = max(l.now, e.Received.Unix())
-	}
-	for i := range opens {
-		l.now = max(l.now, opens[i].Received)
-	}
-	// Late redirects first: each joins the earliest waiting open after it.
-	slices.SortStableFunc(news, func(a, b fresh) int { return cmp.Compare(a.r.at, b.r.at) })
-	for i := range news {
-		if !l.joinOpen(news[i].key, &news[i].r) {
-			r := news[i].r
-			r.id = l.id()
-			l.redirs[news[i].key] = append(l.redirs[news[i].key], r)
-			l.order = append(l.order, fifoRef{key: news[i].key, id: r.id, received: r.received})
-			l.bytes += redirCost(news[i].key)
+		k := keyOf(d.ClientHost, d.User, d.Path)
+		r := linkRedir{id: l.id(), at: e.Time.Unix(), win: max(d.WindowS, 0), received: e.Received.Unix(),
+			src: e.ServerIP + "#" + strconv.FormatUint(e.ServerID, 10), eid: e.EventID}
+		l.redirs[k] = append(l.redirs[k], r)
+		l.order = append(l.order, fifoRef{key: k, id: r.id, received: r.received})
+		l.bytes += redirCost(k)
+		l.now = max(l.now, r.received)
+		if l.since == 0 || r.received < l.since {
+			l.since = max(r.received, 1)
 		}
 	}
-	if len(opens) > 0 && (l.stats.Redirects > 0 || len(l.redirs) > 0 || len(l.opens) > 0) {
-		idx := make([]int, len(opens))
-		for i := range idx {
-			idx[i] = i
-		}
-		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(opens[a].Start, opens[b].Start) })
-		for _, i := range idx {
-			l.addOpen(&opens[i])
-		}
-	}
-	for _, recs := range chunks {
-		if len(l.linked) == 0 {
-			break
-		}
-		for i := range recs {
-			r := &recs[i]
-			k := recKey{r.ServerIP, r.ServerStod, r.ServerID, r.FileID}
-			if res, ok := l.linked[k]; ok {
-				r.RedirectHops = res.hops
-				r.RedirectDelayMS = max(res.start-res.first, 0) * 1000
-				r.RedirectDelayMaxMS = max(res.end-res.first, 0) * 1000
-				delete(l.linked, k)
-				l.bytes -= linkedCost
-				l.stats.Linked++
-				l.stats.Hops += uint64(res.hops)
-			}
-		}
-	}
-	l.expire()
 }
 
-func (l *Linker) id() uint64 { l.nextID++; return l.nextID }
-
-// link adds a redirect at time at to the link of open o.
-func (l *Linker) link(o *linkOpen, at int64) {
-	res := l.linked[o.rec]
-	if res == nil {
-		res = &linkResult{first: at, start: o.start, end: o.end, received: o.received}
-		l.linked[o.rec] = res
-		l.lorder = append(l.lorder, o.rec)
-		l.bytes += linkedCost
-	}
-	res.hops++
-	res.first = min(res.first, at)
-}
-
-// joinOpen joins a redirect that arrived after its open, if that open is
-// still waiting; it reports whether it did.
-func (l *Linker) joinOpen(k linkKey, r *linkRedir) bool {
-	os := l.opens[k]
-	best := -1
-	for i := range os {
-		if o := &os[i]; o.overlaps(r.at, l.window) && (best < 0 || o.start < os[best].start) {
-			best = i
-		}
-	}
-	if best < 0 {
-		return false
-	}
-	l.link(&os[best], r.at)
-	return true
-}
-
-// overlaps reports whether the open can have happened in the window of
-// a redirect at time at: at most linkSlack before it, at most window after.
-func (o *linkOpen) overlaps(at, window int64) bool {
-	return o.end >= at-linkSlack && o.start <= at+window
-}
-
-// addOpen takes the waiting redirects of an open and keeps the open for
-// redirects that come later.
+// addOpen keeps an open until it is decided.
 func (l *Linker) addOpen(o *Open) {
+	l.now = max(l.now, o.Received)
+	if o.ClientHost == "" || o.Path == "" {
+		return
+	}
 	k := keyOf(o.ClientHost, o.User, o.Path)
 	lo := linkOpen{id: l.id(), rec: recKey{o.ServerIP, o.ServerStod, o.ServerID, o.FileID}, start: o.Start, end: max(o.StartMax, o.Start), received: o.Received}
-	if rs := l.redirs[k]; len(rs) > 0 {
-		kept := rs[:0]
-		for _, r := range rs {
-			if lo.overlaps(r.at, l.window) {
-				l.link(&lo, r.at)
-				l.bytes -= redirCost(k)
-				continue
-			}
-			kept = append(kept, r)
-		}
-		if len(kept) == 0 {
-			delete(l.redirs, k)
-		} else {
-			l.redirs[k] = kept
-		}
+	if _, dup := l.pend[lo.rec]; dup {
+		return
 	}
-	l.opens[k] = append(l.opens[k], lo)
+	cur := l.opens[k]
+	if cur == nil { // almost every key has one open: room for it from a slab
+		if len(l.openSlab) == cap(l.openSlab) {
+			l.openSlab = make([]linkOpen, 0, 256)
+		}
+		n := len(l.openSlab)
+		l.openSlab = l.openSlab[:n+1]
+		cur = l.openSlab[n : n : n+1]
+	}
+	l.opens[k] = append(cur, lo)
+	l.pend[lo.rec] = l.deadline(&lo)
+	l.queue.push(dueOpen{d: l.deadline(&lo), k: k, id: lo.id, rec: lo.rec})
 	l.order = append(l.order, fifoRef{key: k, id: lo.id, received: lo.received, open: true})
 	l.bytes += openCost(k)
 }
 
-// expire forgets what waited longer than the window, oldest first, and the
-// oldest entries beyond MaxBytes; links whose record has not come within
-// the hold time are forgotten too.
+// holdRecord keeps record r (key k) until its open is decided.
+func (l *Linker) holdRecord(k recKey, r *record.Record) {
+	if len(l.held[k]) == 0 {
+		l.horder = append(l.horder, k)
+	}
+	l.held[k] = append(l.held[k], *r)
+	l.nheld++
+	l.bytes += heldCost
+	l.stats.Held++
+}
+
+// unhold moves the records held for k to the records to return.
+func (l *Linker) unhold(k recKey) {
+	rs, ok := l.held[k]
+	if !ok {
+		return
+	}
+	delete(l.held, k)
+	l.nheld -= len(rs)
+	l.bytes -= heldCost * int64(len(rs))
+	l.out = append(l.out, rs...)
+}
+
+func (l *Linker) id() uint64 { l.nextID++; return l.nextID }
+
+// matches reports whether open o can have happened after redirect r and
+// within window of it (see the matching rule).
+func (r *linkRedir) matches(o *linkOpen, window int64) bool {
+	return o.end+1+linkSlack >= r.at && o.start <= r.at+r.win+1+window
+}
+
+// decide decides, in the order of their deadlines (then identities), the
+// opens whose deadline has passed (every open, when final).
+func (l *Linker) decide(final bool) {
+	for len(l.queue) > 0 && (final || l.queue[0].d < l.now) {
+		x := l.queue.pop()
+		if d, ok := l.pend[x.rec]; !ok || d != x.d {
+			continue // decided, or forgotten over the memory bound
+		}
+		os := l.opens[x.k]
+		i := slices.IndexFunc(os, func(o linkOpen) bool { return o.id == x.id })
+		if i < 0 {
+			continue
+		}
+		o := os[i]
+		l.decideOpen(x.k, &o, x.d)
+	}
+}
+
+// decideOpen takes for open o (key k, deadline d) the redirects that go to
+// it. The candidates are the redirects that reached the collector by d,
+// not earlier than a redirect's life before d (older ones may already be
+// forgotten), and the undecided opens that reached it by d. In order of
+// time (then arrival, redirector and event id), each redirect goes to the
+// earliest matching open (by start, then identity) that has none yet from
+// the same redirector: one redirector sends a client once per open, so the
+// redirects of several transfers of one client and path in one timing
+// window are told apart. Then o is forgotten and its result kept for its
+// record.
+func (l *Linker) decideOpen(k linkKey, o *linkOpen, d int64) {
+	rs := l.redirs[k]
+	os := l.opens[k]
+	var cand []int
+	for i := range rs {
+		if r := &rs[i]; r.received <= d && r.received >= d-l.redirectLife() {
+			cand = append(cand, i)
+		}
+	}
+	var mine map[int]bool // indices in rs of the redirects that go to o
+	if len(cand) > 0 {    // else (the usual case: no redirect of this client and path) nothing to share out
+		mine = l.shareOut(rs, os, cand, o, d)
+	}
+	l.finishOpen(k, o, rs, os, mine)
+}
+
+// shareOut gives each candidate redirect (indexes in rs) to the earliest
+// matching open of os decided by d that has none from its redirector
+// yet, and returns those that go to o.
+func (l *Linker) shareOut(rs []linkRedir, os []linkOpen, cand []int, o *linkOpen, d int64) map[int]bool {
+	slices.SortFunc(cand, func(a, b int) int { return rs[a].compare(&rs[b]) })
+	var opens []int
+	for i := range os {
+		if os[i].received <= d {
+			opens = append(opens, i)
+		}
+	}
+	slices.SortFunc(opens, func(a, b int) int {
+		return cmp.Or(cmp.Compare(os[a].start, os[b].start), os[a].rec.compare(os[b].rec))
+	})
+	type took struct {
+		open int
+		src  string
+	}
+	taken := map[took]bool{}
+	mine := map[int]bool{}
+	for _, ri := range cand {
+		r := &rs[ri]
+		for _, oi := range opens {
+			x := &os[oi]
+			if !r.matches(x, l.window) || taken[took{oi, r.src}] {
+				continue
+			}
+			taken[took{oi, r.src}] = true
+			if x.id == o.id {
+				mine[ri] = true
+			}
+			break
+		}
+	}
+	return mine
+}
+
+// finishOpen keeps the redirects of rs that do not go to open o (mine),
+// forgets o and keeps its result for its record.
+func (l *Linker) finishOpen(k linkKey, o *linkOpen, rs []linkRedir, os []linkOpen, mine map[int]bool) {
+	var res *linkResult
+	kept := rs[:0]
+	for i, r := range rs {
+		if !mine[i] {
+			kept = append(kept, r)
+			continue
+		}
+		if res == nil {
+			res = &linkResult{first: r.at, firstMax: r.at + r.win + 1, start: o.start, end: o.end, received: o.received}
+		}
+		res.hops++
+		res.first = min(res.first, r.at)
+		res.firstMax = min(res.firstMax, r.at+r.win+1)
+		l.bytes -= redirCost(k)
+	}
+	clear(rs[len(kept):])
+	if len(kept) == 0 {
+		delete(l.redirs, k)
+	} else {
+		l.redirs[k] = kept
+	}
+	if i := slices.IndexFunc(os, func(x linkOpen) bool { return x.id == o.id }); i >= 0 {
+		os = slices.Delete(os, i, i+1)
+		l.bytes -= openCost(k)
+	}
+	if len(os) == 0 {
+		delete(l.opens, k)
+	} else {
+		l.opens[k] = os
+	}
+	delete(l.pend, o.rec)
+	if res != nil {
+		if _, dup := l.linked[o.rec]; !dup {
+			l.lorder = append(l.lorder, o.rec)
+			l.bytes += linkedCost
+		}
+		l.linked[o.rec] = res
+	}
+	l.unhold(o.rec)
+}
+
+// redirectLife is how long, in collector seconds, a redirect waits for its
+// open: the open can reach the collector up to about two windows after
+// the redirect (the redirect's timing window, then the open within Window
+// of it), and is decided two windows after that.
+func (l *Linker) redirectLife() int64 { return 4*l.window + 2*linkSlack }
+
+// apply sets the result of the open of record r, if any, and forgets it.
+func (l *Linker) apply(r *record.Record, k recKey) {
+	res, ok := l.linked[k]
+	if !ok {
+		return
+	}
+	r.RedirectHops = res.hops
+	r.RedirectDelayMS = max(res.start-res.firstMax, 0) * 1000
+	r.RedirectDelayMaxMS = max(res.end+1-res.first, 0) * 1000
+	delete(l.linked, k)
+	l.bytes -= linkedCost
+	l.stats.Linked++
+	l.stats.Hops += uint64(res.hops)
+}
+
+// release returns the held records whose open has been decided, with
+// their redirection, in the order of their arrival times and identities.
+func (l *Linker) release() []record.Record {
+	out := l.out
+	l.out = nil
+	for i := range out {
+		l.apply(&out[i], recKeyOf(&out[i]))
+	}
+	slices.SortStableFunc(out, func(a, b record.Record) int {
+		return cmp.Or(cmp.Compare(a.Received.Unix(), b.Received.Unix()), recKeyOf(&a).compare(recKeyOf(&b)), strings.Compare(a.RecordID, b.RecordID))
+	})
+	return out
+}
+
+// expire forgets the redirects that can no longer go to an open, the
+// links whose record has not come within the hold time, and the oldest
+// of everything beyond MaxBytes (held records are then returned at the
+// next Commit, without redirection).
 func (l *Linker) expire() {
-	horizon := l.now - l.window - linkSlack
+	horizon := l.now - l.redirectLife()
 	n := 0
 	for ; n < len(l.order); n++ {
 		f := l.order[n]
@@ -333,10 +599,19 @@ func (l *Linker) expire() {
 		}
 		if f.open {
 			os := l.opens[f.key]
-			if i := slices.IndexFunc(os, func(o linkOpen) bool { return o.id == f.id }); i >= 0 {
-				os = slices.Delete(os, i, i+1)
-				l.bytes -= openCost(f.key)
+			i := slices.IndexFunc(os, func(o linkOpen) bool { return o.id == f.id })
+			if i < 0 {
+				continue // decided
 			}
+			if l.bytes <= l.maxBytes {
+				// Still undecided (its deadline has not passed): keep it.
+				break
+			}
+			delete(l.pend, os[i].rec)
+			l.unhold(os[i].rec)
+			l.stats.Forgotten++
+			os = slices.Delete(os, i, i+1)
+			l.bytes -= openCost(f.key)
 			if len(os) == 0 {
 				delete(l.opens, f.key)
 			} else {
@@ -371,25 +646,57 @@ func (l *Linker) expire() {
 		}
 	}
 	l.lorder = l.lorder[n:]
+	// Over the bound with records held: the oldest ones' opens are
+	// forgotten, and the records returned without redirection.
+	n = 0
+	for ; n < len(l.horder) && l.bytes > l.maxBytes; n++ {
+		k := l.horder[n]
+		if _, ok := l.held[k]; !ok {
+			continue
+		}
+		if _, ok := l.pend[k]; ok {
+			delete(l.pend, k)
+			l.stats.Forgotten++
+		}
+		l.unhold(k)
+	}
+	// Keys whose records were returned (decided) go too.
+	for n < len(l.horder) {
+		if _, ok := l.held[l.horder[n]]; ok {
+			break
+		}
+		n++
+	}
+	l.horder = l.horder[n:]
 }
 
 // Costs in bytes, about, of what the Linker keeps.
-const linkedCost = 96
+const (
+	linkedCost = 96
+	heldCost   = 1024 // a record, its strings and its I/O profile
+)
 
-func redirCost(k linkKey) int64 { return int64(len(k.host)+len(k.user)+len(k.path)) + 96 }
+func redirCost(k linkKey) int64 { return int64(len(k.host)+len(k.user)+len(k.path)) + 160 }
 func openCost(k linkKey) int64  { return redirCost(k) + 48 }
 
-// linkMagic starts a Linker checkpoint.
-const linkMagic = "XRDMLNK1"
+// Checkpoint magics: the first form (no window lengths, no held records)
+// is still read.
+const (
+	linkMagicV1 = "XRDMLNK1"
+	linkMagic   = "XRDMLNK2"
+)
 
 // MarshalBinary returns the Linker's state for a checkpoint (its counters
-// are not part of it): the magic, the collector time, the waiting
-// redirects and opens in arrival order (count; per entry a kind byte, 0
-// redirect or 1 open, the key as host, user, path (uvarint length and
-// bytes), then for a redirect v time and v arrival, for an open the record
-// identity (ip, v stod, uvarint sid and file id), v start, v end, v
-// arrival), then the links waiting for their record (count; identity; v
-// hops, first, start, end, arrival).
+// are not part of it): the magic, the collector time, the arrival of the
+// first redirect (v, 0 for none), the waiting
+// redirects and undecided opens in arrival order (count; per entry a kind
+// byte, 0 redirect or 1 open, the key as host, user, path (uvarint length
+// and bytes), then for a redirect v time, v window, v arrival, its
+// redirector and event id (strings), for an
+// open the record identity (ip, v stod, uvarint sid and file id), v start,
+// v end, v arrival), then the links waiting for their record (count;
+// identity; v hops, first, first max, start, end, arrival), then the held
+// records (count; each as uvarint length and record.AppendBinary).
 func (l *Linker) MarshalBinary() ([]byte, error) {
 	b := []byte(linkMagic)
 	str := func(s string) {
@@ -403,6 +710,7 @@ func (l *Linker) MarshalBinary() ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(k.fileID))
 	}
 	b = binary.AppendVarint(b, l.now)
+	b = binary.AppendVarint(b, l.since)
 	type entry struct {
 		f fifoRef
 		r *linkRedir
@@ -439,7 +747,10 @@ func (l *Linker) MarshalBinary() ([]byte, error) {
 			b = binary.AppendVarint(b, e.o.received)
 		} else {
 			b = binary.AppendVarint(b, e.r.at)
+			b = binary.AppendVarint(b, e.r.win)
 			b = binary.AppendVarint(b, e.r.received)
+			str(e.r.src)
+			str(e.r.eid)
 		}
 	}
 	n := 0
@@ -452,17 +763,34 @@ func (l *Linker) MarshalBinary() ([]byte, error) {
 	for _, k := range l.lorder {
 		if res, ok := l.linked[k]; ok {
 			rec(k)
-			for _, v := range [...]int64{int64(res.hops), res.first, res.start, res.end, res.received} {
+			for _, v := range [...]int64{int64(res.hops), res.first, res.firstMax, res.start, res.end, res.received} {
 				b = binary.AppendVarint(b, v)
 			}
 		}
 	}
+	b = binary.AppendUvarint(b, uint64(l.nheld+len(l.out)))
+	var rb []byte
+	put := func(r *record.Record) {
+		rb = record.AppendBinary(rb[:0], r)
+		b = binary.AppendUvarint(b, uint64(len(rb)))
+		b = append(b, rb...)
+	}
+	for _, k := range l.horder {
+		for i := range l.held[k] {
+			put(&l.held[k][i])
+		}
+	}
+	for i := range l.out {
+		put(&l.out[i])
+	}
 	return b, nil
 }
 
-// UnmarshalBinary restores what MarshalBinary wrote, replacing the state.
+// UnmarshalBinary restores what MarshalBinary wrote (or its first form),
+// replacing the state.
 func (l *Linker) UnmarshalBinary(b []byte) error {
-	if !bytes.HasPrefix(b, []byte(linkMagic)) {
+	v1 := bytes.HasPrefix(b, []byte(linkMagicV1))
+	if !v1 && !bytes.HasPrefix(b, []byte(linkMagic)) {
 		return errors.New("redirect linker checkpoint: bad magic")
 	}
 	d := codec.NewDec(b[len(linkMagic):])
@@ -473,18 +801,34 @@ func (l *Linker) UnmarshalBinary(b []byte) error {
 	fresh.window, fresh.hold, fresh.stats = l.window, l.hold, l.stats
 	*l = *fresh
 	l.now = v()
+	if !v1 {
+		l.since = v()
+	}
 	for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
 		kind := uv()
 		k := linkKey{str(), str(), str()}
 		switch kind {
 		case 0:
-			r := linkRedir{id: l.id(), at: v(), received: v()}
+			r := linkRedir{id: l.id(), at: v()}
+			if !v1 {
+				r.win = v()
+			}
+			r.received = v()
+			if !v1 {
+				r.src, r.eid = str(), str()
+			}
 			l.redirs[k] = append(l.redirs[k], r)
 			l.order = append(l.order, fifoRef{key: k, id: r.id, received: r.received})
 			l.bytes += redirCost(k)
 		case 1:
 			o := linkOpen{id: l.id(), rec: rec(), start: v(), end: v(), received: v()}
+			if _, dup := l.pend[o.rec]; dup {
+				d.Fail("open of file %d twice", o.rec.fileID)
+				break
+			}
 			l.opens[k] = append(l.opens[k], o)
+			l.pend[o.rec] = l.deadline(&o)
+			l.queue.push(dueOpen{d: l.deadline(&o), k: k, id: o.id, rec: o.rec})
 			l.order = append(l.order, fifoRef{key: k, id: o.id, received: o.received, open: true})
 			l.bytes += openCost(k)
 		default:
@@ -493,12 +837,32 @@ func (l *Linker) UnmarshalBinary(b []byte) error {
 	}
 	for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
 		k := rec()
-		res := &linkResult{hops: int32(v()), first: v(), start: v(), end: v(), received: v()}
+		res := &linkResult{hops: int32(v()), first: v()}
+		res.firstMax = res.first + 1
+		if !v1 {
+			res.firstMax = v()
+		}
+		res.start, res.end, res.received = v(), v(), v()
 		if _, dup := l.linked[k]; !dup {
 			l.lorder = append(l.lorder, k)
 			l.bytes += linkedCost
 		}
 		l.linked[k] = res
+	}
+	if !v1 {
+		for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
+			var r record.Record
+			if err := record.DecodeBinary(d.UvarintBytes(), &r); err != nil {
+				d.Fail("held record: %v", err)
+				break
+			}
+			k := recKeyOf(&r)
+			if _, ok := l.pend[k]; ok {
+				l.holdRecord(k, &r)
+			} else {
+				l.out = append(l.out, r)
+			}
+		}
 	}
 	if d.Done(); d.Err() != nil {
 		*l = *fresh

@@ -1,8 +1,11 @@
 package correlate
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,19 +14,28 @@ import (
 
 func redirEvent(t *testing.T, at, received int64, op, host, user, path string) record.Event {
 	t.Helper()
-	b, err := json.Marshal(redirect{Op: op, Path: path, User: user, ClientHost: host, TargetHost: "data.example.org", Port: 1094})
+	return redirEventW(t, "192.0.2.100", at, 0, received, op, host, user, path)
+}
+
+// redirEventW is a redirect by redirector src in a timing window of win
+// seconds from at.
+func redirEventW(t testing.TB, src string, at, win, received int64, op, host, user, path string) record.Event {
+	t.Helper()
+	b, err := json.Marshal(redirect{Op: op, Path: path, User: user, ClientHost: host, TargetHost: "data.example.org", Port: 1094, WindowS: uint32(win)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return record.Event{Type: record.EventRedirect, Valid: true, Data: b, Time: time.Unix(at, 0).UTC(), Received: time.Unix(received, 0).UTC()}
+	return record.Event{Type: record.EventRedirect, Valid: true, Data: b, Time: time.Unix(at, 0).UTC(), Received: time.Unix(received, 0).UTC(),
+		ServerIP: src, EventID: fmt.Sprint(src, at, received, host, user, path)}
 }
 
 func linkOpenOf(fileID uint32, start, received int64, host, user, path string) Open {
-	return Open{ServerIP: "192.0.2.1", ServerStod: 1, ServerID: 2, FileID: fileID, ClientHost: host, User: user, Path: path, Start: start, Received: received}
+	return Open{ServerIP: "192.0.2.1", ServerStod: 1, ServerID: 2, FileID: fileID, ClientHost: host, User: user, Path: path, Start: start, StartMax: start, Received: received}
 }
 
-func recOf(fileID uint32, start int64) record.Record {
-	return record.Record{ServerIP: "192.0.2.1", ServerStod: 1, ServerID: 2, FileID: fileID, Start: time.Unix(start, 0).UTC()}
+func recOf(fileID uint32, start, received int64) record.Record {
+	return record.Record{ServerIP: "192.0.2.1", ServerStod: 1, ServerID: 2, FileID: fileID, Start: time.Unix(start, 0).UTC(), Received: time.Unix(received, 0).UTC(),
+		RecordID: fmt.Sprint(fileID)}
 }
 
 // roundTrip checkpoints and restores l, as a restart between commits does.
@@ -44,54 +56,175 @@ func roundTrip(t *testing.T, l *Linker) *Linker {
 	return n
 }
 
+// linkStep is one commit's input to a Linker.
+type linkStep struct {
+	now   int64
+	recs  []record.Record
+	evs   []record.Event
+	opens []Open
+}
+
+// runLinker commits the steps (with a restart between commits when
+// restart), then the final commit, and returns the records by file id and
+// the order they came out in.
+func runLinker(t *testing.T, steps []linkStep, restart bool) (map[uint32]record.Record, []uint32) {
+	t.Helper()
+	l := NewLinker(DefaultLinkWindow, time.Hour, 1<<20)
+	out := map[uint32]record.Record{}
+	var order []uint32
+	take := func(recs []record.Record) {
+		for _, r := range recs {
+			if _, dup := out[r.FileID]; dup {
+				t.Fatalf("file %d written twice", r.FileID)
+			}
+			out[r.FileID] = r
+			order = append(order, r.FileID)
+		}
+	}
+	for _, st := range steps {
+		take(l.Link(slices.Clone(st.recs), st.evs, st.opens, time.Unix(st.now, 0), false))
+		if restart {
+			l = roundTrip(t, l)
+		}
+	}
+	take(l.Link(nil, nil, nil, time.Unix(1<<31, 0), true))
+	return out, order
+}
+
 func TestLinker(t *testing.T) {
+	steps := []linkStep{
+		// Two hops (a meta-redirector, then a site redirector) before the
+		// open of file 1; a stat redirect does not count.
+		{now: 101, evs: []record.Event{
+			redirEvent(t, 100, 101, "openr", "wn1", "alice", "/store/a?x=1"),
+			redirEventW(t, "192.0.2.101", 101, 0, 101, "openr", "wn1", "alice", "/store/a"),
+			redirEvent(t, 101, 101, "stat", "wn1", "alice", "/store/a"),
+		}},
+		{now: 104, opens: []Open{linkOpenOf(1, 103, 104, "wn1", "alice", "/store/a")}},
+		// File 2: the open and the record of a short transfer arrive
+		// before its redirect (the redirector's r-stream, with a 60 s
+		// window, was flushed later): the record waits for it.
+		{now: 201, opens: []Open{linkOpenOf(2, 200, 201, "wn2", "bob", "/store/b")}},
+		{now: 212, recs: []record.Record{recOf(2, 200, 212)}},
+		{now: 250, evs: []record.Event{redirEventW(t, "192.0.2.100", 170, 60, 250, "openw", "wn2", "bob", "/store/b")}},
+		// File 3: the same client opens /store/a again without a redirect.
+		{now: 300, opens: []Open{linkOpenOf(3, 300, 300, "wn1", "alice", "/store/a")}},
+		// A redirect of another client: never linked, forgotten.
+		{now: 310, evs: []record.Event{redirEvent(t, 310, 310, "openr", "wn9", "eve", "/store/a")}},
+		{now: 400, recs: []record.Record{recOf(1, 103, 400), recOf(3, 300, 400)}},
+		{now: 1000, opens: []Open{linkOpenOf(4, 1000, 1000, "x", "y", "/z")}}, // time passes
+	}
 	for _, restart := range []bool{false, true} {
 		t.Run(fmt.Sprint("restart=", restart), func(t *testing.T) {
-			l := NewLinker(DefaultLinkWindow, time.Hour, 1<<20)
-			step := func(recs []record.Record, evs []record.Event, opens []Open) {
-				l.Link(recs, evs, opens)
-				if restart {
-					l = roundTrip(t, l)
-				}
+			m, _ := runLinker(t, steps, restart)
+			// The redirects happened in [100, 101) and [101, 102), the open
+			// in [103, 104): the first at least 100 and at most 101, so 2 to
+			// 4 s before the open.
+			if r := m[1]; r.RedirectHops != 2 || r.RedirectDelayMS != 2000 || r.RedirectDelayMaxMS != 4000 {
+				t.Errorf("file 1: hops %d delay [%d, %d] ms, want 2 in [2000, 4000]", r.RedirectHops, r.RedirectDelayMS, r.RedirectDelayMaxMS)
 			}
-			// Two hops (a meta-redirector, then a site redirector) before the
-			// open of file 1; a stat redirect does not count.
-			step(nil, []record.Event{
-				redirEvent(t, 100, 101, "openr", "wn1", "alice", "/store/a?x=1"),
-				redirEvent(t, 101, 101, "openr", "wn1", "alice", "/store/a"),
-				redirEvent(t, 101, 101, "stat", "wn1", "alice", "/store/a"),
-			}, nil)
-			step(nil, nil, []Open{linkOpenOf(1, 103, 104, "wn1", "alice", "/store/a")})
-			// File 2: the open arrives before its redirect (the redirector's
-			// r-stream was flushed later).
-			step(nil, nil, []Open{linkOpenOf(2, 200, 201, "wn2", "bob", "/store/b")})
-			step(nil, []record.Event{redirEvent(t, 199, 230, "openw", "wn2", "bob", "/store/b")}, nil)
-			// File 3: the same client opens /store/a again without a redirect.
-			step(nil, nil, []Open{linkOpenOf(3, 300, 300, "wn1", "alice", "/store/a")})
-			// A redirect of another client: never linked, forgotten.
-			step(nil, []record.Event{redirEvent(t, 310, 310, "openr", "wn9", "eve", "/store/a")}, nil)
-			recs := []record.Record{recOf(1, 103), recOf(2, 200), recOf(3, 300)}
-			step(recs, nil, nil)
-			if r := recs[0]; r.RedirectHops != 2 || r.RedirectDelayMS != 3000 {
-				t.Errorf("file 1: hops %d delay %d ms, want 2 and 3000", r.RedirectHops, r.RedirectDelayMS)
+			// The redirect happened in [170, 231), the open in [200, 201).
+			if r := m[2]; r.RedirectHops != 1 || r.RedirectDelayMS != 0 || r.RedirectDelayMaxMS != 31000 {
+				t.Errorf("file 2: hops %d delay [%d, %d] ms, want 1 in [0, 31000]", r.RedirectHops, r.RedirectDelayMS, r.RedirectDelayMaxMS)
 			}
-			if r := recs[1]; r.RedirectHops != 1 || r.RedirectDelayMS != 1000 {
-				t.Errorf("file 2: hops %d delay %d ms, want 1 and 1000", r.RedirectHops, r.RedirectDelayMS)
-			}
-			if r := recs[2]; r.RedirectHops != 0 || r.RedirectDelayMS != 0 {
+			if r := m[3]; r.RedirectHops != 0 || r.RedirectDelayMS != 0 {
 				t.Errorf("file 3 was not redirected: %+v", r)
 			}
-			step(nil, nil, []Open{linkOpenOf(4, 1000, 1000, "x", "y", "/z")}) // time passes
-			if !restart {
-				st := l.Stats()
-				if st.Linked != 2 || st.Hops != 3 || st.Forgotten != 1 || st.Redirects != 4 {
-					t.Errorf("stats %+v", st)
-				}
-			}
-			if len(l.redirs) != 0 || len(l.linked) != 0 || len(l.opens) != 1 {
-				t.Errorf("state left: %d redirects, %d links, %d opens", len(l.redirs), len(l.linked), len(l.opens))
+			if len(m) != 3 {
+				t.Errorf("%d records out, want 3", len(m))
 			}
 		})
+	}
+}
+
+// The same input, split into commits anywhere, gives the same records:
+// nothing depends on when a commit happens (only the order in which the
+// records come out does). Every transfer is linked with its hop count,
+// and the true delay lies within the bounds.
+func TestLinkerDeterministic(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	// 300 transfers of 40 clients on 5 paths, 1 or 2 hops each, with
+	// redirects that reach the collector up to 60 s late.
+	type item struct {
+		at  int64
+		rec *record.Record
+		ev  *record.Event
+		op  *Open
+	}
+	var items []item
+	truth := map[uint32][3]int64{} // hops, true delay ms, 0
+	for i := range 300 {
+		id := uint32(i + 1)
+		host, path := fmt.Sprintf("wn%d", rng.IntN(40)), fmt.Sprintf("/store/f%d", rng.IntN(5))
+		r0 := int64(1000 + i*7 + rng.IntN(5))
+		hops := 1 + rng.IntN(2)
+		ms := int64(0)
+		for h := range hops {
+			at := r0 + ms/1000
+			ev := redirEventW(t, fmt.Sprint("192.0.2.", 100+h), at, 1, at+1+int64(rng.IntN(60)), "openr", host, "u", path)
+			items = append(items, item{at: ev.Received.Unix(), ev: &ev})
+			ms += 100 + int64(rng.IntN(400))
+		}
+		open := r0 + ms/1000
+		o := linkOpenOf(id, open, open+int64(rng.IntN(10)), host, "u", path)
+		o.StartMax = open + 1
+		items = append(items, item{at: o.Received, op: &o})
+		rec := recOf(id, open, o.Received+int64(rng.IntN(30)))
+		items = append(items, item{at: rec.Received.Unix(), rec: &rec})
+		truth[id] = [3]int64{int64(hops), ms, 0}
+	}
+	slices.SortStableFunc(items, func(a, b item) int { return cmp.Compare(a.at, b.at) })
+	run := func(split func(i int) bool) map[uint32]record.Record {
+		var steps []linkStep
+		var cur linkStep
+		for i, it := range items {
+			cur.now = it.at
+			switch {
+			case it.rec != nil:
+				cur.recs = append(cur.recs, *it.rec)
+			case it.ev != nil:
+				cur.evs = append(cur.evs, *it.ev)
+			default:
+				cur.opens = append(cur.opens, *it.op)
+			}
+			if split(i) {
+				steps = append(steps, cur)
+				cur = linkStep{}
+			}
+		}
+		steps = append(steps, cur)
+		m, _ := runLinker(t, steps, false)
+		return m
+	}
+	want := run(func(int) bool { return false })
+	for trial := range 5 {
+		every := 1 + trial*7
+		got := run(func(i int) bool { return rng.IntN(every) == 0 })
+		for id, w := range want {
+			g := got[id]
+			if g.RedirectHops != w.RedirectHops || g.RedirectDelayMS != w.RedirectDelayMS || g.RedirectDelayMaxMS != w.RedirectDelayMaxMS {
+				t.Fatalf("trial %d, file %d: %d hops [%d, %d] ms, one commit gave %d [%d, %d]", trial, id,
+					g.RedirectHops, g.RedirectDelayMS, g.RedirectDelayMaxMS, w.RedirectHops, w.RedirectDelayMS, w.RedirectDelayMaxMS)
+			}
+		}
+	}
+	linked, exact := 0, 0
+	for id, w := range want {
+		tr := truth[id]
+		if w.RedirectHops == 0 {
+			continue
+		}
+		linked++
+		if int64(w.RedirectHops) == tr[0] {
+			exact++
+		}
+		if tr[1] < w.RedirectDelayMS || tr[1] > w.RedirectDelayMaxMS {
+			t.Errorf("file %d: true delay %d ms outside [%d, %d]", id, tr[1], w.RedirectDelayMS, w.RedirectDelayMaxMS)
+		}
+	}
+	t.Logf("%d of %d linked, %d with the exact hop count", linked, len(truth), exact)
+	if linked < len(truth)*95/100 {
+		t.Errorf("%d of %d linked", linked, len(truth))
 	}
 }
 
@@ -99,23 +232,25 @@ func TestLinker(t *testing.T) {
 func TestLinkerBounded(t *testing.T) {
 	const maxBytes = 64 << 10
 	l := NewLinker(time.Hour, time.Hour, maxBytes)
+	out := 0
 	for i := range 10000 {
 		host := fmt.Sprintf("host%d", i)
-		l.Link(nil, []record.Event{redirEvent(t, int64(i), int64(i), "openr", host, "u", "/p")},
-			[]Open{linkOpenOf(uint32(i), int64(i), int64(i), host, "u", "/q")})
-		if l.bytes > maxBytes {
+		out += len(l.Link([]record.Record{recOf(uint32(i), int64(i), int64(i))}, []record.Event{redirEvent(t, int64(i), int64(i), "openr", host, "u", "/p")},
+			[]Open{linkOpenOf(uint32(i), int64(i), int64(i), host, "u", "/q")}, time.Unix(int64(i), 0), false))
+		if l.bytes > maxBytes+heldCost {
 			t.Fatalf("after %d: %d bytes, bound %d", i, l.bytes, maxBytes)
 		}
 	}
-	if l.Stats().Forgotten == 0 {
-		t.Error("nothing forgotten over the bound")
+	out += len(l.Link(nil, nil, nil, time.Unix(20000, 0), true))
+	if l.Stats().Forgotten == 0 || out != 10000 {
+		t.Errorf("%d forgotten, %d records out of 10000", l.Stats().Forgotten, out)
 	}
 }
 
 func FuzzLinkerCheckpoint(f *testing.F) {
 	l := NewLinker(DefaultLinkWindow, time.Hour, 1<<20)
-	l.Link(nil, []record.Event{{Type: record.EventRedirect, Valid: true, Data: []byte(`{"op":"openr","path":"/a","user":"u","client_host":"h"}`), Time: time.Unix(5, 0)}},
-		[]Open{linkOpenOf(1, 1, 1, "h2", "u", "/a")})
+	l.Link([]record.Record{recOf(1, 1, 1)}, []record.Event{{Type: record.EventRedirect, Valid: true, Data: []byte(`{"op":"openr","path":"/a","user":"u","client_host":"h"}`), Time: time.Unix(5, 0)}},
+		[]Open{linkOpenOf(1, 1, 1, "h2", "u", "/a")}, time.Unix(2, 0), false)
 	b, _ := l.MarshalBinary()
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -330,7 +330,7 @@ func TestScenarioNoOpen(t *testing.T) {
 		t.Fatalf("records: %+v", recs)
 	}
 	m := byFile(recs)
-	if r := m[1]; r.Reason != record.NoOpen || r.ReadBytes != 7 || r.Start != tu(5) || r.End != tu(10) || r.Received != at(400) {
+	if r := m[1]; r.Reason != record.NoOpen || r.ReadBytes != 7 || !r.StartUnknown || r.Start != tu(10) || r.End != tu(10) || r.Received != at(400) {
 		t.Errorf("no_open: %+v", r)
 	}
 	if r := m[2]; r.Reason != record.Complete || r.Path != "/two" || r.ReadBytes != 8 || r.Start != tu(10) || r.End != tu(30) {
@@ -404,7 +404,7 @@ func TestScenarioEviction(t *testing.T) {
 	// 1 is evicted by 2, 2 by the xfr of 1 (whose open is gone: an entry
 	// without open), that by 3, and 3 by 4.
 	if len(recs) != 4 || recs[0].FileID != 1 || recs[1].FileID != 2 || recs[2].FileID != 1 || recs[3].FileID != 3 ||
-		recs[2].ReadBytes != 11 || recs[2].Path != "" || recs[2].Start != tu(10) {
+		recs[2].ReadBytes != 11 || recs[2].Path != "" || !recs[2].StartUnknown || recs[2].Start != recs[2].End {
 		t.Fatalf("per-server: %+v", recs)
 	}
 }
@@ -493,5 +493,31 @@ func TestDisconnectedSessionsExpire(t *testing.T) {
 	}
 	if got := s.Stats().Sessions; got != 0 {
 		t.Fatalf("sessions = %d at the end, want 0", got)
+	}
+}
+
+// A server whose clock runs 49 minutes ahead: its records are kept with
+// the server's times, flagged clock_ahead and counted; one a minute ahead
+// is within the tolerance (5 minutes by default).
+func TestScenarioClockAhead(t *testing.T) {
+	s := newSrv("192.0.2.61:40000", t0, 61)
+	var f feed
+	f.send(s, 10, s.f(2940+5, 2940+6, func(fb *packet.FStreamBuilder) {
+		fb.Open(openLFN(1, 0, "/ahead", 1))
+		fb.Close(packet.FileClose{FileID: 1})
+	}))
+	f.send(s, 11, s.f(60, 61, func(fb *packet.FStreamBuilder) {
+		fb.Open(openLFN(2, 0, "/near", 1))
+		fb.Close(packet.FileClose{FileID: 2})
+	}))
+	recs, _, st := f.runTwice(t, DefaultConfig())
+	m := byFile(recs)
+	if len(recs) != 2 || !m[1].ClockAhead || m[1].End != tu(2946) || m[2].ClockAhead || st.ClockAhead != 1 {
+		t.Errorf("clock ahead: %d counted, records %+v", st.ClockAhead, recs)
+	}
+	cfg := DefaultConfig()
+	cfg.ClockAheadTolerance = time.Hour
+	if recs, _, st := f.run(t, cfg); st.ClockAhead != 0 || recs[0].ClockAhead {
+		t.Errorf("tolerance 1h: %d counted", st.ClockAhead)
 	}
 }

@@ -1,6 +1,9 @@
 package correlate
 
-import "testing"
+import (
+	"math/rand/v2"
+	"testing"
+)
 
 func TestSeqTracker(t *testing.T) {
 	type want struct{ lost, dup, reord, stale, holes uint64 }
@@ -16,21 +19,23 @@ func TestSeqTracker(t *testing.T) {
 		"duplicate":                    {[]uint16{1, 2, 2, 3}, 256, 16, want{dup: 1}},
 		"duplicate of first":           {[]uint16{7, 7}, 256, 16, want{dup: 1}},
 		"gap still in window":          {[]uint16{1, 4}, 256, 16, want{holes: 2}},
-		"gap out of window":            {append([]uint16{1, 4}, seqRange(5, 30)...), 256, 16, want{lost: 2}},
+		"gap within the horizon":       {append([]uint16{1, 4}, seqRange(5, 30)...), 256, 16, want{holes: 2}},
+		"gap out of the horizon":       {append([]uint16{1, 4}, seqRange(5, 80)...), 256, 16, want{lost: 2}},
 		"late fill of a gap":           {append([]uint16{1, 4}, append(seqRange(5, 10), 2, 3)...), 256, 16, want{reord: 2}},
-		"big gap":                      {[]uint16{10, 110}, 256, 16, want{lost: 84, holes: 15}},
-		"big gap across wrap":          {[]uint16{250, 20}, 256, 16, want{lost: 10, holes: 15}},
+		"big gap":                      {[]uint16{10, 110}, 256, 16, want{lost: 36, holes: 63}},
+		"big gap across wrap":          {[]uint16{250, 20}, 256, 16, want{holes: 25}},
 		"too late":                     {append(seqRange(0, 40), 5), 256, 16, want{stale: 1}},
-		"window 1 swap is loss?":       {[]uint16{1, 3, 2}, 256, 1, want{lost: 1, stale: 1}},
+		"window 1: a swap fills":       {[]uint16{1, 3, 2}, 256, 1, want{reord: 1}},
 		"text stream mod 1000":         {[]uint16{998, 999, 0, 2}, 1000, 16, want{holes: 1}},
-		"jump back 40 is stale":        {[]uint16{100, 101, 62}, 256, 16, want{stale: 1}},
-		"jump back 101 reads as a gap": {[]uint16{100, 101, 1}, 256, 16, want{lost: 140, holes: 15}},
-		// Nothing before the first packet is seen: older packets that
-		// arrive after it are applied, within the window as reordered.
-		"first then older":         {[]uint16{50, 49, 45, 40, 30}, 256, 16, want{reord: 3, stale: 1}},
-		"first then older, wrap":   {[]uint16{2, 1, 0, 255, 250}, 256, 16, want{reord: 4}},
-		"first then older, filled": {append([]uint16{20, 18}, seqRange(21, 40)...), 256, 16, want{reord: 1}},
-		"older then its duplicate": {[]uint16{50, 45, 45}, 256, 16, want{reord: 1, dup: 1}},
+		"jump back 40 extends":         {[]uint16{100, 101, 62}, 256, 16, want{reord: 1, holes: 37}},
+		"jump back 101 reads as a gap": {[]uint16{100, 101, 1}, 256, 16, want{lost: 92, holes: 63}},
+		// Older packets that arrive after the first one extend the stream
+		// back to them: the numbers between that never come are holes,
+		// as they would be had the older ones come first.
+		"first then older":         {[]uint16{50, 49, 45, 40, 30}, 256, 16, want{reord: 4, holes: 16}},
+		"first then older, wrap":   {[]uint16{2, 1, 0, 255, 250}, 256, 16, want{reord: 4, holes: 4}},
+		"first then older, filled": {append([]uint16{20, 18}, seqRange(21, 40)...), 256, 16, want{reord: 1, holes: 1}},
+		"older then its duplicate": {[]uint16{50, 45, 45}, 256, 16, want{reord: 1, dup: 1, holes: 4}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -48,7 +53,7 @@ func TestSeqTracker(t *testing.T) {
 					got.stale++
 				}
 			}
-			got.holes = tr.holes(c.w)
+			got.holes = tr.holes(c.mod)
 			if got != c.want {
 				t.Errorf("got %+v, want %+v", got, c.want)
 			}
@@ -86,8 +91,8 @@ func TestSeqTrackerFirstThenOlder(t *testing.T) {
 			_, l := tr.observe(s, 256, 16, uint32(s)+1)
 			lost += l
 		}
-		if lost != 0 || tr.holes(16) != 0 {
-			t.Errorf("n=%d: %d lost, %d holes; want none", n, lost, tr.holes(16))
+		if lost != 0 || tr.holes(256) != 0 {
+			t.Errorf("n=%d: %d lost, %d holes; want none", n, lost, tr.holes(256))
 		}
 	}
 }
@@ -116,6 +121,49 @@ func TestSeqTrackerContent(t *testing.T) {
 	for i, st := range steps {
 		if got, _ := tr.observe(st.seq, 256, 16, st.hash); got != st.want {
 			t.Errorf("step %d (seq %d, hash %x): %v, want %v", i, st.seq, st.hash, got, st.want)
+		}
+	}
+}
+
+// TestSeqTrackerOrderIndependent: the packets of a stream with gaps,
+// delivered in any order within the horizon, give the same loss (lost
+// now plus holes at the end) as in sequence order: the numbers missing
+// between the first and the last. The real capture's Pelican order
+// (176 first, 125 fifth) is one of them.
+func TestSeqTrackerOrderIndependent(t *testing.T) {
+	run := func(seqs []uint16, mod uint16) uint64 {
+		var tr seqTracker
+		var lost uint64
+		for _, s := range seqs {
+			_, l := tr.observe(s, mod, 16, uint32(s)+1)
+			lost += l
+		}
+		return lost + tr.holes(mod)
+	}
+	if got := run([]uint16{176, 140, 141, 151, 125, 126, 150, 175}, 256); got != 44 {
+		t.Errorf("capture order: %d lost, want 44", got)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 2000; i++ {
+		mod := uint16(256)
+		if i%4 == 3 {
+			mod = 1000
+		}
+		first := uint16(rng.IntN(int(mod)))
+		span := 2 + rng.IntN(seqHorizon-1) // from first to last: at most the horizon
+		var seqs []uint16
+		for j := 0; j < span; j++ {
+			if j == 0 || j == span-1 || rng.IntN(3) > 0 {
+				seqs = append(seqs, (first+uint16(j))%mod)
+			}
+		}
+		want := uint64(span - len(seqs))
+		if got := run(seqs, mod); got != want {
+			t.Fatalf("in order %v: %d lost, want %d", seqs, got, want)
+		}
+		rng.Shuffle(len(seqs), func(a, b int) { seqs[a], seqs[b] = seqs[b], seqs[a] })
+		if got := run(seqs, mod); got != want {
+			t.Fatalf("order %v (mod %d): %d lost, want %d", seqs, mod, got, want)
 		}
 	}
 }

@@ -83,7 +83,8 @@ type closeData struct {
 type Shard struct {
 	cfg     Config
 	win     uint8
-	pktHash uint32 // CRC-32C of the datagram being handled (seqTracker)
+	seqRes  seqResult // the last packet's sequence classification (observeT)
+	pktHash uint32    // CRC-32C of the datagram being handled (seqTracker)
 	now     time.Time
 	nowS    int64
 	nextInc uint32
@@ -319,6 +320,18 @@ func (s *Shard) Stats() Stats {
 	st.PendingRefs = len(s.paths) + len(s.users)
 	st.FileBytes, st.SessionBytes, st.PendingBytes = s.fileBytes, s.sessBytes, s.pendBytes
 	st.InternBytes = s.names.size + s.pathsI.size + s.loginBytes
+	for _, inc := range s.incs {
+		for d := range inc.seq {
+			st.Missing += int(inc.seq[d].holes(256))
+		}
+		for i := range inc.gseq {
+			mod := uint16(256)
+			if inc.gseq[i].prov&0x80 != 0 {
+				mod = 1000
+			}
+			st.Missing += int(inc.gseq[i].t.holes(mod))
+		}
+	}
 	return st
 }
 
@@ -481,11 +494,15 @@ func (s *Shard) dropIncarnation(inc *incarnation, r uint8) {
 		s.removeSession(inc.sessions.head)
 	}
 	for d := range inc.seq {
-		inc.lost[d] += inc.seq[d].holes(s.win)
-		s.stats.Lost[d] += inc.seq[d].holes(s.win)
+		inc.lost[d] += inc.seq[d].holes(256)
+		s.stats.Lost[d] += inc.seq[d].holes(256)
 	}
 	for i := range inc.gseq {
-		h := inc.gseq[i].t.holes(s.win)
+		mod := uint16(256)
+		if inc.gseq[i].prov&0x80 != 0 {
+			mod = 1000
+		}
+		h := inc.gseq[i].t.holes(mod)
 		inc.lost[DomainG] += h
 		s.stats.Lost[DomainG] += h
 	}
@@ -530,6 +547,7 @@ func (s *Shard) observe(inc *incarnation, d Domain, pseq uint16) bool {
 
 func (s *Shard) observeT(inc *incarnation, t *seqTracker, d Domain, pseq, mod uint16) bool {
 	res, lost := t.observe(pseq, mod, s.win, s.pktHash)
+	s.seqRes = res
 	if lost > 0 {
 		inc.lost[d] += lost
 		s.stats.Lost[d] += lost

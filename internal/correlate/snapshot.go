@@ -24,7 +24,7 @@ import (
 // pending, traces, then a CRC-32C.
 const (
 	snapMagic   = "XRDMCSNP"
-	snapVersion = 3
+	snapVersion = 4
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -435,9 +435,10 @@ func (e *snapScratch) close(cd *closeData) {
 	e.uv(uint64(cd.tEnd))
 }
 
-func statScalars(st *Stats) [12]*uint64 {
+func statScalars(st *Stats) [13]*uint64 {
 	return [...]*uint64{&st.Packets, &st.Accounted, &st.Duplicates, &st.Reordered, &st.Stale, &st.Events,
-		&st.InvalidEvents, &st.FRMRecords, &st.Restarts, &st.PendingDropped, &st.EvictedSess, &st.SeqCollisions}
+		&st.InvalidEvents, &st.FRMRecords, &st.Restarts, &st.PendingDropped, &st.EvictedSess, &st.SeqCollisions,
+		&st.ClockAhead}
 }
 
 func statArrays(st *Stats) [5][]uint64 {
@@ -667,6 +668,9 @@ func (d *decoder) stats() {
 	for i, p := range statScalars(&s.stats) {
 		if d.version < 2 && i >= 11 {
 			break // SeqCollisions came with version 2
+		}
+		if d.version < 4 && i >= 12 {
+			break // ClockAhead came with version 4
 		}
 		*p = d.Uvarint()
 	}
@@ -951,6 +955,8 @@ func (e *snapScratch) traces(s *Shard) {
 		e.v(ts.next)
 		e.v(int64(ts.unwind))
 		e.buf = append(e.buf, b2u(ts.ended))
+		e.buf = append(e.buf, byte(ts.flaw)) // version 4
+		e.uv(ts.gaps)                        // version 4
 		p := &ts.io
 		for _, v := range [...]int64{p.Reads, p.Readvs, p.Writes, p.ReadBytes, p.ReadvBytes, p.WriteBytes, p.SequentialReads, p.ReadvSegments} {
 			e.v(v)
@@ -970,6 +976,16 @@ func (d *decoder) traces() {
 	for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
 		ts := traceState{inc: d.Uint32(), fileID: d.Uint32(), seen: d.Uint32(), next: d.Varint(), unwind: d.Int32()}
 		ts.ended = d.Byte() != 0
+		if d.version >= 4 {
+			ts.flaw = record.IOPartial(d.Byte())
+			ts.gaps = d.Uvarint()
+			if ts.flaw != record.IOWhole && ts.flaw != record.IOReordered {
+				d.Fail("trace of file %d: flaw %d", ts.fileID, ts.flaw)
+				return
+			}
+		} else if inc := s.byID[ts.inc]; inc != nil {
+			ts.gaps = mainGaps(inc) // what went before is not this trace's
+		}
 		p := &ts.io
 		for _, v := range [...]*int64{&p.Reads, &p.Readvs, &p.Writes, &p.ReadBytes, &p.ReadvBytes, &p.WriteBytes, &p.SequentialReads, &p.ReadvSegments} {
 			*v = d.Varint()

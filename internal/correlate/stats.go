@@ -101,6 +101,10 @@ type Stats struct {
 	// interleaving): applied, never dropped on the number alone.
 	SeqCollisions uint64
 
+	// ClockAhead counts records whose end was ahead of the collector's
+	// clock by more than Config.ClockAheadTolerance (record.ClockAhead).
+	ClockAhead uint64
+
 	Records        [numRecordReasons]uint64 // emitted records, indexed like RecordReasons
 	Events         uint64                   // emitted g-stream events
 	InvalidEvents  uint64                   // events whose line was not valid JSON
@@ -115,6 +119,9 @@ type Stats struct {
 	OpenFiles    int // includes files waiting (disconnect, close without open)
 	PendingRefs  int // pending paths and user attributes
 	PendingFiles int // files waiting to be emitted or completed
+	// Missing counts sequence numbers known to be missing that may still
+	// arrive (holes in the 64-number horizon): lost if they do not.
+	Missing int
 
 	// Estimated bytes held per table (see budget.go), gauges.
 	FileBytes, SessionBytes, PendingBytes, InternBytes int64
@@ -177,6 +184,7 @@ func (s *Stats) Add(o *Stats) {
 	s.Reordered += o.Reordered
 	s.Stale += o.Stale
 	s.SeqCollisions += o.SeqCollisions
+	s.ClockAhead += o.ClockAhead
 	for i := range s.Records {
 		s.Records[i] += o.Records[i]
 	}
@@ -187,6 +195,7 @@ func (s *Stats) Add(o *Stats) {
 	s.PendingDropped += o.PendingDropped
 	s.EvictedSess += o.EvictedSess
 	s.Servers += o.Servers
+	s.Missing += o.Missing
 	s.Sessions += o.Sessions
 	s.OpenFiles += o.OpenFiles
 	s.PendingRefs += o.PendingRefs

@@ -29,9 +29,18 @@ type traceState struct {
 	unwind int32  // read entries still to come that are segments of a READU
 	inc    uint32 // incarnation id
 	fileID uint32
-	seen   uint32 // collector clock: last news
-	ended  bool   // the CLOSE entry was seen
+	seen   uint32           // collector clock: last news
+	ended  bool             // the CLOSE entry was seen
+	flaw   record.IOPartial // IOReordered when a packet of it came out of order
+	gaps   uint64           // the server's main-stream gaps (lost + holes) when it began
 	ln     [1]link
+}
+
+// mainGaps is what inc's main stream, which carries the trace, misses:
+// packets counted lost and holes still waiting. When it grows while a
+// file is traced, entries of the file may be missing.
+func mainGaps(inc *incarnation) uint64 {
+	return inc.lost[DomainMain] + inc.seq[DomainMain].holes(256)
 }
 
 func (t *traceState) lk(int) *link { return &t.ln[0] }
@@ -61,6 +70,9 @@ func (s *Shard) handleTrace(data []byte, addr netip.Addr) {
 	if !s.observe(inc, DomainMain, uint16(t.Pseq)) {
 		return
 	}
+	// A packet after a later one: the order of its entries with those of
+	// the later packet is lost (sequential reads, vector-read segments).
+	late := s.seqRes == seqReordered || s.seqRes == seqStale
 	for i := 0; i < t.Len(); i++ {
 		e := t.Entry(i)
 		switch e.Kind() {
@@ -68,6 +80,9 @@ func (s *Shard) handleTrace(data []byte, addr netip.Addr) {
 			inc.traced = true
 			off, n := e.IO()
 			ts := s.trace(inc, e.DictID())
+			if late {
+				ts.flaw = record.IOReordered
+			}
 			p := &ts.io
 			switch {
 			case ts.unwind > 0 && n >= 0: // a segment of the vector read before
@@ -89,6 +104,9 @@ func (s *Shard) handleTrace(data []byte, addr netip.Addr) {
 			inc.traced = true
 			_, segs, total := e.Readv()
 			ts := s.trace(inc, e.DictID())
+			if late {
+				ts.flaw = record.IOReordered
+			}
 			p := &ts.io
 			p.Readvs++
 			p.ReadvBytes += int64(total)
@@ -139,7 +157,7 @@ func (s *Shard) trace(inc *incarnation, fileID uint32) *traceState {
 		s.traces = append(s.traces, traceState{})
 		i = int32(len(s.traces) - 1)
 	}
-	s.traces[i] = traceState{inc: inc.id, fileID: fileID, seen: uint32(s.nowS)}
+	s.traces[i] = traceState{inc: inc.id, fileID: fileID, seen: uint32(s.nowS), gaps: mainGaps(inc)}
 	s.traceIdx[k] = i
 	lpush(s.traces, &s.traceLRU, 0, i)
 	return &s.traces[i]
@@ -207,24 +225,34 @@ func (s *Shard) traceDisc(inc *incarnation, user uint32) {
 }
 
 // attachTrace puts the profile of file f on rec, for a server that traces
-// I/O, and forgets it.
+// I/O, and forgets it. A profile that is not complete says why
+// (IOProfile.Partial): the trace's close did not come, the server's trace
+// stream lost packets or delivered them out of order while the file was
+// traced, or nothing of the file was traced at all.
 func (s *Shard) attachTrace(rec *record.Record, f *fileEntry, inc *incarnation) {
 	if !inc.traced {
 		return
 	}
 	rec.HasIO = true
+	// One allocation per traced record (not per packet): the profile
+	// leaves the shard with the record.
 	i, ok := s.traceIdx[dictKey(inc.id, f.fileID)]
 	if !ok {
-		return // nothing traced of it (or dropped): an empty, incomplete profile
+		rec.IO = &record.IOProfile{Partial: record.IOUntraced}
+		return
 	}
 	ts := &s.traces[i]
-	if ts.io != (record.IOProfile{}) || ts.ended {
-		// One allocation per traced record (not per packet): the profile
-		// leaves the shard with the record.
-		p := ts.io
-		p.Complete = ts.ended
-		rec.IO = &p
+	p := ts.io
+	switch {
+	case mainGaps(inc) > ts.gaps:
+		p.Partial = record.IOLost
+	case ts.flaw != record.IOWhole:
+		p.Partial = ts.flaw
+	case !ts.ended:
+		p.Partial = record.IONoClose
 	}
+	p.Complete = p.Partial == record.IOWhole
+	rec.IO = &p
 	s.dropTrace(i)
 }
 

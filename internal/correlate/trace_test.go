@@ -150,7 +150,119 @@ func TestTraceLateGivesUp(t *testing.T) {
 	}
 	f.tick(10 + int64(cfg.PendingTTL.Seconds()))
 	recs, _, _ = f.runTwice(t, cfg)
-	if len(recs) != 1 || recs[0].Partial() || !recs[0].HasIO || recs[0].IO.Complete || recs[0].IO.Reads != 1 {
+	if len(recs) != 1 || recs[0].Partial() || !recs[0].HasIO || recs[0].IO.Complete || recs[0].IO.Reads != 1 ||
+		recs[0].IO.Partial != record.IONoClose {
 		t.Fatalf("records: %+v", recs)
+	}
+}
+
+// heavyTrace is the t-stream of one heavily traced access with `iov`: 658
+// reads, then 102 vector reads of 6,911 segments in all (each a READU and
+// its segments), then the CLOSE, in packets of at most 2,048 entries (a
+// 32 KiB buffer), and the profile it gives.
+func heavyTrace(s *srv, dict uint32) ([][]byte, record.IOProfile) {
+	var pkts [][]byte
+	var tb packet.TraceBuilder
+	n := 0
+	entry := func(add func()) {
+		if n == 0 {
+			tb.Reset(nil, s.hdr('t', &s.mainSeq))
+			tb.Window(s.sid, t0+10, t0+10)
+		}
+		add()
+		if n++; n == 2046 {
+			tb.Window(s.sid, t0+20, t0+20)
+			pkts = append(pkts, tb.Finish())
+			n = 0
+		}
+	}
+	want := record.IOProfile{Complete: true}
+	entry(func() { tb.Open(dict, 1<<30) })
+	for i := int64(0); i < 658; i++ {
+		entry(func() { tb.IO(dict, i<<16, 1<<16) })
+		want.Reads++
+		want.ReadBytes += 1 << 16
+		want.ReadSizes.Add(1 << 16)
+	}
+	want.SequentialReads = 658
+	segsLeft := 6911
+	for i := 0; i < 102; i++ {
+		segs := segsLeft / (102 - i)
+		segsLeft -= segs
+		entry(func() { tb.Readv(dict, uint8(i), int16(segs), int32(segs*1024), true) })
+		for j := 0; j < segs; j++ {
+			entry(func() { tb.IO(dict, int64(i*100000+j*2048), 1024) })
+		}
+		want.Readvs++
+		want.ReadvBytes += int64(segs * 1024)
+		want.ReadvSegments += int64(segs)
+		want.ReadvSizes.Add(int64(segs * 1024))
+		want.ReadvCounts.Add(int64(segs))
+	}
+	entry(func() { tb.Close(dict, want.ReadBytes+want.ReadvBytes, 0) })
+	if n > 0 {
+		tb.Window(s.sid, t0+20, t0+20)
+		pkts = append(pkts, tb.Finish())
+	}
+	return pkts, want
+}
+
+// A heavily traced file keeps its whole I/O profile; when the trace lost
+// a packet, was delivered out of order or never came, the profile says
+// why it is partial.
+func TestTraceHeavyFile(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		send func(f *feed, s *srv, pkts [][]byte)
+		want record.IOPartial
+	}{
+		{"whole", func(f *feed, s *srv, pkts [][]byte) {
+			for _, p := range pkts {
+				f.send(s, 20, p)
+			}
+		}, record.IOWhole},
+		{"a packet lost", func(f *feed, s *srv, pkts [][]byte) {
+			for i, p := range pkts {
+				if i != 1 {
+					f.send(s, 20, p)
+				}
+			}
+		}, record.IOLost},
+		{"packets swapped", func(f *feed, s *srv, pkts [][]byte) {
+			pkts[1], pkts[2] = pkts[2], pkts[1]
+			for _, p := range pkts {
+				f.send(s, 20, p)
+			}
+		}, record.IOReordered},
+		{"all lost", func(*feed, *srv, [][]byte) {}, record.IOUntraced},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSrv("192.0.2.33:1094", t0-100, 80)
+			uid := s.uid("xroot", "dave", 5, "wn4")
+			var f feed
+			f.send(s, 1, s.login(7, uid, packet.Login{}))
+			f.send(s, 2, s.t(0, 2, func(tb *packet.TraceBuilder) { tb.IO(5, 0, 100) })) // the server traces I/O
+			f.send(s, 3, s.f(0, 3, func(fb *packet.FStreamBuilder) { fb.Open(openLFN(8, 7, "/heavy", 1<<30)) }))
+			pkts, want := heavyTrace(s, 8)
+			if len(pkts) != 4 {
+				t.Fatalf("%d trace packets", len(pkts))
+			}
+			c.send(&f, s, pkts)
+			f.send(s, 30, s.f(20, 30, func(fb *packet.FStreamBuilder) {
+				fb.Close(packet.FileClose{FileID: 8, Read: want.ReadBytes, Readv: want.ReadvBytes})
+			}))
+			f.tick(400)
+			recs, _, _ := f.run(t, DefaultConfig())
+			r, ok := byFile(recs)[8]
+			if !ok || !r.HasIO || r.IO == nil {
+				t.Fatalf("no profile: %+v", recs)
+			}
+			if r.IO.Partial != c.want || r.IO.Complete != (c.want == record.IOWhole) {
+				t.Errorf("partial %q complete %v, want %q", r.IO.Partial, r.IO.Complete, c.want)
+			}
+			if c.want == record.IOWhole && *r.IO != want {
+				t.Errorf("profile:\n got %+v\nwant %+v", *r.IO, want)
+			}
+		})
 	}
 }

@@ -267,7 +267,7 @@ func (r *run) flushG(s *server, p int) bool {
 // flushServer sends the server's f-stream and g-stream buffers; false when
 // the run must stop.
 func (r *run) flushServer(s *server) bool {
-	return r.flushF(s) && r.flushG(s, 0) && r.flushG(s, 1)
+	return r.flushF(s) && r.flushG(s, 0) && r.flushG(s, 1) && r.flushR(s)
 }
 
 // tick runs a server's fstat timer: isXfr for open files, the f-stream
@@ -276,6 +276,9 @@ func (r *run) tick(s *server) {
 	cfg := r.cfg
 	s.ticks++
 	if s.redir {
+		if len(s.redirs) > 0 && r.now-s.rStart >= cfg.RedirectWindow.Milliseconds() && !r.flushR(s) {
+			return
+		}
 		if r.now-s.identAt < cfg.IdentInterval.Milliseconds() || r.sendIdent(s) {
 			r.schedule(r.now+cfg.FStat.Milliseconds(), evTick, int32(s.idx), 0)
 		}

@@ -84,6 +84,12 @@ type Config struct {
 	// hop taking RedirectDelay on average (uniform in [0.5, 1.5] of it).
 	Redirectors   int           `json:"redirectors"`
 	RedirectDelay time.Duration `json:"redirect_delay"`
+	// RedirectWindow, when positive, makes each redirector buffer its
+	// r-stream and send it every RedirectWindow (XRootD's monitor window
+	// and rbuff), one timing mark covering the window: the redirects then
+	// reach the collector up to a window late, often after the record of
+	// a short transfer. 0 sends each redirect at once.
+	RedirectWindow time.Duration `json:"redirect_window"`
 	// Users and Paths size the pools of distinct user names and read paths.
 	Users int `json:"users"`
 	Paths int `json:"paths"`
@@ -204,6 +210,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Redirectors < 0 || c.Redirectors > maxRedirectors {
 		bad("redirectors %d: want 0..%d", c.Redirectors, maxRedirectors)
+	}
+	if c.RedirectWindow < 0 {
+		bad("redirect_window %s: negative", c.RedirectWindow)
 	}
 	if c.Redirectors > 0 && c.RedirectDelay < 0 {
 		bad("redirect_delay %s: negative", c.RedirectDelay)

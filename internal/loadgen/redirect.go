@@ -71,6 +71,13 @@ func (r *run) redirects(c *client, a *access, lfn []byte) bool {
 		if h+1 < hops {
 			target = r.redirector(h + 1).host.b
 		}
+		if r.cfg.RedirectWindow > 0 {
+			if !r.bufferRedirect(rs, packet.RedirEntry{Xrootd: true, Op: op, Port: 1094, User: c.sess.rdict[h], Host: target, Path: lfn}) {
+				return false
+			}
+			at += delays[h]
+			continue
+		}
 		if !r.room() {
 			return false
 		}
@@ -86,5 +93,70 @@ func (r *run) redirects(c *client, a *access, lfn []byte) bool {
 		r.emit(rs, domMain, r.arena[start:])
 		at += delays[h]
 	}
+	return true
+}
+
+// pendRedir is a redirect in a redirector's r-stream buffer: its text is
+// in the server's rtext.
+type pendRedir struct {
+	e          packet.RedirEntry // Host and Path unset
+	host, path [2]int            // offsets in rtext
+}
+
+// maxRedirBuffer is the most redirects one r-stream packet carries here
+// (well under XRootD's 64 KiB rbuff).
+const maxRedirBuffer = 100
+
+// bufferRedirect adds redirect e to redirector rs's r-stream buffer, sent
+// at its tick once Config.RedirectWindow has passed (or when full); false
+// when the run must stop. The buffer's timing mark is early enough for
+// every redirect of it: no redirect precedes the open it leads to by more
+// than the whole chain (at most 1.5 RedirectDelay per hop).
+func (r *run) bufferRedirect(rs *server, e packet.RedirEntry) bool {
+	if len(rs.redirs) >= maxRedirBuffer && !r.flushR(rs) {
+		return false
+	}
+	if len(rs.redirs) == 0 {
+		chain := int64(r.cfg.Redirectors)*r.cfg.RedirectDelay.Milliseconds()*3/2 + 1000
+		rs.rStart, rs.rMarkMs = r.now, r.now-chain
+	}
+	p := pendRedir{e: e}
+	p.e.Host, p.e.Path = nil, nil
+	p.host[0] = len(rs.rtext)
+	rs.rtext = append(rs.rtext, e.Host...)
+	p.host[1] = len(rs.rtext)
+	rs.rtext = append(rs.rtext, e.Path...)
+	p.path = [2]int{p.host[1], len(rs.rtext)}
+	rs.redirs = append(rs.redirs, p)
+	return true
+}
+
+// flushR sends redirector s's buffered redirects as one r-stream packet:
+// a timing mark at the window's start whose window covers up to now, the
+// entries, the mark again; false when the run must stop.
+func (r *run) flushR(s *server) bool {
+	if len(s.redirs) == 0 {
+		return true
+	}
+	if !r.room() {
+		return false
+	}
+	mark := sec(s.rMarkMs)
+	win := uint32((r.now-int64(mark)*1000)/1000 + 1)
+	var rb packet.RedirBuilder
+	start := len(r.arena)
+	rb.Reset(r.arena, packet.Header{Pseq: s.pseqMain, Stod: uint32(s.stod)}, s.sid)
+	rb.Mark(win, mark)
+	for _, p := range s.redirs {
+		e := p.e
+		e.Host, e.Path = s.rtext[p.host[0]:p.host[1]], s.rtext[p.path[0]:p.path[1]]
+		rb.Redirect(e)
+	}
+	rb.Mark(win, mark)
+	r.arena = rb.Finish()
+	s.pseqMain++
+	r.tally[s.idx].events[2] += int64(len(s.redirs))
+	s.redirs, s.rtext = s.redirs[:0], s.rtext[:0]
+	r.emit(s, domMain, r.arena[start:])
 	return true
 }

@@ -181,6 +181,11 @@ type server struct {
 	held   []byte
 	isHeld bool
 	heldD  int
+	// a redirector's r-stream buffer (Config.RedirectWindow)
+	redirs  []pendRedir
+	rtext   []byte
+	rStart  int64 // ms: when the buffer's first redirect was added
+	rMarkMs int64 // ms: its timing mark (no redirect of it is earlier)
 }
 
 func (r *run) initServers(bound []netip.AddrPort) {

@@ -19,6 +19,7 @@ type Config struct {
 	MaxServersPerAddress int            `yaml:"max_servers_per_address" help:"server incarnations (start time, server id) kept per sender address; forged ones from one address evict only that address's"`
 	Shards               int            `yaml:"shards" help:"correlator goroutines, servers are spread over them; 0 means GOMAXPROCS"`
 	CheckpointInterval   units.Duration `yaml:"checkpoint_interval" help:"how often the correlation state is checkpointed into the store (and RabbitMQ input acknowledged); 0 means 2s with amqp_input, 30s for UDP only"`
+	ClockAheadTolerance  units.Duration `yaml:"clock_ahead_tolerance" help:"a record whose end is ahead of the collector's clock by more than this is flagged clock_ahead and counted (the server's clock is wrong); shown on the health view"`
 	RedirectWindow       units.Duration `yaml:"redirect_window" help:"how far apart a redirect (r-stream of a redirector reporting here) and the open it led to (at a data server reporting here) may be to be linked: the record gets the hops and the delay"`
 }
 
@@ -34,6 +35,7 @@ func DefaultConfig() Config {
 		MaxStateBytes:        units.ByteSize(cc.MaxStateBytes),
 		MaxServersPerAddress: cc.MaxServersPerAddr,
 		RedirectWindow:       units.Duration(correlate.DefaultLinkWindow),
+		ClockAheadTolerance:  units.Duration(cc.ClockAheadTolerance),
 	}
 }
 
@@ -75,6 +77,9 @@ func (c Config) Correlate(n int) correlate.Config {
 	}
 	if c.MaxServersPerAddress > 0 {
 		cc.MaxServersPerAddr = c.MaxServersPerAddress
+	}
+	if c.ClockAheadTolerance > 0 {
+		cc.ClockAheadTolerance = c.ClockAheadTolerance.D()
 	}
 	if c.MaxEntries > 0 {
 		per := max(c.MaxEntries/n, 1)

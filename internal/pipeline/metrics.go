@@ -63,15 +63,15 @@ var (
 	descKind = prometheus.NewDesc("xrdmon_packets_accounted_total",
 		"Datagrams accounted, by kind of packet.", []string{"kind"}, nil)
 	descLost = prometheus.NewDesc("xrdmon_packets_lost_total",
-		"Packets missing from the servers' sequence counters (gaps not filled within the reorder window), by counter domain.", []string{"domain"}, nil)
+		"Packets missing from the servers' sequence counters (gaps not filled within the 64-number horizon, the same for any arrival order), by counter domain.", []string{"domain"}, nil)
 	descDup = prometheus.NewDesc("xrdmon_packets_duplicate_total",
 		"The same datagram seen again within the reorder window (same sender, same bytes): accounted, not applied again.", nil, nil)
 	descReordered = prometheus.NewDesc("xrdmon_packets_reordered_total",
-		"Datagrams that arrived late but within the reorder window (not loss).", nil, nil)
+		"Datagrams that arrived after a later one of their stream, within the 64-number horizon: they fill their gap (not loss; docs/records.md §2.1).", nil, nil)
 	descCollisions = prometheus.NewDesc("xrdmon_packets_seq_collisions_total",
 		"Datagrams whose sequence number was already seen within the window but whose content differs (a wrap, a server restart, a bus interleaving): applied, not taken for duplicates.", nil, nil)
 	descStale = prometheus.NewDesc("xrdmon_packets_stale_total",
-		"Datagrams that arrived after the reorder window (already counted lost).", nil, nil)
+		"Datagrams later than the 64-number horizon (already counted lost), or repeats of a number older than the reorder window.", nil, nil)
 	descRecords = prometheus.NewDesc("xrdmon_records_total",
 		"Transfer records emitted, by kind (complete or partial) and reason.", []string{"kind", "reason"}, nil)
 	descEvents = prometheus.NewDesc("xrdmon_events_total",
@@ -86,8 +86,14 @@ var (
 		"Texts from packets longer than XRootD can send, cut to their cap, by field.", []string{"field"}, nil)
 	descRedirects = prometheus.NewDesc("xrdmon_redirects_total",
 		"Redirects of an open with a known client seen by the redirect linker, by outcome: linked (put on the record of the open they led to) or forgotten (no open matched within the window, or the record never came).", []string{"outcome"}, nil)
+	descHeld = prometheus.NewDesc("xrdmon_records_held_for_redirects",
+		"Transfer records the redirect linker holds until the redirects of their open can have come (at most twice correlate.redirect_window; docs/records.md §5.11).", nil, nil)
 	descRedirected = prometheus.NewDesc("xrdmon_records_redirected_total",
 		"Transfer records that got the redirection that led to their open (hops and delay).", nil, nil)
+	descMissing = prometheus.NewDesc("xrdmon_packets_missing",
+		"Sequence numbers known to be missing that may still arrive late (gaps within the 64-number horizon): counted lost if they do not.", nil, nil)
+	descClockAhead = prometheus.NewDesc("xrdmon_records_clock_ahead_total",
+		"Transfer records whose end is ahead of the collector's clock by more than correlate.clock_ahead_tolerance (the server's clock is wrong): written with clock_ahead set.", nil, nil)
 	descState = prometheus.NewDesc("xrdmon_state_entries",
 		"Correlation state held, by kind of entry.", []string{"kind"}, nil)
 )
@@ -97,7 +103,7 @@ type statsCollector struct{ p *Pipeline }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descRejected, descKind, descLost, descDup, descReordered,
-		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descState, descStateBytes, descTruncated, descRedirects, descRedirected} {
+		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descState, descStateBytes, descTruncated, descRedirects, descRedirected, descClockAhead, descMissing, descHeld} {
 		ch <- d
 	}
 }
@@ -125,6 +131,8 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descReordered, s.Reordered)
 	counter(descStale, s.Stale)
 	counter(descCollisions, s.SeqCollisions)
+	counter(descClockAhead, s.ClockAhead)
+	gauge(descMissing, s.Missing)
 	for i, r := range correlate.RecordReasons {
 		kind, reason := "partial", string(r)
 		if r == "" {
@@ -152,4 +160,5 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRedirects, ls.Hops, "linked")
 	counter(descRedirects, ls.Forgotten, "forgotten")
 	counter(descRedirected, ls.Linked)
+	gauge(descHeld, ls.Holding)
 }

@@ -624,10 +624,12 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 			p.invalidEvents.Add(1)
 		}
 	}
+	// The linker may hold records back until their redirects can have
+	// come, and give back held ones (correlate.Linker.Commit).
+	br.recs = p.linker.Commit(br.recs, br.evs, br.opens, br.now, br.flush)
 	for _, c := range br.recs {
 		br.nrecs += len(c)
 	}
-	p.linker.LinkChunks(br.recs, br.evs, br.opens)
 	st := p.linker.Stats()
 	p.linkStats.Store(&st)
 	p.name(br.recs, br.evs)

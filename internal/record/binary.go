@@ -39,6 +39,8 @@ const (
 	rfEndWide
 	rfReceivedWide
 	rfHasIO
+	rfStartUnknown
+	rfClockAhead
 )
 
 // Event flag bits.
@@ -124,7 +126,7 @@ func boolBit(v bool, bit uint64) uint64 {
 //	  1      flags (uvarint): bit 0 IPv6, 1 ReadWrite, 2 Forced, 3 HasOps,
 //	         4 HasSSQ, 5/6/7 Start/End/Received is the zero time,
 //	         8/9/10 Start/End/Received is "wide" (see times below),
-//	         11 HasIO
+//	         11 HasIO, 12 StartUnknown, 13 ClockAhead
 //	  2–28   the length (uvarint) of each string, whose bytes are the next
 //	         ones of the string section: RecordID, Reason, ServerIP,
 //	         ServerHost, Site, Instance, Program, Version, Protocol, User,
@@ -199,7 +201,7 @@ func AppendBinary(dst []byte, r *Record) []byte {
 		boolBit(r.HasOps, rfHasOps) | boolBit(r.HasSSQ, rfHasSSQ) |
 		boolBit(sz, rfStartZero) | boolBit(ez, rfEndZero) | boolBit(rz, rfReceivedZero) |
 		boolBit(sw, rfStartWide) | boolBit(ew, rfEndWide) | boolBit(rw, rfReceivedWide)
-	flags |= boolBit(r.HasIO, rfHasIO)
+	flags |= boolBit(r.HasIO, rfHasIO) | boolBit(r.StartUnknown, rfStartUnknown) | boolBit(r.ClockAhead, rfClockAhead)
 
 	dst = append(dst, binaryRecordV1, recordFieldsV1) // the count is one uvarint byte
 	dst = binary.AppendUvarint(dst, uint64(n))
@@ -534,6 +536,8 @@ func DecodeBinary(b []byte, r *Record) error {
 	x.Forced = flags&rfForced != 0
 	x.HasOps = flags&rfHasOps != 0
 	x.HasSSQ = flags&rfHasSSQ != 0
+	x.StartUnknown = flags&rfStartUnknown != 0
+	x.ClockAhead = flags&rfClockAhead != 0
 
 	strs := [...]*string{
 		&x.RecordID, (*string)(&x.Reason), &x.ServerIP, &x.ServerHost, &x.Site, &x.Instance, &x.Program, &x.Version,

@@ -2,6 +2,7 @@ package record
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
@@ -18,6 +19,8 @@ const (
 		`"site":"T2_US_Example","user":"cmsuser","host":"[::ffff:198.51.100.7]","user_domain":"example.edu","protocol":"xroot","ipv6":true,` +
 		`"user_dn":"/DC=ch/DC=cern/OU=Users/CN=jdoe/CN=123456/CN=Jane \"Q\" Doe","vo":"cms cms",` +
 		`"appinfo":"162_https://glidein.cern.ch/162/190501:101553:heewon:crab:RPCEfficiency:SingleMuon:Run2018D-PromptReco-v2_0",` +
+		`"token_subject":"sub\u003c\u0026\u003eject","token_username":"tokuser","token_org":"https://cms-auth.web.cern.ch/",` +
+		`"token_role":"prod","token_groups":"/cms\u2028/x\u2029","experiment":"2","activity":"-3",` +
 		`"filename":"/store/data/Run2026A/file.root","filesize":2198266271,"dirname1":"/store","dirname2":"/store/data","logical_dirname":"/store/data",` +
 		`"read":2899080,"readv":355578585,"write":1024,"read_average":7792992.717391305,"read_bytes_at_close":358477665,"read_max":40000000,` +
 		`"read_min":4096,"read_operations":46,"read_single_average":161060,"read_single_bytes":2899080,"read_single_max":1048576,` +
@@ -39,9 +42,38 @@ const (
 		`"read_vector_average":12699235.17857143,"read_vector_count_average":21.392857142857142,"read_vector_count_max":300,` +
 		`"read_vector_count_min":1,"read_vector_count_sigma":67.39692621526078,"read_vector_max":40000000,"read_vector_min":65536,` +
 		`"read_vector_operations":28,"read_vector_sigma":12795679.969401153,"write_average":1024,"write_bytes_at_close":1024,` +
-		`"write_max":1024,"write_min":1024,"write_operations":1,"write_sigma":0,"CRAB_Id":"162","CRAB_Retry":"0",` +
+		`"write_max":1024,"write_min":1024,"write_operations":1,"write_sigma":0,"experiment":"2","activity":"-3",` +
+		`"CRAB_Id":"162","CRAB_Retry":"0",` +
 		`"CRAB_Workflow":"190501:101553:heewon:crab:RPCEfficiency:SingleMuon:Run2018D-PromptReco-v2",` +
 		`"metadata":{"producer":"cms","type":"aaa-ng","timestamp":1772366497123,"type_prefix":"raw","host":`
+)
+
+// The Go collector's document (gracc_flavour go) of the same records.
+const (
+	graccGoGolden = `{"@timestamp":"2026-03-01T12:01:37.123456789Z","start_time":1772366400,"end_time":1772366495,"operation_time":95,` +
+		`"serverID":"1758000000#192.0.2.10#258305997245184","server_hostname":"xrootd.example.org","server":"192.0.2.10",` +
+		`"server_ip":"192.0.2.10","site":"T2_US_Example","user":"cmsuser",` +
+		`"user_dn":"/DC=ch/DC=cern/OU=Users/CN=jdoe/CN=123456/CN=Jane \"Q\" Doe","user_domain":"example.edu","vo":"cms",` +
+		`"host":"[::ffff:198.51.100.7]","token_subject":"sub\u003c\u0026\u003eject","token_username":"tokuser",` +
+		`"token_org":"https://cms-auth.web.cern.ch/","token_role":"prod","token_groups":"/cms\u2028/x\u2029","experiment":"2",` +
+		`"activity":"-3","filename":"/store/data/Run2026A/file.root","dirname1":"/store","dirname2":"/store/data",` +
+		`"logical_dirname":"/store/data","protocol":"xroot",` +
+		`"appinfo":"162_https://glidein.cern.ch/162/190501:101553:heewon:crab:RPCEfficiency:SingleMuon:Run2018D-PromptReco-v2_0",` +
+		`"ipv6":true,"filesize":2198266271,"read_operations":18,"read_single_operations":18,"read_vector_operations":28,` +
+		`"write_operations":1,"read":2899080,"read_single_bytes":2899080,"readv":355578585,"write":1024,"read_min":4096,` +
+		`"read_max":1048576,"read_average":161060,"read_single_min":4096,"read_single_max":1048576,"read_single_average":161060,` +
+		`"read_vector_min":65536,"read_vector_max":40000000,"read_vector_average":12699235,"write_min":1024,"write_max":1024,` +
+		`"write_average":1024,"read_vector_count_min":1,"read_vector_count_max":300,"read_vector_count_average":21.392857142857142,` +
+		`"read_bytes_at_close":2899080,"write_bytes_at_close":1024,"HasFileCloseMsg":1}`
+	graccGoMinimalGolden = `{"@timestamp":"2025-09-16T05:21:41.000000999Z","start_time":1758000100,"end_time":1758000100,` +
+		`"operation_time":0,"serverID":"1758000000#2001:db8::1#1","server_hostname":"2001:db8::1","server":"2001:db8::1",` +
+		`"server_ip":"2001:db8::1","site":"UNKNOWN","user":"0","user_dn":"","host":"unknown","filename":"unknown",` +
+		`"dirname1":"unknown directory","dirname2":"unknown directory","logical_dirname":"unknown directory","protocol":"unknown",` +
+		`"appinfo":"","ipv6":false,"filesize":0,"read_operations":0,"read_single_operations":0,"read_vector_operations":0,` +
+		`"write_operations":0,"read":10,"read_single_bytes":10,"readv":0,"write":0,"read_min":0,"read_max":0,"read_average":0,` +
+		`"read_single_min":0,"read_single_max":0,"read_single_average":0,"read_vector_min":0,"read_vector_max":0,` +
+		`"read_vector_average":0,"write_min":0,"write_max":0,"write_average":0,"read_vector_count_min":0,` +
+		`"read_vector_count_max":0,"read_vector_count_average":0,"read_bytes_at_close":10,"write_bytes_at_close":0,"HasFileCloseMsg":1}`
 )
 
 func TestGolden(t *testing.T) {
@@ -53,6 +85,8 @@ func TestGolden(t *testing.T) {
 	}{
 		{"gracc/full", AppendGRACC(nil, goldenRecord()), graccGolden},
 		{"gracc/minimal", AppendGRACC(nil, minimalRecord()), graccMinimalGolden},
+		{"gracc-go/full", AppendGRACCGo(nil, goldenRecord()), graccGoGolden},
+		{"gracc-go/minimal", AppendGRACCGo(nil, minimalRecord()), graccGoMinimalGolden},
 		{"wlcg/full", AppendWLCG(nil, goldenRecord()), wlcgGoldenHead + string(host) + `,"_id":"01234567-89ab-cdef-0123-456789abcdef"}}`},
 	}
 	for _, c := range cases {
@@ -217,4 +251,71 @@ func TestWLCGValues(t *testing.T) {
 	if !strings.Contains(string(AppendWLCG(nil, &Record{RecordID: "not-hex"})), `"unique_id":"not-hex"`) {
 		t.Error("non-hex record id not written as is")
 	}
+}
+
+// documentedFields returns the field names in backquotes in the first
+// column of the tables of docs/records.md between the headings from and
+// to.
+func documentedFields(t *testing.T, from, to string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/records.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	i, j := strings.Index(doc, from), strings.Index(doc, to)
+	if i < 0 || j < i {
+		t.Fatalf("sections %q to %q not found", from, to)
+	}
+	names := map[string]bool{}
+	for _, line := range strings.Split(doc[i:j], "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cell := strings.Split(line, "|")[1]
+		for _, f := range strings.Split(cell, "`") {
+			if f = strings.TrimSpace(f); f != "" && f != "," && f != "/" {
+				names[f] = true
+			}
+		}
+	}
+	return names
+}
+
+// Every field of the python flavour is one docs/records.md §3.1 documents
+// (the Python collector's documented fields and xrdmon's additions), and
+// every one of the go flavour is in §3.4's table.
+func TestGRACCFieldsDocumented(t *testing.T) {
+	py := documentedFields(t, "### 3.1 Fields", "### 3.2")
+	for _, s := range []string{"read_sigma", "read_single_sigma", "read_vector_sigma", "read_vector_count_sigma", "write_sigma"} {
+		py[s] = true // listed in the text under the tables
+	}
+	goDoc := documentedFields(t, "### 3.4", "## 4.")
+	for _, r := range []*Record{goldenRecord(), minimalRecord()} {
+		for name, c := range map[string]struct {
+			doc map[string]bool
+			enc func([]byte, *Record) []byte
+		}{"python": {py, AppendGRACC}, "go": {goDoc, AppendGRACCGo}} {
+			var m map[string]any
+			if err := json.Unmarshal(c.enc(nil, r), &m); err != nil {
+				t.Fatal(err)
+			}
+			for k := range m {
+				if !c.doc[k] && !documentedPattern(c.doc, k) {
+					t.Errorf("%s flavour writes %q, not in docs/records.md", name, k)
+				}
+			}
+		}
+	}
+}
+
+// documentedPattern reports whether k matches a documented name with a
+// "*" (read_single_* and the like) or a "…" range.
+func documentedPattern(doc map[string]bool, k string) bool {
+	for d := range doc {
+		if p, ok := strings.CutSuffix(d, "*"); ok && strings.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return strings.HasPrefix(k, "token_") && doc["token_subject"]
 }

@@ -58,6 +58,7 @@ func AppendGRACC(dst []byte, r *Record) []byte {
 	dst = optString(dst, `,"user_dn":`, userDN(r))
 	dst = optString(dst, `,"vo":`, r.VO)
 	dst = optString(dst, `,"appinfo":`, r.AppInfo)
+	dst = appendTokenFields(dst, r)
 
 	switch {
 	case r.Path != "" || r.Reason != NoOpen:

@@ -19,6 +19,8 @@ type IOProfile struct {
 	// operation of the access is counted. False when the record had to be
 	// emitted without it (the trace was late, lost or cut by a restart).
 	Complete bool `json:"complete"`
+	// Partial says why a profile is not complete (empty when it is).
+	Partial IOPartial `json:"partial,omitempty"`
 	// Operations traced, and their bytes.
 	Reads      int64 `json:"reads"`
 	Readvs     int64 `json:"readvs"`
@@ -38,6 +40,32 @@ type IOProfile struct {
 	ReadvSizes  Log2Hist `json:"readv_sizes_log2"`
 	ReadvCounts Log2Hist `json:"readv_segments_log2"` // segments per vector read
 }
+
+// IOPartial is why an I/O profile is incomplete (docs/records.md §5.12).
+type IOPartial uint8
+
+// The reasons, in their binary codes.
+const (
+	IOWhole     IOPartial = iota // complete: the trace's close of the file was seen, nothing missing
+	IONoClose                    // the trace's close of the file did not come within the pending TTL
+	IOLost                       // packets of the server's trace stream were lost while the file was traced
+	IOReordered                  // trace packets arrived out of order: sequential reads, and reads versus vector-read segments, may be miscounted
+	IOUntraced                   // no trace entry of the file arrived (lost, or the profile was dropped over its bound)
+	numIOPartial
+)
+
+var ioPartialNames = [numIOPartial]string{"", "no_close", "lost", "reordered", "untraced"}
+
+// String returns the reason's JSON name ("" for IOWhole).
+func (r IOPartial) String() string {
+	if r < numIOPartial {
+		return ioPartialNames[r]
+	}
+	return "unknown"
+}
+
+// MarshalText writes the reason's name.
+func (r IOPartial) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
 // Log2Hist is a histogram with power-of-two buckets (see IOProfile).
 type Log2Hist [32]uint32
@@ -92,6 +120,11 @@ func (p *IOProfile) SequentialFraction() float64 {
 func (p *IOProfile) AppendJSON(dst []byte) []byte {
 	dst = append(dst, `{"complete":`...)
 	dst = strconv.AppendBool(dst, p.Complete)
+	if p.Partial != IOWhole {
+		dst = append(dst, `,"partial":"`...)
+		dst = append(dst, p.Partial.String()...)
+		dst = append(dst, '"')
+	}
 	for _, f := range [...]struct {
 		k string
 		v int64
@@ -114,16 +147,20 @@ func (p *IOProfile) AppendJSON(dst []byte) []byte {
 	return append(dst, '}')
 }
 
-// ioScalars is the number of integer fields of the binary profile before
-// its histograms.
-const ioScalars = 9
+// ioScalars is the number of integer fields of the first binary profile
+// before its histograms; ioScalarsV2 adds Partial.
+const (
+	ioScalars   = 9
+	ioScalarsV2 = 10
+)
 
 // appendIOBinary appends the profile's binary form: uvarint count of the
-// scalars (9), the scalars (Complete as 0/1, then the eight counters as
-// varints), then each histogram as a uvarint bucket count and the buckets
-// (uvarints), trailing empty buckets left out.
+// scalars (10), the scalars (Complete as 0/1, then the eight counters as
+// varints, then Partial), then each histogram as a uvarint bucket count
+// and the buckets (uvarints), trailing empty buckets left out. A decoder
+// that knows 9 scalars skips Partial.
 func appendIOBinary(dst []byte, p *IOProfile) []byte {
-	dst = append(dst, ioScalars)
+	dst = append(dst, ioScalarsV2)
 	c := uint64(0)
 	if p.Complete {
 		c = 1
@@ -132,6 +169,7 @@ func appendIOBinary(dst []byte, p *IOProfile) []byte {
 	for _, v := range [...]int64{p.Reads, p.Readvs, p.Writes, p.ReadBytes, p.ReadvBytes, p.WriteBytes, p.SequentialReads, p.ReadvSegments} {
 		dst = binary.AppendVarint(dst, v)
 	}
+	dst = binary.AppendUvarint(dst, uint64(p.Partial))
 	for _, h := range [...]*Log2Hist{&p.ReadSizes, &p.WriteSizes, &p.ReadvSizes, &p.ReadvCounts} {
 		n := h.used()
 		dst = append(dst, byte(n))
@@ -152,13 +190,17 @@ func decodeIOBinary(b []byte, p *IOProfile) (ok bool) {
 	}
 	var v [ioScalars]uint64
 	d.Uvarints(v[:])
-	for range n - ioScalars { // fields of a later version
+	var partial uint64
+	if n >= ioScalarsV2 {
+		partial = d.Uvarint()
+	}
+	for range n - min(n, ioScalarsV2) { // fields of a later version
 		d.Uvarint()
 	}
-	if d.Err() != nil || v[0] > 1 {
+	if d.Err() != nil || v[0] > 1 || partial >= uint64(numIOPartial) {
 		return false
 	}
-	*p = IOProfile{Complete: v[0] == 1}
+	*p = IOProfile{Complete: v[0] == 1, Partial: IOPartial(partial)}
 	for i, dst := range [...]*int64{&p.Reads, &p.Readvs, &p.Writes, &p.ReadBytes, &p.ReadvBytes, &p.WriteBytes, &p.SequentialReads, &p.ReadvSegments} {
 		*dst = zigzag(v[i+1])
 	}

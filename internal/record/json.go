@@ -178,8 +178,10 @@ func AppendJSON(dst []byte, r *Record) []byte {
 	dst = appendTime(dst, r.Start)
 	dst = append(dst, `,"end":`...)
 	dst = appendTime(dst, r.End)
+	dst = optBool(dst, `,"start_unknown":`, r.StartUnknown)
 	dst = append(dst, `,"received":`...)
 	dst = appendTime(dst, r.Received)
+	dst = optBool(dst, `,"clock_ahead":`, r.ClockAhead)
 
 	dst = append(dst, `,"server_ip":`...)
 	dst = appendString(dst, r.ServerIP)

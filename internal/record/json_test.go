@@ -216,10 +216,11 @@ func TestAppendersDoNotAllocate(t *testing.T) {
 	e := testEvent(t, 'P', tpcLine)
 	buf := make([]byte, 0, 4096)
 	for name, f := range map[string]func(){
-		"native": func() { buf = AppendJSON(buf[:0], r) },
-		"gracc":  func() { buf = AppendGRACC(buf[:0], r) },
-		"wlcg":   func() { buf = AppendWLCG(buf[:0], r) },
-		"event":  func() { buf = AppendEventJSON(buf[:0], e) },
+		"native":   func() { buf = AppendJSON(buf[:0], r) },
+		"gracc":    func() { buf = AppendGRACC(buf[:0], r) },
+		"gracc-go": func() { buf = AppendGRACCGo(buf[:0], r) },
+		"wlcg":     func() { buf = AppendWLCG(buf[:0], r) },
+		"event":    func() { buf = AppendEventJSON(buf[:0], e) },
 	} {
 		if n := testing.AllocsPerRun(100, f); n != 0 {
 			t.Errorf("%s: %v allocs per record, want 0", name, n)
@@ -270,5 +271,33 @@ func TestEncoder(t *testing.T) {
 	}
 	if _, err := Encoder("xml"); err == nil {
 		t.Error("Encoder(xml) did not fail")
+	}
+	for flavour, want := range map[string]func([]byte, *Record) []byte{"": AppendGRACC, "python": AppendGRACC, "go": AppendGRACCGo} {
+		enc, err := EncoderFlavour(SchemaGRACC, flavour)
+		if err != nil || string(enc(nil, r)) != string(want(nil, r)) {
+			t.Errorf("EncoderFlavour(gracc, %q): %v, or the wrong encoding", flavour, err)
+		}
+	}
+	if _, err := EncoderFlavour(SchemaGRACC, "perl"); err == nil {
+		t.Error("EncoderFlavour(gracc, perl) did not fail")
+	}
+}
+
+// The Go flavour's vo lists each VO once (their normalizeVO), its
+// dirnames follow their rules on the cleaned path.
+func TestGRACCGoRules(t *testing.T) {
+	r := fullRecord()
+	for _, c := range []struct{ vo, path, want string }{
+		{"cms cms", "/store/a/b", `"vo":"cms","host"`},
+		{" osg  OSG atlas osg ", "/store/a/b", `"vo":"osg atlas","host"`},
+		{"cms", "/ospool/ap20/data/x/y/f", `"dirname1":"/ospool","dirname2":"/ospool/ap20","logical_dirname":"/ospool/ap20/data/x"`},
+		{"cms", "/ospool/ap20", `"logical_dirname":"/ospool/ap20"`},
+		{"cms", "//chtc//a/./b", `"dirname1":"/chtc","dirname2":"/chtc/a","logical_dirname":"/chtc"`},
+		{"cms", "/elsewhere", `"dirname1":"/elsewhere","dirname2":"/elsewhere","logical_dirname":"unknown directory"`},
+	} {
+		r.VO, r.Path = c.vo, c.path
+		if got := string(AppendGRACCGo(nil, r)); !strings.Contains(got, c.want) {
+			t.Errorf("vo %q path %q: want %s in %s", c.vo, c.path, c.want, got)
+		}
 	}
 }

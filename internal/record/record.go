@@ -42,8 +42,16 @@ type Record struct {
 	// the last information about it was seen, for partial records).
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"`
+	// StartUnknown says the open was never seen (a close or an isXfr
+	// without its open): when the file was opened is not known, Start is
+	// set to End and the duration is 0, not a measured one.
+	StartUnknown bool `json:"start_unknown,omitempty"`
 	// Received is the collector's clock when the record was emitted.
 	Received time.Time `json:"received"`
+	// ClockAhead says End was ahead of Received by more than the
+	// collector's tolerance (correlate.clock_ahead_tolerance): the
+	// server's clock is wrong, and the record's times are in the future.
+	ClockAhead bool `json:"clock_ahead,omitempty"`
 
 	// Server identity.
 	ServerIP   string `json:"server_ip"`             // sender address (after NAT map)

@@ -111,6 +111,7 @@ func AppendWLCG(dst []byte, r *Record) []byte {
 	dst = appendKeyInt(dst, `,"write_min":`, wrMin)
 	dst = appendKeyInt(dst, `,"write_operations":`, wOps)
 	dst = appendKeyFloat(dst, `,"write_sigma":`, s.writeSigma)
+	dst = appendSciTags(dst, r)
 
 	if id, workflow, retry, ok := crabInfo(r.AppInfo); ok {
 		dst = append(dst, `,"CRAB_Id":`...)
@@ -244,4 +245,21 @@ func pathHasPrefix(p, prefix string) bool {
 		return false
 	}
 	return len(p) == len(prefix) || prefix[len(prefix)-1] == '/' || p[len(prefix)] == '/'
+}
+
+// appendSciTags appends the SciTags experiment and activity codes (U
+// record) when set, as strings, as the Go collector's WLCG and GRACC
+// documents carry them.
+func appendSciTags(dst []byte, r *Record) []byte {
+	if r.Experiment != 0 {
+		dst = append(dst, `,"experiment":"`...)
+		dst = strconv.AppendInt(dst, int64(r.Experiment), 10)
+		dst = append(dst, '"')
+	}
+	if r.Activity != 0 {
+		dst = append(dst, `,"activity":"`...)
+		dst = strconv.AppendInt(dst, int64(r.Activity), 10)
+		dst = append(dst, '"')
+	}
+	return dst
 }

@@ -110,7 +110,7 @@ func Text(s string) string {
 
 // recordColumns are the columns of a record listing.
 // duration_seconds is the transfer's duration (end - start, seconds).
-var recordColumns = []string{"end", "server", "site", "user", "vo", "client", "path", "read_bytes", "write_bytes", "duration_seconds", "reason"}
+var recordColumns = []string{"end", "server", "site", "user", "vo", "client", "path", "read_bytes", "readv_bytes", "write_bytes", "duration_seconds", "reason"}
 
 // Widths of a table's text columns (runes): longer texts are cut in the
 // middle (…), so that a listing fits a terminal; CSV and JSON are exact.
@@ -128,7 +128,7 @@ func clip(s string, n int) string {
 }
 
 func recordValues(r *record.Record, human bool) []string {
-	read, write := r.ReadBytes+r.ReadvBytes, r.WriteBytes
+	read, readv, write := r.ReadBytes, r.ReadvBytes, r.WriteBytes
 	secs := 0.0
 	if !r.Start.IsZero() && r.End.After(r.Start) {
 		secs = r.End.Sub(r.Start).Seconds()
@@ -139,11 +139,11 @@ func recordValues(r *record.Record, human bool) []string {
 	}
 	v := []string{
 		r.End.UTC().Format(time.RFC3339), r.Dim(record.DimServer), r.Site, r.User, r.VO, cmp.Or(r.ClientName, r.ClientHost), r.Path,
-		strconv.FormatInt(read, 10), strconv.FormatInt(write, 10), strconv.FormatFloat(secs, 'f', -1, 64), reason,
+		strconv.FormatInt(read, 10), strconv.FormatInt(readv, 10), strconv.FormatInt(write, 10), strconv.FormatFloat(secs, 'f', -1, 64), reason,
 	}
 	if human {
 		v[0] = r.End.UTC().Format("2006-01-02 15:04:05")
-		v[7], v[8], v[9] = Bytes(read), Bytes(write), (time.Duration(secs) * time.Second).String()
+		v[7], v[8], v[9], v[10] = Bytes(read), Bytes(readv), Bytes(write), (time.Duration(secs) * time.Second).String()
 		for i, s := range v {
 			v[i] = Text(s)
 			if w, ok := recordWidths[i]; ok {
@@ -211,7 +211,7 @@ func WriteSummary(w io.Writer, s *Summary, f Format) error {
 	}
 	// transfer_seconds: the transfers' durations summed (bytes over it is
 	// the table's average rate).
-	head = append(head, "transfers", "partial", "read_bytes", "write_bytes", "users", "transfer_seconds")
+	head = append(head, "transfers", "partial", "read_bytes", "readv_bytes", "write_bytes", "users", "transfer_seconds")
 	switch f {
 	case JSON:
 		type out struct {
@@ -236,7 +236,7 @@ func WriteSummary(w io.Writer, s *Summary, f Format) error {
 		for _, r := range s.Rows {
 			v := append(append([]string(nil), r.Keys...),
 				strconv.FormatInt(r.Transfers, 10), strconv.FormatInt(r.Partial, 10),
-				strconv.FormatInt(r.ReadBytes, 10), strconv.FormatInt(r.WriteBytes, 10),
+				strconv.FormatInt(r.ReadBytes, 10), strconv.FormatInt(r.ReadvBytes, 10), strconv.FormatInt(r.WriteBytes, 10),
 				strconv.Itoa(r.Users), strconv.FormatFloat(r.Seconds, 'f', -1, 64))
 			cw.Write(v) //nolint:errcheck // reported by Flush
 		}
@@ -248,7 +248,7 @@ func WriteSummary(w io.Writer, s *Summary, f Format) error {
 	for _, d := range s.By {
 		th = append(th, strings.ToUpper(string(d)))
 	}
-	th = append(th, "TRANSFERS", "PARTIAL", "READ", "WRITTEN", "USERS", "AVG RATE")
+	th = append(th, "TRANSFERS", "PARTIAL", "READ", "READV", "WRITTEN", "USERS", "AVG RATE")
 	fmt.Fprintln(tw, strings.Join(th, "\t")+"\t")
 	row := func(keys []string, r *Row) {
 		v := make([]string, 0, len(th))
@@ -259,7 +259,7 @@ func WriteSummary(w io.Writer, s *Summary, f Format) error {
 			v = append(v, Text(k))
 		}
 		v = append(v, strconv.FormatInt(r.Transfers, 10), strconv.FormatInt(r.Partial, 10),
-			Bytes(r.ReadBytes), Bytes(r.WriteBytes), strconv.Itoa(r.Users), Rate(r.Bytes(), r.Seconds))
+			Bytes(r.ReadBytes), Bytes(r.ReadvBytes), Bytes(r.WriteBytes), strconv.Itoa(r.Users), Rate(r.Bytes(), r.Seconds))
 		fmt.Fprintln(tw, strings.Join(v, "\t")+"\t")
 	}
 	for i := range s.Rows {

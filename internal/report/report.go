@@ -29,15 +29,16 @@ type Row struct {
 	Keys       []string `json:"keys"`
 	Transfers  int64    `json:"transfers"`
 	Partial    int64    `json:"partial"`
-	ReadBytes  int64    `json:"read_bytes"` // read and readv
+	ReadBytes  int64    `json:"read_bytes"`  // read() only, as everywhere (docs/records.md §1)
+	ReadvBytes int64    `json:"readv_bytes"` // readv()
 	WriteBytes int64    `json:"write_bytes"`
 	Users      int      `json:"users"`   // distinct identities (DimIdentity)
 	Seconds    float64  `json:"seconds"` // transfer time, summed
 	users      map[string]struct{}
 }
 
-// Bytes returns the bytes moved, read and written.
-func (r *Row) Bytes() int64 { return r.ReadBytes + r.WriteBytes }
+// Bytes returns the bytes moved: read (read and readv) and written.
+func (r *Row) Bytes() int64 { return r.ReadBytes + r.ReadvBytes + r.WriteBytes }
 
 // Summary is the answer of Summarize.
 type Summary struct {
@@ -103,7 +104,8 @@ func (row *Row) add(r *record.Record) {
 	if r.Partial() {
 		row.Partial++
 	}
-	row.ReadBytes += r.ReadBytes + r.ReadvBytes
+	row.ReadBytes += r.ReadBytes
+	row.ReadvBytes += r.ReadvBytes
 	row.WriteBytes += r.WriteBytes
 	if !r.Start.IsZero() && r.End.After(r.Start) {
 		row.Seconds += r.End.Sub(r.Start).Seconds()

@@ -56,7 +56,7 @@ func (s StoreSource) Rollups(ctx context.Context, by []record.Dim, from, to time
 func rowOf(keys []string, s rollup.Summary) Row {
 	return Row{
 		Keys: keys, Transfers: s.Transfers + s.Partial, Partial: s.Partial,
-		ReadBytes: s.ReadBytes + s.ReadvBytes, WriteBytes: s.WriteBytes,
+		ReadBytes: s.ReadBytes, ReadvBytes: s.ReadvBytes, WriteBytes: s.WriteBytes,
 		Users: int(s.Users), Seconds: float64(s.DurationMSSum) / 1000,
 	}
 }

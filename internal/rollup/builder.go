@@ -85,7 +85,7 @@ type Builder struct {
 	log     *slog.Logger
 	m       *metrics
 	dims    [][]int // per spec, the indexes of its dimensions in vals
-	used  []record.Dim
+	used    []record.Dim
 
 	// mu guards what Apply and Feed change: the head, the watermark, the
 	// open accesses and the cursor. It is held for a batch of entries or

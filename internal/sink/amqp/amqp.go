@@ -28,16 +28,16 @@
 // connection.sample.conf):
 //
 //	what                          exchange (OSG default)   routing key    body
-//	record                        xrd.detailed             file-close     GRACC JSON (record.AppendGRACC)
+//	record                        xrd.detailed             file-close     GRACC JSON (Config.GRACCFlavour: record.AppendGRACC or AppendGRACCGo)
 //	record matching WLCGMatcher   xrd.wlcg_format          file-close     WLCG JSON (record.AppendWLCG)
 //	event cache_file_close        xrd.cache.stash          file-close     native event JSON (record.AppendEventJSON)
 //	event tpc                     xrd.tpc                  tpc            native event JSON
 //	any other event               (none in OSG)            <event type>   native event JSON
 //
 // An empty exchange name in the configuration means that kind is not
-// published. Unlike the OSG collector, which sends a WLCG-matching record
-// only to the WLCG exchange, xrdmon sends it to both unless
-// Options.WLCGOnly is set. Event bodies are xrdmon's native event JSON, not
+// published. Unlike the OSG collectors, which send a WLCG-matching record
+// only to the WLCG exchange, xrdmon by default sends it to both; with
+// Config.WLCGOnly (wlcg_only) it sends it to the WLCG exchange only. Event bodies are xrdmon's native event JSON, not
 // the OSG collector's renamed fields.
 //
 // Every message has content type application/json, the app id "xrdmon", its
@@ -88,6 +88,13 @@ type Config struct {
 	// RecordsPerMessage packs records into one message (a JSON array
 	// when > 1).
 	RecordsPerMessage int `yaml:"records_per_message" help:"records packed into one message (a JSON array when > 1; 1 sends one JSON object per message)"`
+	// GRACCFlavour is the document records go out as on the records
+	// exchange: record.GRACCPython or record.GRACCGo.
+	GRACCFlavour string `yaml:"gracc_flavour" help:"GRACC document of records: python (the Python xrootd-monitoring-collector's) or go (the shoveler's collector mode)"`
+	// WLCGOnly sends a record that matches the WLCG rules only to the
+	// WLCG exchange, as both OSG collectors do; false (the default) sends
+	// it to both exchanges.
+	WLCGOnly bool `yaml:"wlcg_only" help:"send records matching the WLCG rules only to the wlcg exchange (as the OSG collectors do), not also to records"`
 }
 
 // Exchanges names the exchange of each kind of message. An empty name
@@ -103,7 +110,7 @@ type Exchanges struct {
 // DefaultConfig returns the defaults: the OSG collector's exchanges, one
 // record per message; not enabled.
 func DefaultConfig() Config {
-	return Config{Exchanges: DefaultExchanges(), RecordsPerMessage: 1}
+	return Config{Exchanges: DefaultExchanges(), RecordsPerMessage: 1, GRACCFlavour: record.GRACCPython}
 }
 
 // DefaultExchanges returns the OSG collector's exchange names. It has no
@@ -143,7 +150,8 @@ type Options struct {
 	// (nil: record.DefaultWLCGMatcher).
 	WLCG *record.WLCGMatcher
 	// WLCGOnly sends WLCG-matching records only to the WLCG exchange, as
-	// the OSG collector does, instead of to both exchanges.
+	// the OSG collector does, instead of to both exchanges (or'ed with
+	// Config.WLCGOnly).
 	WLCGOnly bool
 }
 
@@ -218,6 +226,7 @@ func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger,
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	opts.fill()
+	opts.WLCGOnly = opts.WLCGOnly || cfg.WLCGOnly
 	p, err := newPublisher(cfg, opts, log.With("sink", opts.Name))
 	if err != nil {
 		return nil, fmt.Errorf("new amqp sink: %w", err)

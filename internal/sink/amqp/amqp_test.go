@@ -199,6 +199,50 @@ func TestWLCGOnly(t *testing.T) {
 	}
 }
 
+// TestGRACCFlavourGo: with gracc_flavour go and wlcg_only in the
+// configuration, the records exchange carries the Go collector's document
+// (@timestamp, times in s, every field) and the WLCG-matching records go
+// only to the WLCG exchange, as that collector routes them.
+func TestGRACCFlavourGo(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	ex := testExchanges(t, u)
+	ex.Cache, ex.TPC, ex.Events = "", "", ""
+	cons := consume(t, u, ex.Records, ex.WLCG)
+	st := sinktest.OpenStore(t)
+	if err := st.Append(context.Background(), testRecords(0, 30), nil); err != nil {
+		t.Fatal(err)
+	}
+	opts := fastOptions()
+	cfg := Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, RecordsPerMessage: 1, GRACCFlavour: record.GRACCGo, WLCGOnly: true}
+	s, err := NewWithOptions(cfg, opts, st, sinktest.Discard(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinktest.RunSink(t, s)
+	sinktest.WaitFor(t, "messages", 10*time.Second, func() bool { return cons.entries(ex.Records)+cons.entries(ex.WLCG) == 30 })
+	if got := cons.entries(ex.WLCG); got != 10 {
+		t.Fatalf("%d on wlcg, want 10", got)
+	}
+	for _, m := range cons.snapshot() {
+		if m.exchange != ex.Records {
+			continue
+		}
+		for _, e := range m.entries {
+			var d map[string]any
+			if err := json.Unmarshal(e, &d); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := d["@timestamp"]; !ok || d["site"] == nil || d["dirname1"] == nil || d["HasFileCloseMsg"] != 1.0 {
+				t.Fatalf("not the Go collector's document: %s", e)
+			}
+		}
+	}
+	if _, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, GRACCFlavour: "perl"}, opts, st, nil, nil); err == nil {
+		t.Error("an unknown flavour was accepted")
+	}
+}
+
 // TestCursorMovesOnlyAfterConfirms holds back everything the broker sends
 // (so confirms cannot arrive) and checks that messages reach the queue but
 // the cursor stays until the confirms are let through.

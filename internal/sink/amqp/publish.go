@@ -29,6 +29,7 @@ type publisher struct {
 	dialer *amqpconn.Dialer
 	log    *slog.Logger
 	perMsg int
+	gracc  func(dst []byte, r *record.Record) []byte // the GRACC flavour's appender
 
 	conn     *amqp.Connection
 	ch       *amqp.Channel
@@ -50,7 +51,11 @@ func newPublisher(cfg Config, opts Options, log *slog.Logger) (*publisher, error
 	if err != nil {
 		return nil, err
 	}
-	return &publisher{cfg: cfg, opts: opts, dialer: dialer, log: log, perMsg: max(cfg.RecordsPerMessage, 1)}, nil
+	gracc, err := record.GRACCEncoder(cfg.GRACCFlavour)
+	if err != nil {
+		return nil, err
+	}
+	return &publisher{cfg: cfg, opts: opts, dialer: dialer, log: log, perMsg: max(cfg.RecordsPerMessage, 1), gracc: gracc}, nil
 }
 
 // kind indexes the message groups of a batch.
@@ -194,7 +199,7 @@ func (p *publisher) publishBatch(ctx context.Context, batch []store.Entry) error
 				}
 			}
 			if p.cfg.Exchanges.Records != "" && !(wlcg && p.opts.WLCGOnly) {
-				if err = p.add(ctx, kindRecords, RoutingKeyFileClose, "gracc", r.RecordID, func(b []byte) []byte { return record.AppendGRACC(b, r) }); err != nil {
+				if err = p.add(ctx, kindRecords, RoutingKeyFileClose, "gracc", r.RecordID, func(b []byte) []byte { return p.gracc(b, r) }); err != nil {
 					return err
 				}
 			}

@@ -3,7 +3,12 @@
 //
 // Lines are records in their native JSON (record.AppendJSON) and g-stream
 // events in theirs (record.AppendEventJSON); a reader tells them apart by
-// the "record_id" or "event_id" key. The sink reads the store from its own
+// the "record_id" or "event_id" key. With Config.Schema "gracc" or "wlcg"
+// records are written in that format instead (GRACC in the flavour of
+// Config.GRACCFlavour; with WLCGOnly, a record matching the WLCG rules is
+// written as WLCG in place of GRACC, as the Go collector's file output
+// does); those documents carry no record_id, so the restart repair below
+// cannot recognise lines past the cursor and a batch may be written twice. The sink reads the store from its own
 // cursor, named "jsonl:<path>", with the loop of package deliver, which moves
 // the cursor only after the lines are fsynced (at least once). On start it also repairs what a crash can leave:
 // a torn last line is cut off, and lines written after the last cursor
@@ -36,10 +41,45 @@ import (
 type Config struct {
 	Enabled bool   `yaml:"enabled" help:"append records as JSON lines to a file"`
 	Path    string `yaml:"path" help:"file to append to; \"-\" is standard output"`
+	// Schema is the format of record lines: record.SchemaNative,
+	// SchemaGRACC or SchemaWLCG.
+	Schema string `yaml:"schema" help:"format of record lines: native, gracc or wlcg"`
+	// GRACCFlavour is the GRACC document with schema gracc:
+	// record.GRACCPython or record.GRACCGo.
+	GRACCFlavour string `yaml:"gracc_flavour" help:"with schema gracc: python (the Python xrootd-monitoring-collector's document) or go (the shoveler's collector mode)"`
+	// WLCGOnly, with schema gracc, writes a record matching the WLCG rules
+	// (record.DefaultWLCGMatcher) as a WLCG document instead of a GRACC
+	// one, as the OSG collectors route them.
+	WLCGOnly bool `yaml:"wlcg_only" help:"with schema gracc: write records matching the WLCG rules as WLCG documents instead"`
 }
 
-// DefaultConfig returns the defaults: standard output, not enabled.
-func DefaultConfig() Config { return Config{Path: "-"} }
+// DefaultConfig returns the defaults: standard output, native records,
+// GRACC flavour python; not enabled.
+func DefaultConfig() Config {
+	return Config{Path: "-", Schema: record.SchemaNative, GRACCFlavour: record.GRACCPython}
+}
+
+// recordEncoder returns the appender of record lines cfg asks for.
+func recordEncoder(cfg Config) (func(dst []byte, r *record.Record) []byte, error) {
+	schema := cfg.Schema
+	if schema == "" {
+		schema = record.SchemaNative
+	}
+	enc, err := record.EncoderFlavour(schema, cfg.GRACCFlavour)
+	if err != nil {
+		return nil, err
+	}
+	if schema != record.SchemaGRACC || !cfg.WLCGOnly {
+		return enc, nil
+	}
+	m := record.DefaultWLCGMatcher()
+	return func(dst []byte, r *record.Record) []byte {
+		if m.Match(r) {
+			return record.AppendWLCG(dst, r)
+		}
+		return enc(dst, r)
+	}, nil
+}
 
 // Defaults for a new Sink.
 const (
@@ -72,7 +112,16 @@ type Sink struct {
 // New returns a sink appending to the file at cfg.Path (created if needed)
 // from st, with DefaultOptions. See NewWithOptions.
 func New(cfg Config, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
-	return NewWithOptions(cfg.Path, DefaultOptions(), st, log, reg)
+	enc, err := recordEncoder(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("new jsonl sink: %w", err)
+	}
+	s, err := NewWithOptions(cfg.Path, DefaultOptions(), st, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	s.w.enc = enc
+	return s, nil
 }
 
 // NewWithOptions returns a sink appending to the file at path (created if
@@ -143,7 +192,8 @@ func (s *Sink) Run(ctx context.Context) error {
 // fileWriter appends batches as lines to the sink's file; it is the
 // deliver.Deliverer of the sink's loop.
 type fileWriter struct {
-	f        *os.File // set by Run while it runs
+	f        *os.File                                  // set by Run while it runs
+	enc      func(dst []byte, r *record.Record) []byte // record lines; nil: native
 	buf      []byte
 	fsyncDur prometheus.Histogram
 }
@@ -152,9 +202,13 @@ type fileWriter struct {
 // cut back to where the batch started.
 func (w *fileWriter) Deliver(_ context.Context, entries []store.Entry) error {
 	b := w.buf[:0]
+	enc := w.enc
+	if enc == nil {
+		enc = record.AppendJSON
+	}
 	for _, e := range entries {
 		if e.Record != nil {
-			b = record.AppendJSON(b, e.Record)
+			b = enc(b, e.Record)
 		} else {
 			b = record.AppendEventJSON(b, e.Event)
 		}

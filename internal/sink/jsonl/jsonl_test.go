@@ -204,3 +204,68 @@ func TestSharesMetricsWithOtherSinks(t *testing.T) {
 type nopDeliverer struct{}
 
 func (nopDeliverer) Deliver(context.Context, []store.Entry) error { return nil }
+
+// A JSON-lines output with schema gracc writes the flavour it is given;
+// with wlcg_only a record matching the WLCG rules is a WLCG line instead
+// of a GRACC one, as the Go collector's file output writes it.
+func TestGRACCFlavourLines(t *testing.T) {
+	for _, c := range []struct {
+		flavour  string
+		wlcgOnly bool
+		firstKey string
+	}{
+		{"python", false, "timestamp"},
+		{"go", false, "@timestamp"},
+		{"go", true, "@timestamp"},
+	} {
+		t.Run(fmt.Sprint(c.flavour, c.wlcgOnly), func(t *testing.T) {
+			st := sinktest.OpenStore(t)
+			ctx := context.Background()
+			recs := records(0, 4)
+			recs[1].Path, recs[3].Path = "/data/x", "/data/y" // not WLCG
+			recs[0].TokenSubject = "alice-token"
+			if err := st.Append(ctx, recs, nil); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), "out.jsonl")
+			cfg := Config{Enabled: true, Path: path, Schema: record.SchemaGRACC, GRACCFlavour: c.flavour, WLCGOnly: c.wlcgOnly}
+			s, err := New(cfg, st, nil, prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			for deadline := time.Now().Add(20 * time.Second); countLines(path) < 4 && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			lines := readLines(t, path)
+			if len(lines) != 4 {
+				t.Fatalf("%d lines", len(lines))
+			}
+			for i, l := range lines {
+				_, gracc := l[c.firstKey]
+				_, wlcg := l["site_name"]
+				if wantWLCG := c.wlcgOnly && i%2 == 0; gracc == wantWLCG || wlcg != wantWLCG {
+					t.Errorf("line %d: %v", i, l)
+				}
+			}
+			if c.wlcgOnly {
+				return
+			}
+			if l := lines[0]; l["token_subject"] != "alice-token" {
+				t.Errorf("token subject not written: %v", l)
+			}
+			if _, ok := lines[1]["user_dn"]; ok != (c.flavour == "go") {
+				t.Errorf("user_dn written %v in flavour %s", ok, c.flavour)
+			}
+		})
+	}
+	if _, err := New(Config{Path: "x", Schema: record.SchemaGRACC, GRACCFlavour: "perl"}, sinktest.OpenStore(t), nil, nil); err == nil {
+		t.Error("an unknown flavour was accepted")
+	}
+}

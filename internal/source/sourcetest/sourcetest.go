@@ -33,6 +33,32 @@ func RealPacketsPath(t testing.TB) string {
 	}
 }
 
+// UseCaseCapturePath returns the path of shared/data/use-case-capture.jsonl
+// (the OSG shoveler's tests/use_case: 10 shoveler messages, f-stream only,
+// from two servers), found by walking up from the working directory. When
+// it is absent the test is skipped, or fails when CI=true (CI has it).
+func UseCaseCapturePath(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatalf("getwd: %v", err)
+	}
+	for {
+		p := filepath.Join(dir, "shared", "data", "use-case-capture.jsonl")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			if os.Getenv("CI") == "true" {
+				t.Fatal("shared/data/use-case-capture.jsonl not found above the package directory (CI=true)")
+			}
+			t.Skip("shared/data/use-case-capture.jsonl not found above the package directory")
+		}
+		dir = parent
+	}
+}
+
 // SumLabels sums counter vector v over the given values of its one label
 // (the reasons of an invalid-message counter, say).
 func SumLabels(v *prometheus.CounterVec, values []string) float64 {
