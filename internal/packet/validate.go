@@ -10,8 +10,9 @@ package packet
 // recognised and returned with a nil error, since this package does not
 // decode them. Anything else is ErrUnknownCode (or ErrShort when empty).
 //
-// The pipeline uses it to count rejections by reason; the fuzz target uses
-// it to reach every decoding path.
+// The correlator does not call it (it decodes what it applies, and counts
+// what it rejects, as it goes); tests and the fuzz target use it to reach
+// every decoding path, and loadgen's tests to check what it emits.
 func Validate(b []byte) (Kind, error) {
 	k := Classify(b)
 	switch k {

@@ -107,14 +107,6 @@ func (h *Log2Hist) appendJSON(dst []byte) []byte {
 	return append(dst, ']')
 }
 
-// SequentialFraction is SequentialReads / Reads (0 without reads).
-func (p *IOProfile) SequentialFraction() float64 {
-	if p.Reads == 0 {
-		return 0
-	}
-	return float64(p.SequentialReads) / float64(p.Reads)
-}
-
 // AppendJSON appends the profile as a JSON object (the "io" member of a
 // record's native JSON) and returns the extended slice.
 func (p *IOProfile) AppendJSON(dst []byte) []byte {

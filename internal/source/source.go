@@ -5,7 +5,6 @@
 package source
 
 import (
-	"context"
 	"net/netip"
 	"time"
 )
@@ -36,10 +35,4 @@ type Batch struct {
 	// it only after everything the batch produced is durable. nil for sources
 	// that cannot acknowledge (UDP, files).
 	Ack func() error
-}
-
-// A Source runs until ctx is cancelled or its input ends, sending batches on
-// out. It never closes out.
-type Source interface {
-	Run(ctx context.Context, out chan<- *Batch) error
 }
