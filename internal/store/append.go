@@ -337,45 +337,69 @@ func (s *Store) writeBlock(ctx context.Context, c dbtx, bb *blockBuilder) error 
 	return nil
 }
 
-// postChunk is the number of postings per INSERT statement.
-const postChunk = 128
+// multiInsert inserts rows with statements of per rows each: INSERT ...
+// VALUES (...),(...) with the statement's head and one row's placeholders,
+// the full statement's text made once.
+type multiInsert[T any] struct {
+	head, row string // "INSERT ... VALUES ", "(?,?)"
+	per       int
+	full      string
+	args      func(dst []any, r *T) []any // appends a row's values
+}
 
-var postChunkSQL = postingsSQL(postChunk)
+func newMultiInsert[T any](head, row string, per int, args func([]any, *T) []any) *multiInsert[T] {
+	m := &multiInsert[T]{head: head, row: row, per: per, args: args}
+	m.full = m.sql(per)
+	return m
+}
 
-func postingsSQL(n int) string {
+func (m *multiInsert[T]) sql(n int) string {
 	var sb strings.Builder
-	sb.WriteString("INSERT OR IGNORE INTO block_names (name_id, first_seq) VALUES ")
+	sb.WriteString(m.head)
 	for i := range n {
 		if i > 0 {
 			sb.WriteByte(',')
 		}
-		sb.WriteString("(?,?)")
+		sb.WriteString(m.row)
 	}
 	return sb.String()
+}
+
+// exec inserts rows on c (in the caller's transaction); buf is a reused
+// argument buffer.
+func (m *multiInsert[T]) exec(ctx context.Context, c dbtx, rows []T, buf *[]any) error {
+	for len(rows) > 0 {
+		n := min(len(rows), m.per)
+		a := (*buf)[:0]
+		for i := range rows[:n] {
+			a = m.args(a, &rows[i])
+		}
+		q := m.full
+		if n < m.per {
+			q = m.sql(n)
+		}
+		_, err := c.ExecContext(ctx, q, a...)
+		clear(a)
+		*buf = a[:0]
+		if err != nil {
+			return err
+		}
+		rows = rows[n:]
+	}
+	return nil
 }
 
 // posting is one row of block_names.
 type posting struct{ name, first int64 }
 
-// insertPostings inserts ps (sorted) postChunk rows per statement. args
-// is a reused argument buffer.
+// postings inserts postings (sorted), 128 per statement.
+var postings = newMultiInsert("INSERT OR IGNORE INTO block_names (name_id, first_seq) VALUES ", "(?,?)", 128,
+	func(a []any, p *posting) []any { return append(a, p.name, p.first) })
+
+// insertPostings inserts ps (sorted); args is a reused argument buffer.
 func insertPostings(ctx context.Context, c dbtx, ps []posting, args *[]any) error {
-	for len(ps) > 0 {
-		n := min(len(ps), postChunk)
-		a := (*args)[:0]
-		for _, p := range ps[:n] {
-			a = append(a, p.name, p.first)
-		}
-		q := postChunkSQL
-		if n < postChunk {
-			q = postingsSQL(n)
-		}
-		if _, err := c.ExecContext(ctx, q, a...); err != nil {
-			return fmt.Errorf("insert postings: %w", err)
-		}
-		clear(a)
-		*args = a[:0]
-		ps = ps[n:]
+	if err := postings.exec(ctx, c, ps, args); err != nil {
+		return fmt.Errorf("insert postings: %w", err)
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -111,43 +110,15 @@ func (s *Store) CommitRollup(ctx context.Context, c RollupCommit) (err error) {
 	return nil
 }
 
-// partsPerInsert is the number of rollup parts per INSERT statement.
-const partsPerInsert = 64
+// rollupParts inserts rollup parts, 64 per statement: a flush of a stream
+// whose time runs fast writes tens of thousands.
+var rollupParts = newMultiInsert("INSERT OR REPLACE INTO rollups (step, start, part, spec, data) VALUES ", "(?,?,?,?,?)", 64,
+	func(a []any, p *RollupPart) []any { return append(a, p.Step, p.Start, p.Part, p.Spec, p.Data) })
 
-var partsInsertSQL = partsSQL(partsPerInsert)
-
-func partsSQL(n int) string {
-	var sb strings.Builder
-	sb.WriteString("INSERT OR REPLACE INTO rollups (step, start, part, spec, data) VALUES ")
-	for i := range n {
-		if i > 0 {
-			sb.WriteByte(',')
-		}
-		sb.WriteString("(?,?,?,?,?)")
-	}
-	return sb.String()
-}
-
-// insertParts inserts ps, partsPerInsert rows per statement, in the
-// caller's transaction. Call with mu held.
+// insertParts inserts ps in the caller's transaction. Call with mu held.
 func (s *Store) insertParts(ctx context.Context, ps []RollupPart) error {
-	for len(ps) > 0 {
-		n := min(len(ps), partsPerInsert)
-		args := s.postArgs[:0]
-		for _, p := range ps[:n] {
-			args = append(args, p.Step, p.Start, p.Part, p.Spec, p.Data)
-		}
-		q := partsInsertSQL
-		if n < partsPerInsert {
-			q = partsSQL(n)
-		}
-		_, err := s.wc.ExecContext(ctx, q, args...)
-		clear(args)
-		s.postArgs = args[:0]
-		if err != nil {
-			return fmt.Errorf("insert rollup parts: %w", err)
-		}
-		ps = ps[n:]
+	if err := rollupParts.exec(ctx, s.wc, ps, &s.postArgs); err != nil {
+		return fmt.Errorf("insert rollup parts: %w", err)
 	}
 	return nil
 }
