@@ -222,7 +222,9 @@ func (b *Builder) Run(ctx context.Context) error {
 			}
 		}
 		if ctx.Err() != nil {
-			// Sum what reached the log before the stop, then flush.
+			// Sum what was fed, then what reached the log before the stop
+			// and was not, then flush.
+			b.drainFeed()
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
 			err := b.CatchUp(fctx)
 			cancel()
@@ -239,6 +241,20 @@ func (b *Builder) Run(ctx context.Context) error {
 			// A fallback for a dropped batch that no later one reveals
 			// (the input went quiet): read the log when nothing waits.
 			behind = len(b.feed) == 0
+		}
+	}
+}
+
+// drainFeed sums the batches queued, as long as they follow the cursor.
+func (b *Builder) drainFeed() {
+	for {
+		select {
+		case fb := <-b.feed:
+			if !b.applyFeed(fb) {
+				return
+			}
+		default:
+			return
 		}
 	}
 }
