@@ -653,16 +653,23 @@ func exportedMetrics(t *testing.T) []byte {
 		c.Outputs.Postgres.Enabled, c.Outputs.Postgres.URL = true, "postgres://postgres@127.0.0.1:1/test"
 		c.Outputs.JSONL.Enabled, c.Outputs.JSONL.Path = true, filepath.Join(dir, "out.jsonl")
 	})
-	resp, err := http.Get("http://" + d.http + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	// The outputs register their cursors (and so the backlog gauge) as
+	// their loops start, beside the server: scrape until they have.
+	var body []byte
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + d.http + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(body, []byte("xrdmon_sink_backlog_records")) || time.Now().After(deadline) {
+			return body
+		}
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return body
 }
 
 // TestPrintConfigIsDefault: `collect --print-config` with nothing set
