@@ -10,6 +10,13 @@ import (
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
+// maxSummaryEvent bounds the encoded size of the event a summary datagram
+// of n bytes becomes: an honest summary's JSON is about as long as its XML
+// (each value's dotted name replaces its opening and closing tags), while
+// long stats ids repeated in front of thousands of short values would make
+// a 34 KB datagram a 678 KB event (docs/limits.md).
+func maxSummaryEvent(n int) int { return 2*n + 1024 }
+
 // handleSummary makes an xrd.report summary an event. Summaries come
 // once a minute or so per server, beside the detailed stream: decoding
 // them here (XML or JSON) costs the hot path nothing measurable, and lets
@@ -36,7 +43,7 @@ func (s *Shard) handleSummary(data []byte, addr netip.Addr, kind packet.Kind) {
 		}
 	}
 	raw, err := json.Marshal(d) // strings are valid UTF-8 (ParseSummary checks), numbers finite
-	if err != nil {
+	if err != nil || len(raw) > maxSummaryEvent(len(data)) {
 		s.stats.Rejected[RejectSummaryBounds]++
 		return
 	}

@@ -47,9 +47,15 @@ func (b *encBuf) get(i int) []byte {
 	return b.buf[start:b.ends[i]]
 }
 
+// maxPooledEnc is the largest encoding buffer kept for reuse: a batch of
+// 1,024 records takes about 0.5 MB; a one-off large batch (thousands of
+// summaries) is left to the garbage collector instead of staying alive in
+// the pool.
+const maxPooledEnc = 8 << 20
+
 func (b *encBuf) release() {
-	if cap(b.buf) > 64<<20 {
-		return // don't keep a huge one-off buffer alive
+	if cap(b.buf) > maxPooledEnc {
+		return
 	}
 	b.buf = b.buf[:0]
 	b.ends = b.ends[:0]
@@ -215,7 +221,7 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 		seq++
 		bb.add(entryRecord, seq, rid, recordTime(r), b.get(i))
 		nrec++
-		if bb.n == maxBlockEntries {
+		if bb.full() {
 			if err := flush(); err != nil {
 				return 0, 0, 0, err
 			}
@@ -241,7 +247,7 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 		seq++
 		bb.add(entryEvent, seq, rid, unixNanos(e.Time), b.get(len(recs)+i))
 		nev++
-		if bb.n == maxBlockEntries {
+		if bb.full() {
 			if err := flush(); err != nil {
 				return 0, 0, 0, err
 			}
