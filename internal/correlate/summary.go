@@ -17,6 +17,11 @@ import (
 // a 34 KB datagram a 678 KB event (docs/limits.md).
 func maxSummaryEvent(n int) int { return 2*n + 1024 }
 
+// maxTod is the latest report time a summary event takes (the end of year
+// 9999: JSON and RFC 3339 hold no later one); the report's own tod stays in
+// its data. The store indexes it within a window around its receive time.
+const maxTod = 253402300799
+
 // handleSummary makes an xrd.report summary an event. Summaries come
 // once a minute or so per server, beside the detailed stream: decoding
 // them here (XML or JSON) costs the hot path nothing measurable, and lets
@@ -53,7 +58,7 @@ func (s *Shard) handleSummary(data []byte, addr netip.Addr, kind packet.Kind) {
 		EventID:    record.EventID(ip, sum.Tos, 0, 'S', 0, sum.Tod, 0, data),
 		Type:       record.EventSummary,
 		Provider:   "S",
-		Time:       time.Unix(sum.Tod, 0).UTC(),
+		Time:       time.Unix(min(max(sum.Tod, 0), maxTod), 0).UTC(),
 		Received:   s.now,
 		ServerIP:   ip,
 		ServerHost: host,

@@ -81,3 +81,19 @@ func TestSummaryExpansionBound(t *testing.T) {
 		t.Errorf("honest summary of %d bytes: event of %d bytes", len(honest), n)
 	}
 }
+
+// A summary's tod beyond what a time can be written as (an int64 that
+// overflows nanoseconds, year 292277026596) makes an event timed at most
+// at the end of year 9999, which every output can write.
+func TestSummaryTodOverflow(t *testing.T) {
+	s := NewShard(DefaultConfig())
+	sv := newSrv("192.0.2.41:1", t0, 3)
+	s.Handle([]byte(`<statistics tod="9223372036854775807" ver="v5" src="h:1094" tos="1" pgm="xrootd" ins="anon" pid="1"><stats id="link"><num>1</num></stats></statistics>`), sv.addr, at(0))
+	evs := s.TakeEvents(nil)
+	if len(evs) != 1 || evs[0].Time.Year() != 9999 {
+		t.Fatalf("%d events, %v", len(evs), evs)
+	}
+	if _, err := evs[0].Time.MarshalJSON(); err != nil {
+		t.Error(err)
+	}
+}

@@ -95,7 +95,7 @@ func (r *Reader) QueryEvents(ctx context.Context, q EventQuery) ([]record.Event,
 			if err := record.DecodeStoredEvent(data, e); err != nil {
 				return 0, false, err
 			}
-			t := unixNanos(e.Time)
+			t := eventTime(e)
 			return t, q.match(e, t), nil
 		})
 	if err != nil {
