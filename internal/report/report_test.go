@@ -1,7 +1,13 @@
 package report
 
 import (
+	"bytes"
+	"encoding/csv"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/record"
 )
 
 func TestBytes(t *testing.T) {
@@ -31,5 +37,44 @@ func TestText(t *testing.T) {
 		if got := Text(in); got != want {
 			t.Errorf("Text(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// CSV cells from packets neither start a spreadsheet formula nor carry
+// terminal control bytes (issue 25: =HYPERLINK(...) as a user name, a path
+// that retitles and clears the terminal), in records and in reports.
+func TestCSVCells(t *testing.T) {
+	r := record.Record{User: `=HYPERLINK("http://evil.example","x")`, Site: "+SITE", VO: "-vo", ClientName: "@cmd",
+		Path: "/store/\x1b]0;pwned\x07\x1b[2J", Reason: record.Timeout, ReadBytes: 5, End: time.Unix(1767225600, 0)}
+	var buf bytes.Buffer
+	rw := NewRecordWriter(&buf, CSV)
+	if err := rw.Write(&r); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s := &Summary{By: []record.Dim{record.DimUser}, Rows: []Row{{Keys: []string{"@SUM(A1:A9)"}, Transfers: 1}, {Keys: []string{"\tx\r"}}}}
+	if err := WriteSummary(&buf, s, CSV); err != nil {
+		t.Fatal(err)
+	}
+	cr := csv.NewReader(&buf)
+	cr.FieldsPerRecord = -1 // a listing, then a report
+	rows, err := cr.ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range rows {
+		for _, c := range row {
+			if c != "" && strings.ContainsRune("=+-@\t\r", rune(c[0])) || strings.ContainsAny(c, "\x1b\x07") {
+				t.Errorf("cell %q", c)
+			}
+		}
+	}
+	if got := rows[1][3]; got != `'=HYPERLINK("http://evil.example","x")` {
+		t.Errorf("user cell %q", got)
+	}
+	if rows[1][7] != "5" || rows[3][1] != "1" {
+		t.Errorf("numbers changed: %q", rows)
 	}
 }
