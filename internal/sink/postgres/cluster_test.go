@@ -241,7 +241,16 @@ func TestLeaseFrozenConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Release()
-	time.Sleep(200 * time.Millisecond) // a few pings of a's watch went through
+	// While a's pings go through, a standby waiting three times the
+	// silence it tolerates (10 polls) does not take the shard.
+	if _, err := acquire(t, u, schema, "frozen", "early", 1500*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a standby beside a live holder: %v, want to be kept waiting", err)
+	}
+	select {
+	case <-a.Lost():
+		t.Fatal("a live holder lost its lease")
+	default:
+	}
 	close(f.frozen)
 	b, err := acquire(t, u, schema, "frozen", "b", 30*time.Second)
 	if err != nil {
