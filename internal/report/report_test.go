@@ -2,12 +2,16 @@ package report
 
 import (
 	"bytes"
+	"context"
 	"encoding/csv"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/store"
 )
 
 func TestBytes(t *testing.T) {
@@ -76,5 +80,29 @@ func TestCSVCells(t *testing.T) {
 	}
 	if rows[1][7] != "5" || rows[3][1] != "1" {
 		t.Errorf("numbers changed: %q", rows)
+	}
+}
+
+// The command line asks again when the collector is busy (503 with
+// Retry-After: it serves a bounded number of queries at once).
+func TestAPISourceRetriesBusy(t *testing.T) {
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		if calls == 1 {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"error":"busy"}`, http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte(`{"records":[{"record_id":"r1","user":"u"}]}`))
+	}))
+	defer srv.Close()
+	var got []string
+	err := APISource{URL: srv.URL}.Records(context.Background(), store.Query{}, func(r *record.Record) error {
+		got = append(got, r.RecordID)
+		return nil
+	})
+	if err != nil || len(got) != 1 || calls != 2 {
+		t.Errorf("records %v after %d calls: %v", got, calls, err)
 	}
 }

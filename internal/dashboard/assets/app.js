@@ -92,7 +92,13 @@
     const headers = {};
     const tok = sessionStorage.getItem(tokenKey);
     if (tok) headers.Authorization = 'Bearer ' + tok;
-    const r = await fetch(u, { headers });
+    let r = await fetch(u, { headers });
+    // The collector serves a few queries at once and answers the rest 503
+    // with Retry-After: wait and ask again, a few times.
+    for (let i = 0; r.status === 503 && r.headers.get('Retry-After') && i < 5; i++) {
+      await new Promise((ok) => setTimeout(ok, 1000 * Math.min(Number(r.headers.get('Retry-After')) || 1, 10)));
+      r = await fetch(u, { headers });
+    }
     if (r.status === 401) {
       $('tokenbox').hidden = false;
       throw new Error('the API needs a token');
