@@ -60,8 +60,9 @@ type Options struct {
 	// History answers /health (nil: it answers 404).
 	History *History
 	// MaxPageBytes bounds the stored bytes of the records or events of
-	// one /records or /events page (default 16 MiB; their JSON is about
-	// as large): a page that reaches it ends early, with its next cursor.
+	// one /records or /events page (default 8 MiB; their JSON is at most
+	// about twice that): a page that reaches it ends early, with its next
+	// cursor.
 	MaxPageBytes int
 	// MaxPoints bounds the points (series × buckets) of one /rollups or
 	// /summary answer (default 200,000, about 30 MB of JSON); a query
@@ -82,7 +83,7 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultMaxPageBytes = 16 << 20
+	DefaultMaxPageBytes = 8 << 20
 	DefaultMaxPoints    = 200_000
 	DefaultQueueWait    = 2 * time.Second
 	DefaultTimeout      = 30 * time.Second
