@@ -2,6 +2,8 @@ module github.com/xrdmon/xrdmon
 
 go 1.26.8
 
+toolchain go1.26.10
+
 require (
 	github.com/axiomhq/hyperloglog v0.3.0
 	github.com/cespare/xxhash/v2 v2.3.0
@@ -9,9 +11,9 @@ require (
 	github.com/go-json-experiment/json v0.0.0-20260820222146-c27c302e5fc3
 	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	github.com/gopacket/gopacket v1.7.7
-	github.com/jackc/pgx/v5 v5.12.0
-	github.com/klauspost/compress v1.20.3
-	github.com/mattn/go-sqlite3 v1.14.52
+	github.com/jackc/pgx/v5 v5.13.0
+	github.com/klauspost/compress v1.20.4
+	github.com/mattn/go-sqlite3 v1.14.53
 	github.com/miekg/dns v1.1.73
 	github.com/oklog/run v1.2.0
 	github.com/prometheus/client_golang v1.25.0

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -468,6 +469,9 @@ func mountAPI(srv *web.Server, c web.Config, st *store.Store, pipe *pipeline.Pip
 		return newStatus(started, pipe.Stats(), last, st.Sinks()), nil
 	}
 	opts := api.Options{Status: status, Token: token, History: history, Servers: mon.Servers}
+	if host, _, err := net.SplitHostPort(c.Address); err == nil {
+		opts.ListenHost = host
+	}
 	if rollups != nil {
 		opts.Rollups = rollups
 	}

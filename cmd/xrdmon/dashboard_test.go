@@ -26,11 +26,12 @@ import (
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
-// The hostile record's strings: markup in the user name and the path, and
-// bytes that are not UTF-8.
+// The hostile record's strings: markup in the user name and the path,
+// bytes that are not UTF-8, and a right-to-left override that would make
+// the path's end read "exe.png".
 const (
 	hostileUser = `<script>window.__xss=1</script>`
-	hostilePath = "/store/\"><img src=x onerror=\"window.__xss=2\">/\xff\xfe.root"
+	hostilePath = "/store/\"><img src=x onerror=\"window.__xss=2\">/\xff\xfe\u202egnp.exe"
 )
 
 // chromiumPath returns Debian's chromium (installed by .ci/run and `make
@@ -444,7 +445,9 @@ func TestDashboard(t *testing.T) {
 		if got.XSS != nil || got.Imgs != 0 || got.Script != 0 {
 			t.Errorf("the hostile record ran or made elements: __xss=%v, %d img, %d script", got.XSS, got.Imgs, got.Script)
 		}
-		wantPath := string([]rune(hostilePath)) // each byte that is not UTF-8 becomes U+FFFD, as in the API's JSON
+		// Each byte that is not UTF-8 becomes U+FFFD, as in the API's JSON;
+		// the override is shown as a mark.
+		wantPath := strings.ReplaceAll(string([]rune(hostilePath)), "\u202e", "<U+202E>")
 		if got.User != hostileUser || got.Path != wantPath || got.Row != wantPath {
 			t.Errorf("hostile strings not shown as text: user %q, path %q, row %q; want %q and %q", got.User, got.Path, got.Row, hostileUser, wantPath)
 		}

@@ -102,7 +102,7 @@ func (a *API) activity(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "query failed")
 		return
 	}
-	writeJSON(w, http.StatusOK, ans)
+	a.writeJSON(w, http.StatusOK, ans)
 }
 
 func (a *API) sumActivity(r *http.Request, from, to time.Time) (ActivityAnswer, error) {

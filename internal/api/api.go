@@ -9,6 +9,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	_ "embed"
@@ -17,9 +18,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -59,7 +63,35 @@ type Options struct {
 	// Servers answers /servers: the servers heard, when last on each
 	// stream, and which are silent (monitored.Monitor.Servers; nil: 404).
 	Servers func() []monitored.Server
+	// MaxPageBytes bounds the stored bytes of the records or events of
+	// one /records or /events page (default 8 MiB; their JSON is at most
+	// about twice that): a page that reaches it ends early, with its next
+	// cursor.
+	MaxPageBytes int
+	// MaxPoints bounds the points (series × buckets) of one /rollups or
+	// /summary answer (default 200,000, about 30 MB of JSON); a query
+	// over it is refused before its answer is built.
+	MaxPoints int
+	// MaxConcurrent bounds the queries served at once (default: the
+	// number of CPUs, at least 2). A query waits at most QueueWait
+	// (default 2 s) for its turn, then is answered 503 with Retry-After.
+	MaxConcurrent int
+	QueueWait     time.Duration
+	// Timeout bounds the work of one query (default 30 s).
+	Timeout time.Duration
+	// ListenHost is the host of the listen address (http.address). With
+	// no Token, only requests naming a loopback host, an IP address or
+	// ListenHost in their Host header are served (DNS rebinding).
+	ListenHost string
 }
+
+// Defaults of Options.
+const (
+	DefaultMaxPageBytes = 8 << 20
+	DefaultMaxPoints    = 200_000
+	DefaultQueueWait    = 2 * time.Second
+	DefaultTimeout      = 30 * time.Second
+)
 
 // Rollups is what the API reads rollups from (rollup.Builder).
 type Rollups interface {
@@ -69,10 +101,11 @@ type Rollups interface {
 
 // API serves /api/v1.
 type API struct {
-	recs Records
-	opts Options
-	log  *slog.Logger
-	mux  *http.ServeMux
+	recs  Records
+	opts  Options
+	log   *slog.Logger
+	mux   *http.ServeMux
+	slots chan struct{} // one per query being served
 }
 
 // New returns the API over recs.
@@ -86,7 +119,22 @@ func New(recs Records, opts Options, log *slog.Logger) *API {
 	if opts.MaxLimit <= 0 {
 		opts.MaxLimit = 1000
 	}
-	a := &API{recs: recs, opts: opts, log: log, mux: http.NewServeMux()}
+	if opts.MaxPageBytes <= 0 {
+		opts.MaxPageBytes = DefaultMaxPageBytes
+	}
+	if opts.MaxPoints <= 0 {
+		opts.MaxPoints = DefaultMaxPoints
+	}
+	if opts.MaxConcurrent <= 0 {
+		opts.MaxConcurrent = max(2, runtime.GOMAXPROCS(0))
+	}
+	if opts.QueueWait <= 0 {
+		opts.QueueWait = DefaultQueueWait
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	a := &API{recs: recs, opts: opts, log: log, mux: http.NewServeMux(), slots: make(chan struct{}, opts.MaxConcurrent)}
 	a.mux.HandleFunc("GET "+Prefix+"records", a.records)
 	a.mux.HandleFunc("GET "+Prefix+"events", a.events)
 	a.mux.HandleFunc("GET "+Prefix+"summary", a.summary)
@@ -106,10 +154,17 @@ func New(recs Records, opts Options, log *slog.Logger) *API {
 	return a
 }
 
-// ServeHTTP checks the token, then serves the endpoint.
+// ServeHTTP checks the Host (without a token) or the token, waits for a
+// free slot, then serves the endpoint within the query timeout.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")
+	if a.opts.Token == "" && !LocalHost(r.Host, a.opts.ListenHost) {
+		// A page of another origin whose name was rebound to this
+		// address must not read the API of a collector without a token.
+		writeError(w, http.StatusMisdirectedRequest, "this host name is not served without an API token (http.api_token_file)")
+		return
+	}
 	if a.opts.Token != "" {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.opts.Token)) != 1 {
@@ -118,7 +173,53 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	a.mux.ServeHTTP(w, r)
+	if !a.acquire(r.Context()) {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "too many queries at once: retry later")
+		return
+	}
+	defer func() { <-a.slots }()
+	ctx, cancel := context.WithTimeout(r.Context(), a.opts.Timeout)
+	defer cancel()
+	a.mux.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// acquire takes a query slot, waiting at most QueueWait.
+func (a *API) acquire(ctx context.Context) bool {
+	select {
+	case a.slots <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(a.opts.QueueWait)
+	defer t.Stop()
+	select {
+	case a.slots <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// LocalHost reports whether the Host header host (host or host:port) may
+// be served without a token: "localhost" (and names under .localhost), an
+// IP address literal (no name, so no DNS rebinding), or listenHost, the
+// host of the listen address. Anything else is a name that may have been
+// rebound to this address by the page of another origin.
+func LocalHost(host, listenHost string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	switch {
+	case host == "localhost" || strings.HasSuffix(host, ".localhost"):
+		return true
+	case listenHost != "" && strings.EqualFold(host, strings.Trim(listenHost, "[]")):
+		return true
+	}
+	_, err := netip.ParseAddr(host)
+	return err == nil
 }
 
 // ReadToken returns the token in path (surrounding white space removed).
@@ -157,21 +258,20 @@ func (a *API) records(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "query failed")
 		return
 	}
-	page := RecordPage{Records: make([]json.RawMessage, len(recs))}
-	for i := range recs {
-		page.Records[i] = record.AppendJSON(nil, &recs[i])
-	}
-	if next != nil {
-		page.Next = encodeCursor(*next)
-	}
+	var extra []byte // the count asked for, after the list
 	if r.URL.Query().Get("count") == "true" && q.After == nil {
-		if page.Total, page.TotalComplete, err = a.countRecords(r, q, len(recs), next); err != nil {
+		total, complete, err := a.countRecords(r, q, len(recs), next)
+		if err != nil {
 			a.log.Warn("Record count failed", "err", err)
 			writeError(w, http.StatusInternalServerError, "query failed")
 			return
 		}
+		extra = fmt.Appendf(nil, `,"total":%d`, total)
+		if complete {
+			extra = append(extra, `,"total_complete":true`...)
+		}
 	}
-	writeJSON(w, http.StatusOK, page)
+	writeList(w, "records", len(recs), func(dst []byte, i int) []byte { return record.AppendJSON(dst, &recs[i]) }, next, extra)
 }
 
 // maxCount bounds the records /records?count=true counts.
@@ -203,6 +303,7 @@ func (a *API) recordQuery(r *http.Request) (store.Query, error) {
 	q := store.Query{
 		Server: v.Get("server"), Site: v.Get("site"), User: v.Get("user"),
 		PathPrefix: v.Get("path_prefix"), Reason: record.Reason(v.Get("reason")),
+		MaxBytes: a.opts.MaxPageBytes,
 	}
 	var err error
 	now := a.opts.Now()
@@ -233,7 +334,7 @@ type EventPage struct {
 
 func (a *API) events(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
-	q := store.EventQuery{Server: v.Get("server"), Site: v.Get("site")}
+	q := store.EventQuery{Server: v.Get("server"), Site: v.Get("site"), MaxBytes: a.opts.MaxPageBytes}
 	var err error
 	bad := func(err error) { writeError(w, http.StatusBadRequest, err.Error()) }
 	now := a.opts.Now()
@@ -260,14 +361,7 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "query failed")
 		return
 	}
-	page := EventPage{Events: make([]json.RawMessage, len(evs))}
-	for i := range evs {
-		page.Events[i] = record.AppendEventJSON(nil, &evs[i])
-	}
-	if next != nil {
-		page.Next = encodeCursor(*next)
-	}
-	writeJSON(w, http.StatusOK, page)
+	writeList(w, "events", len(evs), func(dst []byte, i int) []byte { return record.AppendEventJSON(dst, &evs[i]) }, next, nil)
 }
 
 // paging reads the order, limit and cursor parameters of a listing.
@@ -317,7 +411,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "status failed")
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	a.writeJSON(w, http.StatusOK, st)
 }
 
 // ParseTime reads a time parameter: RFC 3339, Unix seconds, or a duration
@@ -401,12 +495,53 @@ type Error struct {
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, Error{msg})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	enc := json.NewEncoder(w) // escapes <, > and &: safe even if sniffed as HTML
-	_ = enc.Encode(v)
+	_ = json.NewEncoder(w).Encode(Error{msg})
+}
+
+// writeJSON answers v as JSON (with <, > and & escaped: safe even if
+// sniffed as HTML). A value that does not encode (a number JSON cannot
+// hold) is a logged 500, never a 200 with an empty body.
+func (a *API) writeJSON(w http.ResponseWriter, code int, v any) {
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(v); err != nil {
+		a.log.Error("Cannot encode an API answer", "err", err)
+		writeError(w, http.StatusInternalServerError, "the answer could not be encoded")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// writeList streams {"<field>":[entry 0, …],"next":"<cursor>"}, writing as
+// it goes rather than building the whole answer; entry appends the JSON of
+// the i-th entry to dst. Every entry is HTML-escaped as writeJSON does.
+func writeList(w http.ResponseWriter, field string, n int, entry func(dst []byte, i int) []byte, next *store.Position, extra []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	var out bytes.Buffer
+	out.WriteString(`{"` + field + `":[`)
+	var e []byte
+	for i := range n {
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		e = entry(e[:0], i)
+		json.HTMLEscape(&out, e)
+		if out.Len() >= 64<<10 {
+			if _, err := w.Write(out.Bytes()); err != nil {
+				return // the client went away
+			}
+			out.Reset()
+		}
+	}
+	out.WriteByte(']')
+	if next != nil {
+		out.WriteString(`,"next":"` + encodeCursor(*next) + `"`)
+	}
+	out.Write(extra)
+	out.WriteString("}\n")
+	_, _ = w.Write(out.Bytes())
 }

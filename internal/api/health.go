@@ -387,5 +387,5 @@ func (a *API) health(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "from: "+err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, a.opts.History.Answer(from))
+	a.writeJSON(w, http.StatusOK, a.opts.History.Answer(from))
 }

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -129,7 +131,6 @@ func (a *API) rollups(w http.ResponseWriter, r *http.Request) {
 		a.rollupError(w, err)
 		return
 	}
-	ans := SeriesAnswer{By: q.By, Step: step, From: q.From.UTC(), To: q.To.UTC(), Series: make([]SeriesView, 0, len(series))}
 	if limit := v.Get("limit"); limit != "" {
 		n, err := strconv.Atoi(limit)
 		if err != nil || n < 1 {
@@ -138,15 +139,56 @@ func (a *API) rollups(w http.ResponseWriter, r *http.Request) {
 		}
 		series = series[:min(n, len(series))]
 	}
+	points := 0
+	for i := range series {
+		points += len(series[i].Points)
+	}
+	if points > a.opts.MaxPoints {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%d series with %d points in all; at most %d (use limit, a coarser step or a shorter window)",
+			len(series), points, a.opts.MaxPoints))
+		return
+	}
+	head := SeriesAnswer{By: q.By, Step: step, From: q.From.UTC(), To: q.To.UTC()}
+	a.writeSeries(w, head, series)
+}
+
+// writeSeries streams a SeriesAnswer: its head, then each series encoded
+// on its own, so that the answer is never built whole in memory.
+func (a *API) writeSeries(w http.ResponseWriter, head SeriesAnswer, series []rollup.Series) {
+	h, err := json.Marshal(head)
+	if err != nil {
+		a.log.Error("Cannot encode an API answer", "err", err)
+		writeError(w, http.StatusInternalServerError, "the answer could not be encoded")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	var out bytes.Buffer
+	out.Write(h[:bytes.LastIndex(h, []byte(`null}`))]) // "series":null} → the list
+	out.WriteByte('[')
+	enc := json.NewEncoder(&out)
 	for i := range series {
 		s := &series[i]
 		sv := SeriesView{Keys: s.Keys, Total: s.Total.Summary(), Points: make([]PointView, len(s.Points))}
 		for j := range s.Points {
 			sv.Points[j] = PointView{Time: s.Points[j].Time, Summary: s.Points[j].Summary()}
 		}
-		ans.Series = append(ans.Series, sv)
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		if err := enc.Encode(sv); err != nil {
+			a.log.Error("Cannot encode a series of an API answer", "err", err)
+			return // the answer ends malformed: the client sees the error
+		}
+		if out.Len() >= 64<<10 {
+			if _, err := w.Write(out.Bytes()); err != nil {
+				return
+			}
+			out.Reset()
+		}
 	}
-	writeJSON(w, http.StatusOK, ans)
+	out.WriteString("]}\n")
+	_, _ = w.Write(out.Bytes())
 }
 
 // maxPoints bounds the buckets of one series in an answer.
@@ -204,7 +246,7 @@ func (a *API) top(w http.ResponseWriter, r *http.Request) {
 	for i := range rows {
 		ans.Rows[i] = RowView{Keys: rows[i].Keys, Summary: rows[i].Summary()}
 	}
-	writeJSON(w, http.StatusOK, ans)
+	a.writeJSON(w, http.StatusOK, ans)
 }
 
 func (a *API) rollupError(w http.ResponseWriter, err error) {

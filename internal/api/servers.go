@@ -28,5 +28,5 @@ func (a *API) servers(w http.ResponseWriter, r *http.Request) {
 			ans.Silent++
 		}
 	}
-	writeJSON(w, http.StatusOK, ans)
+	a.writeJSON(w, http.StatusOK, ans)
 }

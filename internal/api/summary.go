@@ -105,9 +105,14 @@ func (a *API) summary(w http.ResponseWriter, r *http.Request) {
 	if s := v.Get("name"); s != "" {
 		names = strings.Split(s, ",")
 	}
+	if len(names) > maxSummaryNames {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("name: %d names; at most %d", len(names), maxSummaryNames))
+		return
+	}
+	buckets := int(to.Sub(from)/d) + 1
 	// The bucket before the window gives the first delta of the window.
 	q := store.EventQuery{From: from.Add(-d), To: to, Types: []record.EventType{record.EventSummary},
-		Server: v.Get("server"), Site: v.Get("site"), Limit: 1000}
+		Server: v.Get("server"), Site: v.Get("site"), Limit: 1000, MaxBytes: a.opts.MaxPageBytes}
 	byServer := map[string][]record.SummaryReport{}
 	ips := map[string]string{}
 	for page := 0; ; page++ {
@@ -126,7 +131,13 @@ func (a *API) summary(w http.ResponseWriter, r *http.Request) {
 			if json.Unmarshal(evs[i].Data, &s) != nil {
 				continue
 			}
+			s.Values, s.Texts = wanted(s.Values, names), nil
 			key := evs[i].ServerIP + " " + s.Src + " " + s.Pgm
+			if _, ok := byServer[key]; !ok && len(byServer) == a.opts.MaxPoints/(len(names)*buckets) {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("more than %d servers × %d names × %d buckets of %s; at most %d points (narrow the window, ask for one server or fewer names)",
+					len(byServer), len(names), buckets, step, a.opts.MaxPoints))
+				return
+			}
 			byServer[key] = append(byServer[key], s)
 			ips[key] = evs[i].ServerIP
 		}
@@ -142,7 +153,22 @@ func (a *API) summary(w http.ResponseWriter, r *http.Request) {
 	slices.SortFunc(ans.Servers, func(x, y ServerSummary) int {
 		return cmp.Or(cmp.Compare(x.Src, y.Src), cmp.Compare(x.ServerIP, y.ServerIP), cmp.Compare(x.Pgm, y.Pgm))
 	})
-	writeJSON(w, http.StatusOK, ans)
+	a.writeJSON(w, http.StatusOK, ans)
+}
+
+// maxSummaryNames bounds the values one /summary asks for.
+const maxSummaryNames = 64
+
+// wanted returns the values of vals named in names (a summary holds
+// hundreds; an answer shows a few).
+func wanted(vals map[string]float64, names []string) map[string]float64 {
+	out := make(map[string]float64, len(names))
+	for _, n := range names {
+		if v, ok := vals[n]; ok {
+			out[n] = v
+		}
+	}
+	return out
 }
 
 // serverSeries makes the series of one server from its samples (oldest
@@ -230,6 +256,9 @@ func serverSeries(ip string, samples []record.SummaryReport, names []string, fro
 				}
 				pt.Delta, pt.Rate = ptr(a.delta), ptr(a.delta/a.secs)
 			}
+			if pt.Last == nil && pt.Max == nil && pt.Delta == nil && pt.Rate == nil {
+				continue // nothing finite to show
+			}
 			sr.Points = append(sr.Points, pt)
 		}
 		out.Series = append(out.Series, sr)
@@ -237,7 +266,15 @@ func serverSeries(ip string, samples []record.SummaryReport, names []string, fro
 	return out
 }
 
-func ptr(f float64) *float64 { return &f }
+// ptr returns a pointer to f, or nil when f is not finite (an increase of
+// ±1.7e308 overflows): JSON has no infinities, and one of them would make
+// the whole answer fail to encode.
+func ptr(f float64) *float64 {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return nil
+	}
+	return &f
+}
 
 // mod is t mod s, non-negative.
 func mod(t, s int64) int64 {

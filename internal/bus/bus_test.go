@@ -9,10 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"github.com/xrdmon/xrdmon/internal/loadgen"
+	"github.com/xrdmon/xrdmon/internal/source"
 	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
@@ -236,4 +239,76 @@ func TestRouterShardsByServer(t *testing.T) {
 func remoteOf(body []byte) string {
 	_, k := routingKey(nil, body)
 	return k
+}
+
+// TestRouterDropsOversized: a message larger than any shoveler message is
+// acknowledged, counted and not republished; the messages around it are
+// (issue 25: ten 60 MB messages filled the shard queue with 629 MB before
+// the collector rejected them).
+func TestRouterDropsOversized(t *testing.T) {
+	conn, u := dial(t)
+	topo := testTopology(t, conn, 2)
+	if err := Setup(conn, topo); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	small := []byte(`{"remote":"192.0.2.7:1094","data":"AAAA"}`)
+	big := bytes.Repeat([]byte("A"), source.MaxShovelerMessage+1)
+	for _, b := range [][]byte{big, small, big, small} {
+		if err := ch.PublishWithContext(ctx, topo.From, "", false, false, amqp.Publishing{Body: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := amqpconn.NewDialer(amqpconn.Config{URL: u}, amqpconn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	r, err := NewRouter(d, topo, DefaultRouterOptions(), nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	routed := 0
+	for routed < 2 && ctx.Err() == nil {
+		for _, q := range topo.Queues() {
+			m, ok, err := ch.Get(q, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				routed++
+				if !bytes.Equal(m.Body, small) {
+					t.Errorf("a message of %d bytes republished", len(m.Body))
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for testutil.ToFloat64(r.oversized) < 2 && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(r.oversized); routed != 2 || got != 2 {
+		t.Errorf("%d routed, %v counted oversized; want 2 and 2", routed, got)
+	}
+	if q, err := ch.QueueDeclarePassive(topo.RouteQueue, true, false, false, false, nil); err != nil || q.Messages != 0 {
+		t.Errorf("route queue: %d messages left (%v)", q.Messages, err)
+	}
+	for _, name := range topo.Queues() {
+		if q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil); err != nil || q.Messages != 0 {
+			t.Errorf("shard queue %s: %d messages left (%v)", name, q.Messages, err)
+		}
+	}
 }

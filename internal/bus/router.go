@@ -49,6 +49,7 @@ type Router struct {
 
 	routed     prometheus.Counter
 	unkeyed    prometheus.Counter
+	oversized  prometheus.Counter
 	reconnects prometheus.Counter
 }
 
@@ -87,6 +88,10 @@ func NewRouter(d *amqpconn.Dialer, t Topology, opts RouterOptions, log *slog.Log
 		})),
 		unkeyed: metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "xrdmon_bus_unkeyed_total", Help: "Shoveler messages without a readable remote, routed with an empty key (their collector rejects them).",
+		})),
+		oversized: metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_bus_oversized_total",
+			Help: "Messages larger than a shoveler message can be (the collector would reject them), acknowledged and dropped, not republished.",
 		})),
 		reconnects: metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "xrdmon_bus_reconnects_total", Help: "Router sessions that ended in an error and were started again.",
@@ -187,6 +192,18 @@ func (r *Router) session(ctx context.Context) error {
 			}
 			if !ok {
 				break
+			}
+			if len(d.Body) > source.MaxShovelerMessage {
+				// The collector would reject it as oversized: it is not
+				// worth a shard queue's memory. Acknowledged with the
+				// batch, or now when it is the batch's only message.
+				r.oversized.Inc()
+				if len(pending) > 0 {
+					last = d.DeliveryTag
+				} else if err := in.Ack(d.DeliveryTag, false); err != nil {
+					return fmt.Errorf("ack upstream: %w", err)
+				}
+				continue
 			}
 			if len(pending) == 0 {
 				wait.Reset(r.opts.Wait)

@@ -10,6 +10,18 @@ import (
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
+// maxSummaryEvent bounds the encoded size of the event a summary datagram
+// of n bytes becomes: an honest summary's JSON is about as long as its XML
+// (each value's dotted name replaces its opening and closing tags), while
+// long stats ids repeated in front of thousands of short values would make
+// a 34 KB datagram a 678 KB event (docs/limits.md).
+func maxSummaryEvent(n int) int { return 2*n + 1024 }
+
+// maxTod is the latest report time a summary event takes (the end of year
+// 9999: JSON and RFC 3339 hold no later one); the report's own tod stays in
+// its data. The store indexes it within a window around its receive time.
+const maxTod = 253402300799
+
 // handleSummary makes an xrd.report summary an event. Summaries come
 // once a minute or so per server, beside the detailed stream: decoding
 // them here (XML or JSON) costs the hot path nothing measurable, and lets
@@ -36,7 +48,7 @@ func (s *Shard) handleSummary(data []byte, addr netip.Addr, kind packet.Kind) {
 		}
 	}
 	raw, err := json.Marshal(d) // strings are valid UTF-8 (ParseSummary checks), numbers finite
-	if err != nil {
+	if err != nil || len(raw) > maxSummaryEvent(len(data)) {
 		s.stats.Rejected[RejectSummaryBounds]++
 		return
 	}
@@ -46,7 +58,7 @@ func (s *Shard) handleSummary(data []byte, addr netip.Addr, kind packet.Kind) {
 		EventID:    record.EventID(ip, sum.Tos, 0, 'S', 0, sum.Tod, 0, data),
 		Type:       record.EventSummary,
 		Provider:   "S",
-		Time:       time.Unix(sum.Tod, 0).UTC(),
+		Time:       time.Unix(min(max(sum.Tod, 0), maxTod), 0).UTC(),
 		Received:   s.now,
 		ServerIP:   ip,
 		ServerHost: host,

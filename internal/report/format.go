@@ -108,6 +108,19 @@ func Text(s string) string {
 	return q[1 : len(q)-1]
 }
 
+// Cell makes a string from a packet safe for a CSV cell that a person
+// opens in a spreadsheet or prints to a terminal: control characters are
+// escaped as Text does, and a cell a spreadsheet would take for a formula
+// (beginning with =, +, -, @, a tab or a carriage return, such as
+// =HYPERLINK(...) as a user name) gets a leading apostrophe, which shows
+// it as text (OWASP, "CSV Injection").
+func Cell(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		s = "'" + s
+	}
+	return Text(s)
+}
+
 // recordColumns are the columns of a record listing.
 // duration_seconds is the transfer's duration (end - start, seconds).
 var recordColumns = []string{"end", "server", "site", "user", "vo", "client", "path", "read_bytes", "readv_bytes", "write_bytes", "duration_seconds", "reason"}
@@ -184,7 +197,11 @@ func (rw *RecordWriter) Write(r *record.Record) error {
 		_, err := fmt.Fprintln(rw.tw, strings.Join(recordValues(r, true), "\t"))
 		return err
 	case CSV:
-		return rw.cw.Write(recordValues(r, false))
+		v := recordValues(r, false)
+		for _, i := range [...]int{1, 2, 3, 4, 5, 6, 10} { // the texts from packets
+			v[i] = Cell(v[i])
+		}
+		return rw.cw.Write(v)
 	}
 	rw.buf = append(record.AppendJSON(rw.buf[:0], r), '\n')
 	_, err := rw.w.Write(rw.buf)
@@ -234,7 +251,11 @@ func WriteSummary(w io.Writer, s *Summary, f Format) error {
 		cw := csv.NewWriter(w)
 		cw.Write(head) //nolint:errcheck // reported by Flush
 		for _, r := range s.Rows {
-			v := append(append([]string(nil), r.Keys...),
+			v := make([]string, 0, len(head))
+			for _, k := range r.Keys {
+				v = append(v, Cell(k))
+			}
+			v = append(v,
 				strconv.FormatInt(r.Transfers, 10), strconv.FormatInt(r.Partial, 10),
 				strconv.FormatInt(r.ReadBytes, 10), strconv.FormatInt(r.ReadvBytes, 10), strconv.FormatInt(r.WriteBytes, 10),
 				strconv.Itoa(r.Users), strconv.FormatFloat(r.Seconds, 'f', -1, 64))

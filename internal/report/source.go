@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -123,6 +124,18 @@ func (s APISource) getJSON(ctx context.Context, u string, v any) (int, error) {
 		req.Header.Set("Authorization", "Bearer "+s.Token)
 	}
 	resp, err := client.Do(req)
+	// The collector serves a few queries at once and answers the rest 503
+	// with Retry-After: wait and ask again, a few times.
+	for i := 0; err == nil && resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" && i < 5; i++ {
+		resp.Body.Close()
+		wait, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(time.Duration(min(max(wait, 1), 10)) * time.Second):
+		}
+		resp, err = client.Do(req)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("query collector: %w", err)
 	}

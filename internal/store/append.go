@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -47,34 +48,78 @@ func (b *encBuf) get(i int) []byte {
 	return b.buf[start:b.ends[i]]
 }
 
+// maxPooledEnc is the largest encoding buffer kept for reuse: a batch of
+// 1,024 records takes about 0.5 MB; a one-off large batch (thousands of
+// summaries) is left to the garbage collector instead of staying alive in
+// the pool.
+const maxPooledEnc = 8 << 20
+
 func (b *encBuf) release() {
-	if cap(b.buf) > 64<<20 {
-		return // don't keep a huge one-off buffer alive
+	if cap(b.buf) > maxPooledEnc {
+		return
 	}
 	b.buf = b.buf[:0]
 	b.ends = b.ends[:0]
 	encPool.Put(b)
 }
 
-// unixNanos returns t in Unix nanoseconds, 0 for the zero time.
-func unixNanos(t time.Time) int64 {
+// maxTimeAfter bounds how far after its receive time an entry's time is
+// indexed (docs/limits.md): a server's clock, or a forged packet, may claim
+// any time, and an entry indexed in 2261 would keep its block from ever
+// expiring. Earlier times are kept: they only make the entry itself expire
+// sooner (a block goes when its latest entry is old), and replays and
+// late deliveries legitimately carry them.
+const maxTimeAfter = time.Hour
+
+// Bounds of the times UnixNano can represent, for entries without a
+// receive time.
+var (
+	minIndexTime = time.Unix(0, math.MinInt64+1)
+	maxIndexTime = time.Unix(0, math.MaxInt64)
+)
+
+// indexTime returns t in Unix ns (0 for the zero time), at most
+// maxTimeAfter after received (when set) and within what an int64 holds,
+// and whether it was clamped.
+func indexTime(t, received time.Time) (int64, bool) {
 	if t.IsZero() {
-		return 0
+		return 0, false
 	}
-	return t.UnixNano()
+	lo, hi := minIndexTime, maxIndexTime
+	if !received.IsZero() && received.Add(maxTimeAfter).Before(hi) {
+		hi = received.Add(maxTimeAfter)
+	}
+	switch {
+	case t.Before(lo):
+		return lo.UnixNano(), true
+	case t.After(hi):
+		return hi.UnixNano(), true
+	}
+	return t.UnixNano(), false
 }
 
-// recordTime is the time a record is indexed and retained by: End, else
-// Start, else Received.
+// recordTime is the time a record is indexed, listed and retained by: End,
+// else Start, else Received, at most maxTimeAfter after Received.
 func recordTime(r *record.Record) int64 {
+	t, _ := recordIndexTime(r)
+	return t
+}
+
+func recordIndexTime(r *record.Record) (int64, bool) {
 	switch {
 	case !r.End.IsZero():
-		return r.End.UnixNano()
+		return indexTime(r.End, r.Received)
 	case !r.Start.IsZero():
-		return r.Start.UnixNano()
-	default:
-		return unixNanos(r.Received)
+		return indexTime(r.Start, r.Received)
 	}
+	return indexTime(r.Received, time.Time{})
+}
+
+// eventTime is the time an event is indexed, listed and retained by: Time,
+// at most maxTimeAfter after Received.
+func eventTime(e *record.Event) int64 {
+	t, _ := indexTime(e.Time, e.Received)
+	return t
 }
 
 // serverName is the value of the indexed server column: the host name when
@@ -233,12 +278,16 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 			return 0, 0, 0, err
 		}
 		seq++
-		bb.add(entryRecord, seq, rid, recordTime(r), b.get(i))
+		t, clamped := recordIndexTime(r)
+		if clamped {
+			s.m.timesClamped.Inc()
+		}
+		bb.add(entryRecord, seq, rid, t, b.get(i))
 		if listen {
 			s.appended = append(s.appended, Entry{Seq: seq, Record: r})
 		}
 		nrec++
-		if bb.n == maxBlockEntries {
+		if bb.full() {
 			if err := flush(); err != nil {
 				return 0, 0, 0, err
 			}
@@ -262,12 +311,16 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 			bb.post(id)
 		}
 		seq++
-		bb.add(entryEvent, seq, rid, unixNanos(e.Time), b.get(len(recs)+i))
+		t, clamped := indexTime(e.Time, e.Received)
+		if clamped {
+			s.m.timesClamped.Inc()
+		}
+		bb.add(entryEvent, seq, rid, t, b.get(len(recs)+i))
 		if listen {
 			s.appended = append(s.appended, Entry{Seq: seq, Event: e})
 		}
 		nev++
-		if bb.n == maxBlockEntries {
+		if bb.full() {
 			if err := flush(); err != nil {
 				return 0, 0, 0, err
 			}

@@ -34,6 +34,13 @@ const blockCodecS2 = 1
 // (at ~470 bytes a record) and 150-600 KB compressed.
 const maxBlockEntries = 4096
 
+// maxBlockBytes bounds the uncompressed entries of one block as well: a
+// block is sealed once they reach it, so that a run of large entries (a
+// summary event is up to ~130 KB) never makes a block, the builder's
+// buffers or a reader's cache hundreds of megabytes. A single entry larger
+// than it is a block of its own.
+const maxBlockBytes = 4 << 20
+
 // Entry kinds in a block.
 const (
 	entryRecord = 0
@@ -65,6 +72,9 @@ func newBlockBuilder() *blockBuilder {
 
 // reset starts a new block whose first entry will have seq first.
 func (b *blockBuilder) reset(first int64) {
+	if cap(b.raw) > 2*maxBlockBytes { // after one oversized entry
+		b.raw, b.enc, b.comp = make([]byte, 0, 2<<20), nil, nil
+	}
 	b.raw = b.raw[:0]
 	b.first, b.last = first, first-1
 	b.n, b.records, b.events = 0, 0, 0
@@ -96,6 +106,9 @@ func (b *blockBuilder) add(kind byte, seq int64, rid uint64, t int64, data []byt
 		}
 	}
 }
+
+// full reports whether the block must be sealed before another entry.
+func (b *blockBuilder) full() bool { return b.n >= maxBlockEntries || len(b.raw) >= maxBlockBytes }
 
 // post adds a dictionary id to the block's postings (0, the empty name, is
 // not posted).

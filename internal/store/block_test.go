@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -351,5 +353,101 @@ func TestQueryPages(t *testing.T) {
 		if !slices.Equal(paged, want) {
 			t.Errorf("%+v: pages give %d records, one query %d", q, len(paged), len(want))
 		}
+	}
+}
+
+// TestBlockByteBound: large entries (summary events of ~100 KB) seal a
+// block at maxBlockBytes, not only at maxBlockEntries, so that no block,
+// builder buffer or reader cache grows to the size of a whole batch
+// (issue 25: 4,096 summaries of 678 KB made one 2.7 GB block).
+func TestBlockByteBound(t *testing.T) {
+	s, _ := openTest(t, nil)
+	ctx := context.Background()
+	const n, size = 200, 100_000
+	evs := make([]record.Event, n)
+	for i := range evs {
+		evs[i] = testEvent(i)
+		evs[i].Data = json.RawMessage(fmt.Sprintf(`{"pad":"%0*d"}`, size, i))
+	}
+	if err := s.Append(ctx, nil, evs); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT data, events FROM blocks`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	blocks, total := 0, 0
+	for rows.Next() {
+		var data []byte
+		var k int
+		if err := rows.Scan(&data, &k); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := blockEntries(nil, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(raw) > maxBlockBytes+size+200 {
+			t.Errorf("block of %d entries holds %d bytes, bound %d plus one entry", k, len(raw), maxBlockBytes)
+		}
+		blocks++
+		total += k
+	}
+	if total != n || blocks < n*size/maxBlockBytes {
+		t.Errorf("%d events in %d blocks, want %d in at least %d", total, blocks, n, n*size/maxBlockBytes)
+	}
+	got, err := s.Read(ctx, 0, 1000)
+	if err != nil || len(got) != n {
+		t.Fatalf("read back %d entries: %v", len(got), err)
+	}
+}
+
+// TestPageByteBound: with MaxBytes a page of large entries ends early, at
+// least one entry, and paging on with Next lists every entry once, in
+// both orders (issue 25: /events?limit=1000 answered 678 MB).
+func TestPageByteBound(t *testing.T) {
+	s, _ := openTest(t, nil)
+	ctx := context.Background()
+	const n, size = 60, 10_000
+	evs := make([]record.Event, n)
+	for i := range evs {
+		evs[i] = testEvent(i)
+		evs[i].Data = json.RawMessage(fmt.Sprintf(`{"pad":"%0*d"}`, size*(1+i%3), i))
+	}
+	if err := s.Append(ctx, testRecords(0, 20), evs); err != nil {
+		t.Fatal(err)
+	}
+	for _, newest := range []bool{false, true} {
+		q := EventQuery{Limit: 1000, MaxBytes: 35_000, Newest: newest}
+		seen := map[string]bool{}
+		for pages := 0; ; pages++ {
+			page, next, err := s.QueryEvents(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bytes := 0
+			for _, e := range page {
+				if seen[e.EventID] {
+					t.Fatalf("newest=%v: %s listed twice", newest, e.EventID)
+				}
+				seen[e.EventID] = true
+				bytes += len(e.Data)
+			}
+			if len(page) == 0 || (len(page) > 1 && bytes > q.MaxBytes) {
+				t.Fatalf("newest=%v page %d: %d events of %d bytes", newest, pages, len(page), bytes)
+			}
+			if next == nil {
+				break
+			}
+			q.After = next
+		}
+		if len(seen) != n {
+			t.Errorf("newest=%v: %d events listed, want %d", newest, len(seen), n)
+		}
+	}
+	recs, next, err := s.QueryPage(ctx, Query{Limit: 1000, MaxBytes: 1})
+	if err != nil || len(recs) != 1 || next == nil {
+		t.Errorf("records with a 1-byte budget: %d records, next %v, %v", len(recs), next, err)
 	}
 }

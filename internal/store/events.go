@@ -22,6 +22,9 @@ type EventQuery struct {
 	Server, Site string
 	// Limit caps the result (<= 0: 1000; at most 100000).
 	Limit int
+	// MaxBytes, when positive, bounds the stored bytes of the events of
+	// one page (at least one event), as Query.MaxBytes.
+	MaxBytes int
 	// Newest returns the latest events first (default: oldest first).
 	Newest bool
 	// After continues a listing (the Next of the previous page).
@@ -86,13 +89,13 @@ func (r *Reader) QueryEvents(ctx context.Context, q EventQuery) ([]record.Event,
 	if err != nil {
 		return nil, nil, fmt.Errorf("query events: %w", err)
 	}
-	pg := pager[record.Event]{limit: limit, newest: q.Newest}
+	pg := pager[record.Event]{limit: limit, newest: q.Newest, maxBytes: q.MaxBytes}
 	err = scan(ctx, r, "query events", cands, entryEvent, &pg, q.After,
 		func(data []byte, e *record.Event) (int64, bool, error) {
 			if err := record.DecodeStoredEvent(data, e); err != nil {
 				return 0, false, err
 			}
-			t := unixNanos(e.Time)
+			t := eventTime(e)
 			return t, q.match(e, t), nil
 		})
 	if err != nil {

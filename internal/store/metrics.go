@@ -10,6 +10,7 @@ type metrics struct {
 	recordsAppended  prometheus.Counter
 	eventsAppended   prometheus.Counter
 	duplicates       prometheus.Counter
+	timesClamped     prometheus.Counter
 	appendErrors     prometheus.Counter
 	fullRefusals     prometheus.Counter
 	retentionDeleted prometheus.Counter
@@ -43,6 +44,10 @@ func newMetrics(s *Store) *metrics {
 			Name: "xrdmon_store_duplicates_total",
 			Help: "Records and events not appended because their id was already stored.",
 		}),
+		timesClamped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_store_times_clamped_total",
+			Help: "Records and events whose time lay more than an hour after their receive time (a server clock or a forged packet in the future), indexed and retained at that bound.",
+		}),
 		appendErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "xrdmon_store_append_errors_total",
 			Help: "Append transactions that failed and were rolled back.",
@@ -61,7 +66,7 @@ func newMetrics(s *Store) *metrics {
 		}),
 		blockBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "xrdmon_store_block_bytes",
-			Help:    "Compressed size of the blocks written to the store (up to 4096 entries each).",
+			Help:    "Compressed size of the blocks written to the store (up to 4096 entries or 4 MiB of entries each).",
 			Buckets: prometheus.ExponentialBuckets(256, 4, 9),
 		}),
 		postDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -88,7 +93,7 @@ func newMetrics(s *Store) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.reg, m.set = reg, xmetrics.NewSet(reg)
 	for _, c := range []prometheus.Collector{m.batchDuration, m.recordsAppended, m.eventsAppended,
-		m.duplicates, m.appendErrors, m.fullRefusals, m.retentionDeleted, m.maxBytesDropped,
+		m.duplicates, m.timesClamped, m.appendErrors, m.fullRefusals, m.retentionDeleted, m.maxBytesDropped,
 		m.blockBytes, m.postDuration, m.bytes, m.lastSeq, m.backlog} {
 		xmetrics.Add(m.set, c)
 	}

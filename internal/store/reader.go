@@ -212,6 +212,10 @@ type Query struct {
 	Partial bool
 	// Limit caps the result (<= 0: 1000; at most 100000).
 	Limit int
+	// MaxBytes, when positive, bounds the stored bytes of the records of
+	// one page (at least one record): a page that reaches it ends early,
+	// with a position to go on from.
+	MaxBytes int
 	// Newest returns the latest records first (default: oldest first).
 	Newest bool
 	// After, when set, continues a listing: only records that come after
@@ -315,7 +319,7 @@ func (r *Reader) QueryPage(ctx context.Context, q Query) ([]record.Record, *Posi
 	if err != nil {
 		return nil, nil, fmt.Errorf("query records: %w", err)
 	}
-	pg := pager[record.Record]{limit: limit, newest: q.Newest}
+	pg := pager[record.Record]{limit: limit, newest: q.Newest, maxBytes: q.MaxBytes}
 	err = scan(ctx, r, "query records", cands, entryRecord, &pg, q.After,
 		func(data []byte, rec *record.Record) (int64, bool, error) {
 			if err := record.DecodeStored(data, rec); err != nil {
@@ -359,7 +363,7 @@ func scan[T any](ctx context.Context, r *Reader, what string, cands []blockCand,
 				return fmt.Errorf("%s: decode seq %d: %w", what, it.cur.seq, err)
 			}
 			if match && after.passed(pg.newest, t, it.cur.seq) {
-				pg.add(t, it.cur.seq, v)
+				pg.add(t, it.cur.seq, len(it.cur.data), v)
 			}
 		}
 		if it.err != nil {
@@ -392,20 +396,34 @@ func (a *Position) passed(newest bool, t, seq int64) bool {
 }
 
 // pager keeps the first limit entries of a listing in its order (time,
-// then sequence number; reversed when newest).
+// then sequence number; reversed when newest) and, when maxBytes is set,
+// no more of them than fit in maxBytes of stored entry bytes (at least
+// one): a page of large entries ends early, with a position to go on from.
 type pager[T any] struct {
-	limit  int
-	newest bool
-	hits   []hitOf[T]
+	limit    int
+	newest   bool
+	maxBytes int
+	bytes    int // stored bytes of hits
+	cut      bool
+	hits     []hitOf[T]
 }
 
-// hitOf is a matching entry with its sort key.
+// hitOf is a matching entry with its sort key and its stored size.
 type hitOf[T any] struct {
 	t, seq int64
+	n      int
 	v      T
 }
 
-func (p *pager[T]) add(t, seq int64, v T) { p.hits = append(p.hits, hitOf[T]{t, seq, v}) }
+// add keeps a matching entry of n stored bytes. Past twice the byte
+// budget it trims at once, so that what a scan holds stays bounded too.
+func (p *pager[T]) add(t, seq int64, n int, v T) {
+	p.hits = append(p.hits, hitOf[T]{t, seq, n, v})
+	p.bytes += n
+	if p.maxBytes > 0 && p.bytes > 2*p.maxBytes {
+		p.trim()
+	}
+}
 
 func (p *pager[T]) trim() {
 	slices.SortFunc(p.hits, func(a, b hitOf[T]) int {
@@ -415,10 +433,23 @@ func (p *pager[T]) trim() {
 		}
 		return c
 	})
-	if len(p.hits) > p.limit {
-		clear(p.hits[p.limit:])
-		p.hits = p.hits[:p.limit]
+	keep := min(len(p.hits), p.limit)
+	if p.maxBytes > 0 {
+		sum := 0
+		for i := range keep {
+			if sum += p.hits[i].n; sum > p.maxBytes && i > 0 {
+				// Entries that sort earlier can still come and push
+				// these out; the page never grows past this again.
+				keep, p.limit, p.cut = i, i, true
+				break
+			}
+		}
 	}
+	for _, h := range p.hits[keep:] {
+		p.bytes -= h.n
+	}
+	clear(p.hits[keep:])
+	p.hits = p.hits[:keep]
 }
 
 // past reports whether a block of entries timed in [minNs, maxNs], and
@@ -441,7 +472,7 @@ func (p *pager[T]) page() ([]T, *Position) {
 	for i, h := range p.hits {
 		out[i] = h.v
 	}
-	if len(p.hits) == p.limit {
+	if len(p.hits) == p.limit && len(p.hits) > 0 {
 		last := p.hits[len(p.hits)-1]
 		return out, &Position{last.t, last.seq}
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
@@ -175,5 +177,44 @@ func TestDiskFull(t *testing.T) {
 	}
 	if got, _ := s.Read(ctx, last, 1000); len(got) != 100 || got[0].Seq != last+1 {
 		t.Fatalf("after recovery read %d entries", len(got))
+	}
+}
+
+// TestFutureTimesExpire: records and events claiming times far after their
+// receive time (a server clock in 2261, a summary tod past what int64
+// nanoseconds hold) are indexed at most maxTimeAfter after it, counted,
+// and expire with the rest (issue 25: 1,840 expired records and 7,331
+// events were never deleted); earlier times are kept.
+func TestFutureTimesExpire(t *testing.T) {
+	s, _ := openTest(t, func(o *Options) { o.Retention = time.Hour })
+	ctx := context.Background()
+	recs := testRecords(0, 4)
+	recs[3].End = recs[3].Received.Add(-300 * 24 * time.Hour) // a late delivery: kept as it is
+	recs[0].End = time.Date(2261, 1, 1, 0, 0, 0, 0, time.UTC)
+	recs[1].End, recs[1].Start = time.Time{}, time.Unix(1<<40, 0) // year 34,000
+	evs := []record.Event{testEvent(1), testEvent(2)}
+	evs[0].Time = time.Date(2261, 1, 1, 0, 0, 0, 0, time.UTC)
+	evs[1].Time = time.Unix(1<<62, 0) // UnixNano overflows
+	if err := s.Append(ctx, recs, evs); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(s.m.timesClamped); got != 4 {
+		t.Errorf("times clamped: %v, want 4", got)
+	}
+	// Listed within the window, in order, with the times they claimed.
+	got, err := s.Query(ctx, Query{From: t0, To: t0.Add(2 * time.Hour)})
+	if err != nil || len(got) != 3 || !got[2].End.Equal(recs[0].End) && !got[2].Start.Equal(recs[1].Start) {
+		t.Fatalf("query: %d records, %v", len(got), err)
+	}
+	if old, err := s.Query(ctx, Query{To: t0.Add(-200 * 24 * time.Hour)}); err != nil || len(old) != 1 || old[0].RecordID != recs[3].RecordID {
+		t.Fatalf("the late record by its own time: %d records, %v", len(old), err)
+	}
+	evGot, _, err := s.QueryEvents(ctx, EventQuery{From: t0})
+	if err != nil || len(evGot) != 2 {
+		t.Fatalf("events: %d, %v", len(evGot), err)
+	}
+	n, _, err := s.retain(ctx, t0.Add(maxTimeAfter+time.Hour+time.Minute))
+	if err != nil || n != 6 {
+		t.Fatalf("retain = %d, %v; want all 6 entries expired", n, err)
 	}
 }

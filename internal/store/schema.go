@@ -337,7 +337,7 @@ func migrateV4(ctx context.Context, tx *sql.Tx) error {
 		if err := rows.Scan(&seq, &kind, &rid, &eventID, &t, &sid, &ip, &site1, &usr, &server, &site, &data); err != nil {
 			return fmt.Errorf("read version 3 entries: %w", err)
 		}
-		if !started || bb.n == maxBlockEntries {
+		if !started || bb.full() {
 			if err := flush(); err != nil {
 				return err
 			}

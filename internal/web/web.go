@@ -24,6 +24,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// WriteTimeout bounds the time to write one answer: a client that stops
+// reading (holding an answer in the server's memory) is cut off after it.
+// Profiles (?seconds=N) must stay shorter.
+const WriteTimeout = time.Minute
+
 // ShutdownTimeout bounds how long Run waits for requests in progress after
 // its context is canceled.
 const ShutdownTimeout = 5 * time.Second
@@ -97,6 +102,7 @@ func New(cfg Config, reg *prometheus.Registry, log *slog.Logger) *Server {
 	s.srv = &http.Server{
 		Handler:           s.mux,
 		ReadHeaderTimeout: 10 * time.Second,
+		WriteTimeout:      WriteTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

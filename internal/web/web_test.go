@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -204,5 +205,46 @@ func TestTwoServersShareARegistry(t *testing.T) {
 	_, body, _ := get(t, a.Handler(), "/metrics")
 	if !strings.Contains(body, `xrdmon_http_requests_total{code="200",handler="/healthz"} 2`) {
 		t.Errorf("shared counter not shared:\n%s", body)
+	}
+}
+
+// A client that never reads its answer is cut off after the write timeout,
+// so that the answer it holds in memory is let go (issue 25: 30 clients
+// holding 20 MB answers kept 1.98 GB for minutes).
+func TestWriteTimeout(t *testing.T) {
+	s := New(Config{Address: "127.0.0.1:0"}, prometheus.NewRegistry(), nil)
+	if s.srv.WriteTimeout != WriteTimeout || WriteTimeout <= 0 {
+		t.Fatalf("write timeout %v", s.srv.WriteTimeout)
+	}
+	s.srv.WriteTimeout = 100 * time.Millisecond // the same mechanism, sooner
+	gaveUp := make(chan error, 1)
+	s.Handle("/big", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		chunk := make([]byte, 1<<20)
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				gaveUp <- err
+				return
+			}
+		}
+	}))
+	addr, err := s.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = s.Run(ctx) }()
+	conn, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	select { // never reading
+	case <-gaveUp:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the answer to a client that does not read was still being written after 30 s")
 	}
 }

@@ -36,7 +36,16 @@
   }
 
   // --- DOM helpers ---------------------------------------------------------
-  // el builds an element; children that are not nodes become text nodes.
+  // Bidirectional controls (U+061C, U+200E/F, U+202A-202E, U+2066-2069)
+  // reorder the text around them: a path ending in "\u202Egnp.exe" reads
+  // "exe.png". visible shows each as a mark ("<U+202E>") instead, as the
+  // command line's table escapes them.
+  const bidi = /[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/g;
+  function visible(s) {
+    return String(s).replace(bidi, (c) => '<U+' + c.codePointAt(0).toString(16).toUpperCase().padStart(4, '0') + '>');
+  }
+  // el builds an element; children that are not nodes become text nodes,
+  // through visible (attribute values too).
   function el(tag, attrs, ...children) {
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -44,11 +53,11 @@
       if (k === 'class') e.className = v;
       else if (k === 'on') for (const [ev, fn] of Object.entries(v)) e.addEventListener(ev, fn);
       else if (k === 'data') for (const [dk, dv] of Object.entries(v)) e.dataset[dk] = String(dv);
-      else e.setAttribute(k, String(v));
+      else e.setAttribute(k, visible(v));
     }
     for (const c of children.flat()) {
       if (c === undefined || c === null) continue;
-      e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+      e.append(c instanceof Node ? c : document.createTextNode(visible(c)));
     }
     return e;
   }
@@ -120,7 +129,13 @@
     const headers = {};
     const tok = sessionStorage.getItem(tokenKey);
     if (tok) headers.Authorization = 'Bearer ' + tok;
-    const r = await fetch(u, { headers });
+    let r = await fetch(u, { headers });
+    // The collector serves a few queries at once and answers the rest 503
+    // with Retry-After: wait and ask again, a few times.
+    for (let i = 0; r.status === 503 && r.headers.get('Retry-After') && i < 5; i++) {
+      await new Promise((ok) => setTimeout(ok, 1000 * Math.min(Number(r.headers.get('Retry-After')) || 1, 10)));
+      r = await fetch(u, { headers });
+    }
     if (r.status === 401) {
       $('tokenbox').hidden = false;
       throw new Error('the API needs a token');
@@ -175,7 +190,7 @@
     }
     const order = opts.stacked ? series.map((_, i) => series.length - 1 - i) : series.map((_, i) => i);
     const useries = [{ value: (u, v) => (v === null || v === undefined ? '—' : fmt.time(v * 1000)) }].concat(order.map((i) => ({
-      label: series[i].label,
+      label: visible(series[i].label),
       stroke: colour(i),
       fill: opts.stacked ? translucent(colour(i)) : undefined,
       width: 1.5,

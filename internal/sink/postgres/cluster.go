@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -79,10 +80,12 @@ func AcquireLease(ctx context.Context, url, schema, shard, holder string, interv
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = "xrdmon lease " + shard
+	cfg.DialFunc = (&net.Dialer{Timeout: 30 * time.Second, KeepAliveConfig: leaseKeepAlive}).DialContext
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("lease: connect: %w", err)
 	}
+	keepAliveOnServer(ctx, conn, log)
 	if err := migrate(ctx, conn, schema); err != nil {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("lease: %w", err)
@@ -96,6 +99,10 @@ func AcquireLease(ctx context.Context, url, schema, shard, holder string, interv
 		}
 		if got {
 			break
+		}
+		if err := endSilentHolder(ctx, conn, schema, shard, 10*interval, log); err != nil {
+			conn.Close(context.Background())
+			return nil, fmt.Errorf("lease %s: %w", shard, err)
 		}
 		if !logged {
 			log.Info("Waiting for the shard: another collector holds it", "shard", shard)
@@ -122,6 +129,58 @@ func AcquireLease(ctx context.Context, url, schema, shard, holder string, interv
 	mctx, l.stop = context.WithCancel(context.Background())
 	go l.watch(mctx, interval)
 	return l, nil
+}
+
+// leaseKeepAlive probes the lease connection when it is idle, so that a
+// peer that vanished without a reset is noticed within about 20 s on this
+// side (the watch's pings notice it sooner).
+var leaseKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 3}
+
+// keepAliveOnServer sets the server's side of the lease connection alike:
+// PostgreSQL releases the advisory lock only when it ends the session, and
+// with its default keepalives (tcp_keepalives_idle 7200 s on Linux) a
+// session whose client vanished without a reset lives for hours. Settings
+// the server refuses (an older version, a pooler) are logged and skipped:
+// endSilentHolder still frees the shard.
+func keepAliveOnServer(ctx context.Context, conn *pgx.Conn, log *slog.Logger) {
+	for _, set := range []string{"SET tcp_keepalives_idle = 10", "SET tcp_keepalives_interval = 5",
+		"SET tcp_keepalives_count = 3", "SET tcp_user_timeout = 30000"} {
+		if _, err := conn.Exec(ctx, set); err != nil {
+			log.Debug("Lease connection setting refused", "setting", set, "err", err)
+		}
+	}
+}
+
+// endSilentHolder ends the session that holds the shard's lock when it has
+// run no statement within ttl: a live holder pings its lease connection
+// every interval (watch), so a silent one is frozen — its machine stopped
+// or partitioned behind something that neither forwards nor resets the
+// connection, and no keepalive reaches the server. Whatever the frozen
+// holder still writes is fenced by the epoch. Ending another session needs
+// the same role as its user (or pg_signal_backend); without it the server's
+// keepalives are what free the shard, and the refusal is logged.
+func endSilentHolder(ctx context.Context, conn *pgx.Conn, schema, shard string, ttl time.Duration, log *slog.Logger) error {
+	var pid *int32
+	err := conn.QueryRow(ctx, `WITH k AS (SELECT hashtextextended($1, 0) AS k)
+		SELECT a.pid FROM k, pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND l.classid = ((k.k >> 32) & 4294967295)::oid AND l.objid = (k.k & 4294967295)::oid
+		  AND a.state_change < now() - make_interval(secs => $2)`,
+		leaseKey(schema, shard), ttl.Seconds()).Scan(&pid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look for a silent holder: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend($1)`, *pid); err != nil {
+		log.Warn("Cannot end the session of a holder silent for longer than its lease allows; waiting for the server to notice",
+			"shard", shard, "pid", *pid, "silent_for_more_than", ttl, "err", err)
+		return nil
+	}
+	log.Warn("Ended the session of a silent holder of the shard", "shard", shard, "pid", *pid, "silent_for_more_than", ttl)
+	return nil
 }
 
 // watch checks the lease's connection every interval; when it breaks, the

@@ -3,6 +3,10 @@ package postgres
 import (
 	"context"
 	"errors"
+	"net"
+	"net/url"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,5 +144,125 @@ func TestClusterStoreFencing(t *testing.T) {
 	}
 	if got, _ := sb.GetState(ctx, "correlate/0-of-1"); string(got) != "state of b" {
 		t.Errorf("checkpoint %q after the fenced write", got)
+	}
+}
+
+// freezer is a loopback TCP proxy to PostgreSQL that can stop forwarding
+// without closing anything: to both ends the connection looks alive (the
+// kernel acknowledges), nothing goes through, nothing is reset.
+type freezer struct {
+	ln     net.Listener
+	frozen chan struct{}
+}
+
+func newFreezer(t *testing.T, target string) *freezer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{ln: ln, frozen: make(chan struct{})}
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			go f.pipe(c, s)
+			go f.pipe(s, c)
+		}
+	}()
+	return f
+}
+
+// pipe copies from src to dst until the proxy is frozen; then it holds
+// both open and reads nothing more.
+func (f *freezer) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		_ = src.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		n, err := src.Read(buf)
+		select {
+		case <-f.frozen:
+			return
+		default:
+		}
+		if n > 0 {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return
+		}
+	}
+}
+
+// TestLeaseFrozenConnection: the holder's connection freezes (no reset, no
+// close; a partition behind a middlebox): the holder learns it lost the
+// shard, and a standby gets it within a bound, rather than after the
+// server's TCP keepalive gives up two hours later (issue 25: the standby
+// waited until the proxy was killed).
+func TestLeaseFrozenConnection(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	pu, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := pu.Host
+	if pu.Port() == "" {
+		target = net.JoinHostPort(pu.Hostname(), "5432")
+	}
+	f := newFreezer(t, target)
+	via := *pu
+	via.Host = f.ln.Addr().String()
+	a, err := acquire(t, via.String(), schema, "frozen", "a", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	// While a's pings go through, a standby waiting three times the
+	// silence it tolerates (10 polls) does not take the shard.
+	if _, err := acquire(t, u, schema, "frozen", "early", 1500*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a standby beside a live holder: %v, want to be kept waiting", err)
+	}
+	select {
+	case <-a.Lost():
+		t.Fatal("a live holder lost its lease")
+	default:
+	}
+	close(f.frozen)
+	b, err := acquire(t, u, schema, "frozen", "b", 30*time.Second)
+	if err != nil {
+		t.Fatalf("the standby did not get the shard of a frozen holder: %v", err)
+	}
+	defer b.Release()
+	if b.Epoch != a.Epoch+1 {
+		t.Errorf("epoch %d after %d", b.Epoch, a.Epoch)
+	}
+	select {
+	case <-a.Lost():
+	case <-time.After(30 * time.Second):
+		t.Error("the frozen holder did not learn it lost the shard")
 	}
 }

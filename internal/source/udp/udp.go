@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -141,6 +142,7 @@ type UDP struct {
 	truncated prometheus.Counter
 	batchSize prometheus.Histogram
 	rcvbuf    prometheus.Gauge
+	drops     *dropsCollector
 }
 
 // New binds the listening socket(s) and registers the metrics on reg (nil:
@@ -202,18 +204,50 @@ func (u *UDP) metrics(reg prometheus.Registerer) error {
 	u.rcvbuf = metrics.Add(ms, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "xrdmon_udp_receive_buffer_bytes", Help: "Effective socket receive buffer (as the kernel reports it).",
 	}))
-	// The kernel's count of datagrams dropped because our receive queue was full.
-	metrics.Add(ms, prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "xrdmon_udp_kernel_drops_total",
-		Help: "Datagrams the kernel dropped because the socket receive queue was full (from /proc/net/udp*).",
-	}, func() float64 {
-		n, err := u.KernelDrops()
-		if err != nil {
-			return 0
-		}
-		return float64(n)
-	}))
+	// The kernel's count of datagrams dropped because our receive queue
+	// was full: one collector per registry sums every listener on it (the
+	// detailed and the summary port).
+	u.drops = metrics.Add(ms, &dropsCollector{desc: prometheus.NewDesc("xrdmon_udp_kernel_drops_total",
+		"Datagrams the kernel dropped because the socket receive queue was full, on every UDP listener (from /proc/net/udp*).", nil, nil)})
+	u.drops.add(u)
 	return ms.Err()
+}
+
+// dropsCollector reports the kernel drops of every UDP source registered
+// with it, summed, at scrape time.
+type dropsCollector struct {
+	desc    *prometheus.Desc
+	mu      sync.Mutex
+	sources []*UDP
+}
+
+func (d *dropsCollector) add(u *UDP) {
+	d.mu.Lock()
+	d.sources = append(d.sources, u)
+	d.mu.Unlock()
+}
+
+func (d *dropsCollector) remove(u *UDP) {
+	d.mu.Lock()
+	d.sources = slices.DeleteFunc(d.sources, func(x *UDP) bool { return x == u })
+	d.mu.Unlock()
+}
+
+// Describe implements prometheus.Collector.
+func (d *dropsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- d.desc }
+
+// Collect implements prometheus.Collector.
+func (d *dropsCollector) Collect(ch chan<- prometheus.Metric) {
+	d.mu.Lock()
+	srcs := slices.Clone(d.sources)
+	d.mu.Unlock()
+	var total uint64
+	for _, u := range srcs {
+		if n, err := u.KernelDrops(); err == nil {
+			total += n
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(total))
 }
 
 func (u *UDP) listen() error {
@@ -301,6 +335,9 @@ func (u *UDP) LocalAddr() netip.AddrPort { return u.local }
 func (u *UDP) Close() error {
 	var errs []error
 	u.closeOnce.Do(func() {
+		if u.drops != nil {
+			u.drops.remove(u)
+		}
 		for _, c := range u.conns {
 			if err := c.Close(); err != nil {
 				errs = append(errs, err)

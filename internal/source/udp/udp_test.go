@@ -272,3 +272,43 @@ func TestSecondCollectorRefused(t *testing.T) {
 		t.Fatalf("second source on %s: err = %v, want a refusal naming another collector", addr, err)
 	}
 }
+
+// TestKernelDropsEveryListener: with two listeners on one registry (the
+// detailed and the summary port) the drops of the second one count too
+// (issue 25: 932 drops on the summary port, the metric at 0).
+func TestKernelDropsEveryListener(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	first, _ := start(t, Options{Addr: "127.0.0.1:0"}, reg)
+	second, err := New(Options{Addr: "127.0.0.1:0", ReceiveBuffer: 4096}, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	c := dial(t, "127.0.0.1", second.LocalAddr())
+	msg := make([]byte, 1000)
+	for range 200 {
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drops, err := second.KernelDrops()
+	if err != nil || drops == 0 {
+		t.Fatalf("no drops on the second listener: %v", err)
+	}
+	if n, _ := first.KernelDrops(); n != 0 {
+		t.Fatalf("drops on the first listener: %d", n)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "xrdmon_udp_kernel_drops_total" {
+			got = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if got < float64(drops) {
+		t.Errorf("xrdmon_udp_kernel_drops_total = %v, the second listener dropped %d", got, drops)
+	}
+}
