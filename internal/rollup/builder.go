@@ -122,7 +122,6 @@ type Builder struct {
 	// Of the flushing goroutine only.
 	part      int64             // the last part number used
 	parts     map[bucketKey]int // parts stored per recent bucket
-	lastFlush time.Time
 	feed      chan *feedBatch // from Feed, to Run
 }
 
@@ -202,9 +201,20 @@ func (b *Builder) Run(ctx context.Context) error {
 		return err
 	}
 	b.log.Info("Rollups started", "cursor", b.cursor, "dimensions", len(b.specs)-1)
-	b.lastFlush = time.Now()
+	lastFlush := time.Now()
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
+	// A flush (encoding, merging the hours and days, the store's
+	// transaction) runs beside the summing: the fed batches keep being
+	// taken meanwhile, so that a long flush does not fill the queue.
+	var flushDone chan error
+	flushed := func(err error) {
+		flushDone = nil
+		if err != nil && ctx.Err() == nil {
+			b.m.errors.Inc()
+			b.log.Warn("Rollup flush failed; retrying", "err", err)
+		}
+	}
 	behind := true
 	for {
 		if behind {
@@ -215,13 +225,15 @@ func (b *Builder) Run(ctx context.Context) error {
 			}
 			behind = n == readBatch && err == nil
 		}
-		if ctx.Err() == nil && (time.Since(b.lastFlush) >= b.cfg.FlushInterval.D() || b.headFull()) {
-			if err := b.Flush(ctx); err != nil && ctx.Err() == nil {
-				b.m.errors.Inc()
-				b.log.Warn("Rollup flush failed; retrying", "err", err)
-			}
+		if flushDone == nil && ctx.Err() == nil && (time.Since(lastFlush) >= b.cfg.FlushInterval.D() || b.headFull()) {
+			lastFlush = time.Now()
+			flushDone = make(chan error, 1)
+			go func(done chan<- error) { done <- b.Flush(ctx) }(flushDone)
 		}
 		if ctx.Err() != nil {
+			if flushDone != nil {
+				<-flushDone
+			}
 			// Sum what was fed, then what reached the log before the stop
 			// and was not, then flush.
 			b.drainFeed()
@@ -235,6 +247,8 @@ func (b *Builder) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+		case err := <-flushDone:
+			flushed(err)
 		case fb := <-b.feed:
 			behind = !b.applyFeed(fb)
 		case <-t.C:
@@ -676,7 +690,6 @@ func (b *Builder) Flush(ctx context.Context) error {
 			delete(b.parts, bk)
 		}
 	}
-	b.lastFlush = time.Now()
 	b.m.flushes.Inc()
 	b.m.flushSeconds.Observe(time.Since(start).Seconds())
 	b.m.headBytes.Set(0)
