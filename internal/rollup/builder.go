@@ -120,9 +120,9 @@ type Builder struct {
 	slab    slab         // the head's series, allocated in chunks
 
 	// Of the flushing goroutine only.
-	part      int64             // the last part number used
-	parts     map[bucketKey]int // parts stored per recent bucket
-	feed      chan *feedBatch // from Feed, to Run
+	part  int64             // the last part number used
+	parts map[bucketKey]int // parts stored per recent bucket
+	feed  chan *feedBatch   // from Feed, to Run
 }
 
 // New returns a builder over st; call Run to start it. reg registers its
