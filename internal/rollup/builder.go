@@ -26,6 +26,11 @@ var appendUvarint = binary.AppendUvarint
 type Store interface {
 	PartReader
 	Read(ctx context.Context, afterSeq int64, max int) ([]store.Entry, error)
+	// AddRollupParts writes parts ahead of the CommitRollup that makes
+	// them count; DropRollupPartsAfter removes those of a flush that
+	// never committed (numbered above the committed state's last part).
+	AddRollupParts(ctx context.Context, ps []store.RollupPart) error
+	DropRollupPartsAfter(ctx context.Context, part int64) (int64, error)
 	CommitRollup(ctx context.Context, c store.RollupCommit) error
 }
 
@@ -174,6 +179,13 @@ func (b *Builder) Restore(ctx context.Context) error {
 		return fmt.Errorf("rollup state: %w", err)
 	}
 	b.cursor = cursor
+	// A flush writes its parts ahead of its commit: those of one that did
+	// not commit are dropped, and the entries it held are summed again.
+	if n, err := b.st.DropRollupPartsAfter(ctx, b.part); err != nil {
+		return fmt.Errorf("drop rollup parts of an uncommitted flush: %w", err)
+	} else if n > 0 {
+		b.log.Info("Dropped the rollup parts of a flush that did not commit", "parts", n)
+	}
 	for _, step := range Resolutions {
 		s := int64(step / time.Second)
 		from := b.watermark - 2*s - int64(sealGrace/time.Second)
@@ -655,7 +667,16 @@ func (b *Builder) Flush(ctx context.Context) error {
 			}
 		}
 		b.partsMu.Lock()
-		err = b.st.CommitRollup(ctx, c)
+		err = b.writeParts(ctx, c.Add)
+		if err == nil {
+			c.Add = nil
+			err = b.st.CommitRollup(ctx, c)
+		}
+		if err != nil { // parts written ahead would count twice with the next flush's
+			if _, derr := b.st.DropRollupPartsAfter(context.WithoutCancel(ctx), b.part); derr != nil {
+				b.log.Warn("Dropping the parts of a failed rollup flush failed; a restart drops them", "err", derr)
+			}
+		}
 		b.mu.Lock()
 		if err != nil {
 			mergeHead(b.head, h) // written by a later flush, with its cursor
@@ -693,6 +714,23 @@ func (b *Builder) Flush(ctx context.Context) error {
 	b.m.flushes.Inc()
 	b.m.flushSeconds.Observe(time.Since(start).Seconds())
 	b.m.headBytes.Set(0)
+	return nil
+}
+
+// partsPerTx bounds the parts of one of a flush's transactions: the
+// store's appends wait for each, not for the whole flush.
+const partsPerTx = 2048
+
+// writeParts writes ps ahead of the flush's commit, partsPerTx a
+// transaction.
+func (b *Builder) writeParts(ctx context.Context, ps []store.RollupPart) error {
+	for len(ps) > 0 {
+		n := min(len(ps), partsPerTx)
+		if err := b.st.AddRollupParts(ctx, ps[:n]); err != nil {
+			return err
+		}
+		ps = ps[n:]
+	}
 	return nil
 }
 

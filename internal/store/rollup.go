@@ -47,15 +47,52 @@ type RollupCommit struct {
 
 // CommitRollup applies c in one transaction: after a crash either all of
 // it is there or none, so a builder that resumes from its cursor counts
-// every entry exactly once.
-func (s *Store) CommitRollup(ctx context.Context, c RollupCommit) (err error) {
+// every entry exactly once. Parts written before it by AddRollupParts
+// count from then on (see there).
+func (s *Store) CommitRollup(ctx context.Context, c RollupCommit) error {
+	if err := s.rollupTx(ctx, "commit rollup", func() error { return s.commitRollup(ctx, c) }); err != nil {
+		return err
+	}
+	s.cursorMu.Lock()
+	s.cursors[RollupCursor] = c.Cursor
+	s.cursorMu.Unlock()
+	return nil
+}
+
+// AddRollupParts writes parts in a transaction of their own, ahead of the
+// CommitRollup whose state counts them: a flush of many parts is written
+// in several short transactions, and the log's appends go on between
+// them. Until that commit they are orphans if the builder stops: parts
+// numbered above the part its committed state names are dropped when it
+// restores (DropRollupPartsAfter).
+func (s *Store) AddRollupParts(ctx context.Context, ps []RollupPart) error {
+	return s.rollupTx(ctx, "add rollup parts", func() error { return s.insertParts(ctx, ps) })
+}
+
+// DropRollupPartsAfter deletes the parts numbered above part (the orphans
+// of a flush that did not commit) and returns how many there were.
+func (s *Store) DropRollupPartsAfter(ctx context.Context, part int64) (int64, error) {
+	var n int64
+	err := s.rollupTx(ctx, "drop rollup parts", func() error {
+		res, err := s.wc.ExecContext(ctx, `DELETE FROM rollups WHERE part > ?`, part)
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		return err
+	})
+	return n, err
+}
+
+// rollupTx runs fn in a write transaction: committed if it returns nil,
+// rolled back if not; a full disk is reported as ErrFull.
+func (s *Store) rollupTx(ctx context.Context, what string, fn func() error) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return fmt.Errorf("commit rollup: %w", ErrClosed)
+		return fmt.Errorf("%s: %w", what, ErrClosed)
 	}
 	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("commit rollup: begin: %w", err)
+		return fmt.Errorf("%s: begin: %w", what, err)
 	}
 	defer func() {
 		if err != nil {
@@ -65,9 +102,18 @@ func (s *Store) CommitRollup(ctx context.Context, c RollupCommit) (err error) {
 				s.m.fullRefusals.Inc()
 				err = fullErr{err}
 			}
-			err = fmt.Errorf("commit rollup: %w", err)
+			err = fmt.Errorf("%s: %w", what, err)
 		}
 	}()
+	if err := fn(); err != nil {
+		return err
+	}
+	_, err = s.wc.ExecContext(ctx, "COMMIT")
+	return err
+}
+
+// commitRollup is CommitRollup's transaction. Call with mu held.
+func (s *Store) commitRollup(ctx context.Context, c RollupCommit) error {
 	for _, p := range c.Compacted {
 		if _, err := s.wc.ExecContext(ctx, `DELETE FROM rollups WHERE step = ? AND start = ? AND part <= ?`, p.Step, p.Start, p.Part); err != nil {
 			return err
@@ -101,12 +147,6 @@ func (s *Store) CommitRollup(ctx context.Context, c RollupCommit) (err error) {
 			return err
 		}
 	}
-	if _, err := s.wc.ExecContext(ctx, "COMMIT"); err != nil {
-		return err
-	}
-	s.cursorMu.Lock()
-	s.cursors[RollupCursor] = c.Cursor
-	s.cursorMu.Unlock()
 	return nil
 }
 
