@@ -228,7 +228,11 @@ func (s *STOMP) Run(ctx context.Context, out chan<- *source.Batch) error {
 // session connects, subscribes, consumes until the connection ends, and
 // closes it.
 func (s *STOMP) session(ctx context.Context, out chan<- *source.Batch) error {
-	conn, err := s.dialer.Dial(ctx)
+	// The library queues the frames to write on a channel, and a write
+	// blocked on a full channel when the connection dies never returns:
+	// the channel has room for an ACK of every message the broker may
+	// have sent unacknowledged.
+	conn, err := s.dialer.Dial(ctx, stomp.ConnOpt.WriteChannelCapacity(s.cfg.Prefetch+64))
 	if err != nil {
 		return err
 	}
