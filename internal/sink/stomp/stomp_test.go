@@ -299,9 +299,9 @@ func testRefused(t *testing.T, b broker) {
 func TestRefusedMessage(t *testing.T) {
 	for msg, want := range map[string]bool{
 		"Frame size of 120 MB larger than max allowed 100 MB": true,
-		"message size exceeds max_frame_size":                  true,
-		"User name [x] or password is invalid.":                false,
-		"connection closed unexpectedly":                       false,
+		"message size exceeds max_frame_size":                 true,
+		"User name [x] or password is invalid.":               false,
+		"connection closed unexpectedly":                      false,
 	} {
 		if got := refusedMessage(msg); got != want {
 			t.Errorf("%q: refused %v, want %v", msg, got, want)
