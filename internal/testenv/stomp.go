@@ -128,6 +128,12 @@ func StartActiveMQ(tb testing.TB, withTLS bool) *ActiveMQ {
 	if err := os.WriteFile(filepath.Join(dir, "activemq.xml"), []byte(conf), 0o600); err != nil {
 		tb.Fatal(err)
 	}
+	// The broker's warnings and errors go to its log (activemq.log).
+	log4j := "log4j.rootLogger=WARN, out\nlog4j.appender.out=org.apache.log4j.ConsoleAppender\n" +
+		"log4j.appender.out.layout=org.apache.log4j.PatternLayout\nlog4j.appender.out.layout.ConversionPattern=%d %-5p %c{1} - %m%n\n"
+	if err := os.WriteFile(filepath.Join(dir, "log4j.properties"), []byte(log4j), 0o600); err != nil {
+		tb.Fatal(err)
+	}
 	a.java = java
 	a.Start()
 	tb.Cleanup(a.Stop)
@@ -150,7 +156,7 @@ func (a *ActiveMQ) Start() {
 	defer log.Close()
 	cmd := exec.Command(a.java, "-Xms64M", "-Xmx256M", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
 		"-Dactivemq.base="+a.dir, "-Dactivemq.home=/usr/share/activemq", "-Dactivemq.conf="+a.dir,
-		"-Dactivemq.data="+filepath.Join(a.dir, "data"),
+		"-Dactivemq.data="+filepath.Join(a.dir, "data"), "-Dlog4j.configuration=file:"+filepath.Join(a.dir, "log4j.properties"),
 		"-jar", ActiveMQJar, "start", "xbean:file:"+filepath.Join(a.dir, "activemq.xml"))
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -5,10 +5,15 @@
 // plugin, and hands the datagrams over in batches that the pipeline
 // acknowledges once what they produced is durable.
 //
-// The subscription acknowledges client-individually: each message is
-// acknowledged (an ACK frame of its own) only when the pipeline calls its
-// batch's Ack, after the checkpoint that covers it is in the store. A
-// message not acknowledged when the connection ends is redelivered, and
+// A message is acknowledged only after the pipeline called its batch's
+// Ack, that is after the checkpoint that covers it is in the store. The
+// subscription acknowledges cumulatively (ack mode client), in delivery
+// order, one ACK per batch: the ACK of a batch's last message goes out
+// once that batch and every earlier one are durable. (With an ACK per
+// message, ack mode client-individual, ActiveMQ 5.17 stops dispatching to
+// the subscription for up to 30 s at a time once several thousand ACKs
+// have come in; see docs/stomp.md.) A message not acknowledged when the
+// connection ends is redelivered, and
 // the records it makes again carry the same record_id, which the store
 // drops as duplicates. The broker sends at most Prefetch unacknowledged
 // messages (activemq.prefetchSize for ActiveMQ, prefetch-count for
@@ -231,14 +236,14 @@ func (s *STOMP) session(ctx context.Context, out chan<- *source.Batch) error {
 	// The library queues the frames to write on a channel, and a write
 	// blocked on a full channel when the connection dies never returns:
 	// the channel has room for an ACK of every message the broker may
-	// have sent unacknowledged.
+	// have sent unacknowledged (there is one per batch).
 	conn, err := s.dialer.Dial(ctx, stomp.ConnOpt.WriteChannelCapacity(s.cfg.Prefetch+64))
 	if err != nil {
 		return err
 	}
 	ak := newAcker(conn)
 	defer ak.close()
-	sub, err := conn.Subscribe(s.cfg.Destination, stomp.AckClientIndividual, s.subscribeOpts()...)
+	sub, err := conn.Subscribe(s.cfg.Destination, stomp.AckClient, s.subscribeOpts()...)
 	if err != nil {
 		_ = conn.MustDisconnect()
 		return fmt.Errorf("subscribe %s: %w", s.cfg.Destination, err)
@@ -318,7 +323,8 @@ type consumer struct {
 	timer *time.Timer // BatchWait after the batch's first message
 
 	b    *source.PooledBatch // nil when no batch is being filled
-	msgs []*stomp.Message    // the batch's messages, to acknowledge
+	n    int                 // messages in b
+	last *stomp.Message      // b's last message, whose ACK covers the batch
 }
 
 // receive adds a message to the batch, starting one if needed, and hands
@@ -327,13 +333,14 @@ func (c *consumer) receive(m *stomp.Message) error {
 	c.s.received.Inc()
 	if c.b == nil {
 		c.b = c.s.pool.Get()
-		c.msgs = make([]*stomp.Message, 0, c.s.cfg.BatchSize)
+		c.n = 0
 		c.timer.Reset(c.s.cfg.BatchWait)
 	}
 	c.s.add(c.b, m.Body)
 	m.Body = nil // copied into the batch; only the headers are kept, to acknowledge
-	c.msgs = append(c.msgs, m)
-	if c.b.Full() || len(c.msgs) >= c.s.cfg.BatchSize {
+	c.last = m
+	c.n++
+	if c.b.Full() || c.n >= c.s.cfg.BatchSize {
 		return c.flush()
 	}
 	return nil
@@ -346,16 +353,16 @@ func (c *consumer) flush() error {
 	if c.b == nil {
 		return nil
 	}
-	pb, msgs := c.b, c.msgs
-	c.b, c.msgs = nil, nil
+	pb, last := c.b, c.last
+	c.b, c.last = nil, nil
 	c.timer.Stop()
-	c.ak.handedOut()
+	b := c.ak.add(last)
 	if pb.Len() == 0 { // only invalid messages: acknowledge them at once
 		pb.Free()
-		return c.ak.ack(msgs)
+		return c.ak.ack(b)
 	}
 	pb.Ack = func() error {
-		if err := c.ak.ack(msgs); err != nil {
+		if err := c.ak.ack(b); err != nil {
 			c.s.ackFailed.Inc()
 			return err
 		}
@@ -366,7 +373,7 @@ func (c *consumer) flush() error {
 		return nil
 	case <-c.ctx.Done():
 		pb.Free()
-		c.ak.forget()
+		c.ak.forget(b)
 		return c.ctx.Err()
 	}
 }
@@ -421,20 +428,30 @@ func (s *STOMP) breakConnection() {
 	}
 }
 
-// acker sends a session's acknowledgements from a goroutine of its own, so
-// the pipeline never waits on the connection: the library's writes queue
-// behind its reads, and its reads wait for the consumer, which may wait
-// for the pipeline. It counts the batches handed out and not yet
-// acknowledged, for the drain at shutdown.
+// acker acknowledges a session's batches in delivery order, from a
+// goroutine of its own. The subscription acknowledges cumulatively (ack
+// mode client: an ACK covers its message and every earlier one of the
+// subscription); batches may be acknowledged by the pipeline in any order,
+// and the ACK of a batch's last message is sent once every earlier batch
+// is acknowledged too, so an ACK never covers a message that is not yet
+// durable. The goroutine keeps the pipeline from ever waiting on the
+// connection: the library's writes queue behind its reads, and its reads
+// wait for the consumer, which may wait for the pipeline.
 type acker struct {
 	conn *stomp.Conn
 
 	mu      sync.Mutex
-	queue   [][]*stomp.Message
-	pending int  // batches handed out, not acknowledged
-	closed  bool // the session ended: acknowledgements are stale
-	wake    chan struct{}
-	done    chan struct{}
+	pending []*batchAck    // handed out, in delivery order
+	latest  *stomp.Message // the ACK to send next, nil when none
+	closed  bool           // the session ended: acknowledgements are stale
+	wake    chan struct{}  // latest was set; closed by close
+	done    chan struct{}  // run has returned
+}
+
+// batchAck is one batch's place in the acknowledgement order.
+type batchAck struct {
+	last *stomp.Message // the batch's last message
+	done bool
 }
 
 func newAcker(conn *stomp.Conn) *acker {
@@ -443,29 +460,47 @@ func newAcker(conn *stomp.Conn) *acker {
 	return a
 }
 
-// handedOut counts a batch handed to the pipeline.
-func (a *acker) handedOut() {
+// add places a batch, whose last message is last, in the order.
+func (a *acker) add(last *stomp.Message) *batchAck {
 	a.mu.Lock()
-	a.pending++
-	a.mu.Unlock()
+	defer a.mu.Unlock()
+	b := &batchAck{last: last}
+	a.pending = append(a.pending, b)
+	return b
 }
 
-// forget uncounts a batch that was not handed over after all.
-func (a *acker) forget() {
+// forget removes b, the batch added last, which was not handed over after
+// all (its messages are redelivered).
+func (a *acker) forget(b *batchAck) {
 	a.mu.Lock()
-	a.pending--
-	a.mu.Unlock()
+	defer a.mu.Unlock()
+	if n := len(a.pending); n > 0 && a.pending[n-1] == b {
+		a.pending = a.pending[:n-1]
+	}
 }
 
-// ack queues the acknowledgement of a batch's messages.
-func (a *acker) ack(msgs []*stomp.Message) error {
+// ack marks b acknowledged and queues the ACK of the longest run of
+// acknowledged batches at the head of the order.
+func (a *acker) ack(b *batchAck) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return ErrStaleAck
 	}
-	a.pending--
-	a.queue = append(a.queue, msgs)
+	if b.done {
+		return nil
+	}
+	b.done = true
+	n := 0
+	for n < len(a.pending) && a.pending[n].done {
+		n++
+	}
+	if n == 0 {
+		return nil // an earlier batch is still in flight; acknowledged with it later
+	}
+	a.latest = a.pending[n-1].last
+	clear(a.pending[:n])
+	a.pending = a.pending[n:]
 	select {
 	case a.wake <- struct{}{}:
 	default:
@@ -477,36 +512,28 @@ func (a *acker) run() {
 	defer close(a.done)
 	for range a.wake {
 		a.mu.Lock()
-		q := a.queue
-		a.queue = nil
+		m := a.latest
+		a.latest = nil
 		a.mu.Unlock()
-		for _, msgs := range q {
-			for _, m := range msgs {
-				if err := a.conn.Ack(m); err != nil {
-					a.fail()
-					return
-				}
-			}
+		if m == nil {
+			continue
+		}
+		if err := a.conn.Ack(m); err != nil {
+			a.mu.Lock()
+			a.closed = true // the connection is gone: the broker redelivers
+			a.mu.Unlock()
+			return
 		}
 	}
 }
 
-// fail marks the session's acknowledgements stale after a send failed:
-// the connection is gone, and the broker redelivers.
-func (a *acker) fail() {
-	a.mu.Lock()
-	a.closed = true
-	a.mu.Unlock()
-}
-
-// drain waits until every batch handed out is acknowledged and the
-// acknowledgements are written, or timeout passes; it reports whether
-// all were.
+// drain waits until every batch handed out is acknowledged and the ACK
+// written, or timeout passes; it reports whether all were.
 func (a *acker) drain(timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	for {
 		a.mu.Lock()
-		idle := a.pending <= 0 && len(a.queue) == 0
+		idle := len(a.pending) == 0 && a.latest == nil
 		closed := a.closed
 		a.mu.Unlock()
 		if idle {
@@ -524,22 +551,16 @@ func (a *acker) drain(timeout time.Duration) bool {
 func (a *acker) outstanding() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.pending
+	return len(a.pending)
 }
 
 // close ends the acker; later acknowledgements are stale.
 func (a *acker) close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.closed {
-		a.closed = true
-	}
-	select {
-	case <-a.done:
-	default:
-		if a.wake != nil {
-			close(a.wake)
-			a.wake = nil
-		}
+	a.closed = true
+	if a.wake != nil {
+		close(a.wake)
+		a.wake = nil
 	}
 }

@@ -107,7 +107,7 @@ func newPublisher(t *testing.T, b broker) *publisher {
 	return &publisher{conn: c}
 }
 
-func (p *publisher) publish(t *testing.T, dest string, from, to int) {
+func (p *publisher) publish(t testing.TB, dest string, from, to int) {
 	t.Helper()
 	for i := from; i < to; i++ {
 		opts := []func(*frame.Frame) error{stomp.SendOpt.Header("persistent", "true")}
@@ -134,7 +134,7 @@ type runner struct {
 	done   chan error
 }
 
-func run(t *testing.T, cfg Config, reg prometheus.Registerer) *runner {
+func run(t testing.TB, cfg Config, reg prometheus.Registerer) *runner {
 	t.Helper()
 	s, err := New(cfg, nil, reg)
 	if err != nil {
@@ -373,5 +373,27 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached in time")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestAckerOrder: batches acknowledged out of order are acknowledged to
+// the broker in order, by the last message of the longest run of durable
+// batches, and not at all after the session ended.
+func TestAckerOrder(t *testing.T) {
+	a := &acker{wake: make(chan struct{}, 1)} // no goroutine: latest is inspected
+	m1, m2, m3 := &stomp.Message{}, &stomp.Message{}, &stomp.Message{}
+	b1, b2, b3 := a.add(m1), a.add(m2), a.add(m3)
+	if err := a.ack(b2); err != nil || a.latest != nil {
+		t.Fatalf("acked %v before the first batch was done (%v)", a.latest, err)
+	}
+	if err := a.ack(b1); err != nil || a.latest != m2 {
+		t.Fatalf("ack covers %p, want the second batch's last message %p (%v)", a.latest, m2, err)
+	}
+	if err := a.ack(b1); err != nil || a.outstanding() != 1 {
+		t.Fatalf("double ack: outstanding %d, %v", a.outstanding(), err)
+	}
+	a.close()
+	if err := a.ack(b3); !errors.Is(err, ErrStaleAck) {
+		t.Fatalf("ack after close: %v", err)
 	}
 }
