@@ -159,7 +159,9 @@ func (a *ActiveMQ) Start() {
 		"-Dactivemq.data="+filepath.Join(a.dir, "data"), "-Dlog4j.configuration=file:"+filepath.Join(a.dir, "log4j.properties"),
 		"-jar", ActiveMQJar, "start", "xbean:file:"+filepath.Join(a.dir, "activemq.xml"))
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group (Stop signals the JVM's children too), and
+	// killed if the test process dies without its cleanups (a timeout).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		a.tb.Fatalf("start activemq: %v", err)
 	}
