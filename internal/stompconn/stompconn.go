@@ -78,6 +78,9 @@ func NewDialer(cfg Config, opts Options) (*Dialer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if u, err := url.Parse(cfg.URL); err == nil && cfg.User == "" && u.User != nil {
+		cfg.User = u.User.Username() // stomp://user@host: the login, when user is not set
+	}
 	d := &Dialer{cfg: cfg, opts: opts, addr: addr}
 	if d.opts.Timeout <= 0 {
 		d.opts.Timeout = 10 * time.Second
