@@ -199,9 +199,15 @@ func testSend(t *testing.T, b broker, perMsg int) {
 		t.Fatal(err)
 	}
 	nWLCG := (n + 2) / 3
-	sinktest.WaitFor(t, "all messages", 60*time.Second, func() bool {
-		return cons.entries(d.Records) == n && cons.entries(d.WLCG) == nWLCG && cons.entries(d.Events) == len(evs)
-	})
+	deadline := time.Now().Add(60 * time.Second)
+	for cons.entries(d.Records) != n || cons.entries(d.WLCG) != nWLCG || cons.entries(d.Events) != len(evs) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60 s: %d of %d GRACC, %d of %d WLCG, %d of %d events received; cursor %d of %d",
+				cons.entries(d.Records), n, cons.entries(d.WLCG), nWLCG, cons.entries(d.Events), len(evs),
+				sinktest.Cursor(t, st, opts.Name), sinktest.LastSeq(t, st))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	t.Logf("%s: %d records (%d messages of %d) in %v", b.name, n, n+nWLCG, perMsg, time.Since(start))
 	sinktest.WaitFor(t, "cursor at end", 10*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
 
