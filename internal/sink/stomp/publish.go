@@ -77,9 +77,17 @@ func (p *publisher) destination(k kind) string {
 // channel, and a write blocked on a full channel when the connection dies
 // never returns: the channel has room for every frame of the transactions
 // that may be open at once (two messages per entry, BEGIN and COMMIT).
+//
+// The sink asks for the broker's heart-beats only, and sends none: the
+// library bounds the wait for a COMMIT's receipt by its own heart-beat
+// interval (5 s at 10 s), so a broker slow to store a transaction would
+// fail it and have it sent again, and the receipt that comes late then
+// stalls the connection. The wait is bounded by ReceiptTimeout instead; a
+// dead broker is still noticed by its missing heart-beats.
 func (p *publisher) connect(ctx context.Context) error {
 	frames := p.opts.InFlight*(2*p.opts.BatchSize+2) + 64
-	conn, err := p.dialer.Dial(ctx, stomp.ConnOpt.WriteChannelCapacity(frames))
+	hb := p.cfg.Heartbeat.D()
+	conn, err := p.dialer.Dial(ctx, stomp.ConnOpt.WriteChannelCapacity(frames), stomp.ConnOpt.HeartBeat(0, hb))
 	if err != nil {
 		return err
 	}
