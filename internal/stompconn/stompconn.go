@@ -186,6 +186,8 @@ func (d *Dialer) Dial(ctx context.Context, opts ...func(*stomp.Conn) error) (*st
 		// A batch of acknowledgements or sends is queued at once.
 		stomp.ConnOpt.WriteChannelCapacity(1024),
 		stomp.ConnOpt.ReadChannelCapacity(1024),
+		// A shutdown waits this long at most for the DISCONNECT's receipt.
+		stomp.ConnOpt.DisconnectReceiptTimeout(5 * time.Second),
 	}
 	if d.cfg.User != "" || pass != "" {
 		all = append(all, stomp.ConnOpt.Login(d.cfg.User, pass))
