@@ -456,7 +456,7 @@ type batchAck struct {
 
 func newAcker(conn *stomp.Conn) *acker {
 	a := &acker{conn: conn, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	go a.run()
+	go a.run(a.wake)
 	return a
 }
 
@@ -508,9 +508,11 @@ func (a *acker) ack(b *batchAck) error {
 	return nil
 }
 
-func (a *acker) run() {
+// run sends the ACKs until wake is closed (close sets a.wake to nil, so
+// run gets its own copy).
+func (a *acker) run(wake <-chan struct{}) {
 	defer close(a.done)
-	for range a.wake {
+	for range wake {
 		a.mu.Lock()
 		m := a.latest
 		a.latest = nil
