@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,26 @@ func runSuite(t *testing.T, b broker) {
 	t.Run("UnackedRedelivered", func(t *testing.T) { testUnackedRedelivered(t, b) })
 	t.Run("Reconnect", func(t *testing.T) { testReconnect(t, b) })
 	t.Run("DurableTopic", func(t *testing.T) { testDurableTopic(t, b) })
+	t.Run("Oversized", func(t *testing.T) { testOversized(t, b) })
+}
+
+// testOversized: a 1 MiB message (a datagram is at most 65,535 bytes) is
+// counted as oversized and acknowledged, and the messages around it are
+// consumed.
+func testOversized(t *testing.T, b broker) {
+	dest := uniqueQueue(t, b)
+	reg := prometheus.NewRegistry()
+	p := newPublisher(t, b)
+	p.publish(t, dest, 0, 5)
+	p.send(t, dest, []byte(`{"remote":"192.0.2.1:1094","version":"t","data":"`+strings.Repeat("QUFB", 1<<20/4)+`"}`))
+	p.publish(t, dest, 5, 10)
+	r := run(t, config(b, dest), reg)
+	r.take(t, 10, true, map[string]int{})
+	waitFor(t, func() bool { return testutil.ToFloat64(r.s.invalid.WithLabelValues("oversized")) == 1 })
+	r.stop(t)
+	r = run(t, config(b, dest), nil)
+	r.quiet(t, time.Second)
+	r.stop(t)
 }
 
 func deleteRabbitQueue(t *testing.T, amqpURL, dest string) {
