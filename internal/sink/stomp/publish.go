@@ -129,11 +129,9 @@ func (p *publisher) Send(ctx context.Context, batch []store.Entry) (wait func(co
 	}
 	p.tx = tx
 	if err := p.sendBatch(batch); err != nil {
-		if errors.Is(err, deliver.ErrRefused) {
-			_ = tx.Abort() // the connection is still good
-			p.tx = nil
-			return nil, err
-		}
+		// Also after a refusal: the delivery loop abandons the batches
+		// still in flight and starts afresh (deliver.Pipeliner), so the
+		// connection they are on goes, and the open transaction with it.
 		p.close()
 		return nil, err
 	}
