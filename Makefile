@@ -20,7 +20,7 @@ VULNDB      := $(CURDIR)/.cache/vulndb/$(VULNDB_VERSION)
 export GOTOOLCHAIN := auto
 LDFLAGS     := -X main.version=$(VERSION)
 
-.PHONY: all build run test unit race browser promtool rabbitmq-plugins crash hostile lint vet staticcheck vulncheck fuzz bench clean
+.PHONY: all build run test unit race browser promtool rabbitmq-plugins activemq crash hostile lint vet staticcheck vulncheck fuzz bench clean
 
 all: build
 
@@ -35,7 +35,7 @@ run: build
 # PostgreSQL skip with a message when the service is absent, and fail in CI (CI=true).
 test: lint vulncheck unit race crash
 
-unit: browser promtool rabbitmq-plugins
+unit: browser promtool rabbitmq-plugins activemq
 	$(GO) test -count=1 -timeout 30m ./...
 
 # race: the packages whose goroutines share batches, state and counters, and
@@ -44,12 +44,27 @@ race:
 	$(GO) test -race -count=1 -timeout 20m ./internal/...
 	$(GO) test -race -count=1 -timeout 10m -run 'TestReplay' ./cmd/xrdmon/
 
-# rabbitmq-plugins: the consistent-hash exchange the bus tests shard with
-# (shipped with RabbitMQ; enabled on the local broker when it runs here).
+# rabbitmq-plugins: the consistent-hash exchange the bus tests shard with,
+# and STOMP (port 61613) for the STOMP input and output tests (both shipped
+# with RabbitMQ; enabled on the running local broker, without a restart).
 rabbitmq-plugins:
 	@if command -v rabbitmq-plugins >/dev/null 2>&1; then \
 	  rabbitmq-plugins -q enable rabbitmq_consistent_hash_exchange >/dev/null 2>&1 \
-	    || echo "could not enable rabbitmq_consistent_hash_exchange: the bus tests will skip"; fi
+	    || echo "could not enable rabbitmq_consistent_hash_exchange: the bus tests will skip"; \
+	  rabbitmq-plugins -q enable rabbitmq_stomp >/dev/null 2>&1 \
+	    || echo "could not enable rabbitmq_stomp: the STOMP tests will skip"; fi
+
+# activemq: Debian's Apache ActiveMQ (and its Java runtime), installed with
+# apt-get when missing. The STOMP tests start brokers of their own from it
+# (own data directory, ports, TLS connector; killed and restarted by the
+# tests), so no shared ActiveMQ service runs. Without it they skip outside
+# CI and fail in CI.
+activemq:
+	@test -f /usr/share/activemq/bin/activemq.jar || { \
+	  echo "installing activemq (the STOMP tests start brokers from it)"; \
+	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends activemq \
+	    || echo "could not install activemq: the ActiveMQ tests will skip"; }
 
 # browser: Debian's chromium, which the dashboard's browser test drives
 # headless; installed with apt-get when missing (as root, or through sudo).

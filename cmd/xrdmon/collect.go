@@ -30,6 +30,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/source"
 	amqpsrc "github.com/xrdmon/xrdmon/internal/source/amqp"
 	"github.com/xrdmon/xrdmon/internal/source/file"
+	stompsrc "github.com/xrdmon/xrdmon/internal/source/stomp"
 	"github.com/xrdmon/xrdmon/internal/source/udp"
 	"github.com/xrdmon/xrdmon/internal/store"
 	"github.com/xrdmon/xrdmon/internal/web"
@@ -261,15 +262,32 @@ func newRegistry() (*prometheus.Registry, error) {
 // correlate section, with the clock of the input when importing, and
 // checkpoints as often as the RabbitMQ input needs its acknowledgements.
 func pipelineOptions(cfg *config.Config, importing bool) pipeline.Options {
-	popts := cfg.Correlate.Options(cfg.AMQPInput.Enabled && !importing)
+	acked := (cfg.AMQPInput.Enabled || cfg.STOMPInput.Enabled) && !importing
+	popts := cfg.Correlate.Options(acked)
 	popts.DNSMaxWait = cfg.DNS.MaxWait.D()
 	popts.InputClock = importing
-	if cfg.AMQPInput.Enabled && !importing {
+	if acked {
 		// The broker stops at prefetch unacknowledged messages, and they
-		// are acknowledged at checkpoints: checkpoint when half of it waits.
-		prefetch := cfg.AMQPInput.Prefetch
-		if prefetch <= 0 {
-			prefetch = amqpsrc.DefaultConfig().Prefetch
+		// are acknowledged at checkpoints: checkpoint when half of the
+		// smallest prefetch waits.
+		prefetch := 0
+		for _, in := range []struct {
+			enabled bool
+			n, def  int
+		}{
+			{cfg.AMQPInput.Enabled, cfg.AMQPInput.Prefetch, amqpsrc.DefaultConfig().Prefetch},
+			{cfg.STOMPInput.Enabled, cfg.STOMPInput.Prefetch, stompsrc.DefaultConfig().Prefetch},
+		} {
+			if !in.enabled {
+				continue
+			}
+			n := in.n
+			if n <= 0 {
+				n = in.def
+			}
+			if prefetch == 0 || n < prefetch {
+				prefetch = n
+			}
 		}
 		popts.AckPackets = max(prefetch/2, 1)
 	}
@@ -326,6 +344,15 @@ func newSources(cfg *config.Config, importing bool, log *slog.Logger, reg promet
 			return nil, closeAll, fmt.Errorf("amqp input: %w", err)
 		}
 		sources = append(sources, component{"amqp_input", src.Run})
+	}
+	if cfg.STOMPInput.Enabled {
+		scfg := cfg.STOMPInput
+		scfg.Filter = cfg.Listen.Filter()
+		src, err := stompsrc.New(scfg, log.With("component", "stomp_input"), reg)
+		if err != nil {
+			return nil, closeAll, fmt.Errorf("stomp input: %w", err)
+		}
+		sources = append(sources, component{"stomp_input", src.Run})
 	}
 	if len(sources) == 0 {
 		return nil, closeAll, errNoInput
@@ -499,4 +526,4 @@ type output struct {
 	run  func(ctx context.Context) error
 }
 
-var errNoInput = errors.New("no input configured: set listen.udp, amqp_input.enabled or file_input.paths")
+var errNoInput = errors.New("no input configured: set listen.udp, amqp_input.enabled, stomp_input.enabled or file_input.paths")

@@ -641,7 +641,7 @@ func TestMetricsDocumented(t *testing.T) {
 }
 
 // exportedMetrics returns what /metrics shows of a collector with every
-// component on (UDP, RabbitMQ input, every output, DNS); the brokers it
+// component on (UDP, RabbitMQ and STOMP inputs, every output, DNS); the brokers it
 // names do not answer, which registers their metrics all the same.
 func exportedMetrics(t *testing.T) []byte {
 	t.Helper()
@@ -650,6 +650,9 @@ func exportedMetrics(t *testing.T) []byte {
 		c.DNS.Enabled = true
 		c.AMQPInput.Enabled, c.AMQPInput.URL = true, "amqp://guest:guest@127.0.0.1:1/"
 		c.Outputs.AMQP.Enabled, c.Outputs.AMQP.URL = true, "amqp://guest:guest@127.0.0.1:1/"
+		c.STOMPInput.Enabled, c.STOMPInput.URL = true, "stomp://127.0.0.1:1"
+		c.Outputs.STOMP.Enabled, c.Outputs.STOMP.URL = true, "stomp://127.0.0.1:1"
+		c.Outputs.STOMP.Destinations.WLCG = "/topic/xrootd.wlcg"
 		c.Outputs.Postgres.Enabled, c.Outputs.Postgres.URL = true, "postgres://postgres@127.0.0.1:1/test"
 		c.Outputs.JSONL.Enabled, c.Outputs.JSONL.Path = true, filepath.Join(dir, "out.jsonl")
 	})

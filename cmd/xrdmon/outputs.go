@@ -12,6 +12,7 @@ import (
 	amqpsink "github.com/xrdmon/xrdmon/internal/sink/amqp"
 	"github.com/xrdmon/xrdmon/internal/sink/jsonl"
 	"github.com/xrdmon/xrdmon/internal/sink/postgres"
+	stompsink "github.com/xrdmon/xrdmon/internal/sink/stomp"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
@@ -26,6 +27,11 @@ var outputKinds = []struct {
 	{"amqp", func(o *config.Outputs) bool { return o.AMQP.Enabled },
 		func(o *config.Outputs, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (func(context.Context) error, error) {
 			s, err := amqpsink.New(o.AMQP, st, log, reg)
+			return runOf(s, err)
+		}},
+	{"stomp", func(o *config.Outputs) bool { return o.STOMP.Enabled },
+		func(o *config.Outputs, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (func(context.Context) error, error) {
+			s, err := stompsink.New(o.STOMP, st, log, reg)
 			return runOf(s, err)
 		}},
 	{"postgres", func(o *config.Outputs) bool { return o.Postgres.Enabled },

@@ -72,7 +72,7 @@ func NewDialer(cfg Config, opts Options) (*Dialer, error) {
 		// The parser's error quotes the URL, password included.
 		return nil, fmt.Errorf("amqp url %s is not valid: want amqp[s]://user:password@host:port/vhost, with reserved characters of the user and password percent-encoded", Redact(cfg.URL))
 	}
-	tc, err := cfg.TLS.config()
+	tc, err := cfg.TLS.ClientConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -173,9 +173,10 @@ func readToken(path string) (string, time.Time, error) {
 	return tok, st.ModTime(), nil
 }
 
-// config builds the client TLS configuration; nil when t sets nothing
-// (amqps:// then uses the system roots).
-func (t TLS) config() (*tls.Config, error) {
+// ClientConfig builds the client TLS configuration from the files t
+// names; nil when t sets nothing (a TLS connection then uses the system
+// roots and no client certificate). The STOMP connections use it too.
+func (t TLS) ClientConfig() (*tls.Config, error) {
 	if t == (TLS{}) {
 		return nil, nil
 	}

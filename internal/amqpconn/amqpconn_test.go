@@ -10,17 +10,17 @@ import (
 )
 
 func TestTLSConfig(t *testing.T) {
-	c, err := TLS{}.config()
+	c, err := TLS{}.ClientConfig()
 	if err != nil || c != nil {
 		t.Fatalf("empty TLS: %v, %v", c, err)
 	}
-	c, err = TLS{Insecure: true}.config()
+	c, err = TLS{Insecure: true}.ClientConfig()
 	if err != nil || c == nil || !c.InsecureSkipVerify {
 		t.Fatalf("insecure TLS: %v, %v", c, err)
 	}
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	_ = os.WriteFile(ca, []byte("not a pem"), 0o600)
-	if _, err := (TLS{CA: ca}).config(); err == nil || !strings.Contains(err.Error(), "no certificate") {
+	if _, err := (TLS{CA: ca}).ClientConfig(); err == nil || !strings.Contains(err.Error(), "no certificate") {
 		t.Fatalf("bad CA accepted: %v", err)
 	}
 	if _, err := NewDialer(Config{URL: "amqp://127.0.0.1/", TLS: TLS{CA: "/nonexistent"}}, Options{}); err == nil {

@@ -14,7 +14,9 @@ package config
 
 import (
 	amqpsink "github.com/xrdmon/xrdmon/internal/sink/amqp"
+	stompsink "github.com/xrdmon/xrdmon/internal/sink/stomp"
 	amqpsrc "github.com/xrdmon/xrdmon/internal/source/amqp"
+	stompsrc "github.com/xrdmon/xrdmon/internal/source/stomp"
 
 	"github.com/xrdmon/xrdmon/internal/dnscache"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
@@ -31,25 +33,27 @@ import (
 // component, each section the component's own Config type with its own
 // defaults. The zero value is not useful; start from Default or Load.
 type Config struct {
-	Listen    udp.Config             `yaml:"listen"`
-	AMQPInput amqpsrc.Config         `yaml:"amqp_input"`
-	FileInput file.Config            `yaml:"file_input"`
-	HTTP      web.Config             `yaml:"http"`
-	Store     store.Config           `yaml:"store"`
-	DNS       dnscache.Config        `yaml:"dns"`
-	Correlate pipeline.Config        `yaml:"correlate"`
-	Rollup    rollup.Config          `yaml:"rollup"`
-	Outputs   Outputs                `yaml:"outputs"`
-	Cluster   postgres.ClusterConfig `yaml:"cluster"`
-	Log       Log                    `yaml:"log"`
+	Listen     udp.Config             `yaml:"listen"`
+	AMQPInput  amqpsrc.Config         `yaml:"amqp_input"`
+	STOMPInput stompsrc.Config        `yaml:"stomp_input"`
+	FileInput  file.Config            `yaml:"file_input"`
+	HTTP       web.Config             `yaml:"http"`
+	Store      store.Config           `yaml:"store"`
+	DNS        dnscache.Config        `yaml:"dns"`
+	Correlate  pipeline.Config        `yaml:"correlate"`
+	Rollup     rollup.Config          `yaml:"rollup"`
+	Outputs    Outputs                `yaml:"outputs"`
+	Cluster    postgres.ClusterConfig `yaml:"cluster"`
+	Log        Log                    `yaml:"log"`
 }
 
 // Outputs configures the sinks. Each reads the store's log from its own
 // cursor.
 type Outputs struct {
-	AMQP     amqpsink.Config `yaml:"amqp"`
-	Postgres postgres.Config `yaml:"postgres"`
-	JSONL    jsonl.Config    `yaml:"jsonl"`
+	AMQP     amqpsink.Config  `yaml:"amqp"`
+	STOMP    stompsink.Config `yaml:"stomp"`
+	Postgres postgres.Config  `yaml:"postgres"`
+	JSONL    jsonl.Config     `yaml:"jsonl"`
 }
 
 // Log configures the daemon's own log.
@@ -64,15 +68,17 @@ type Log struct {
 // with no outputs besides the store.
 func Default() *Config {
 	return &Config{
-		Listen:    udp.DefaultConfig(),
-		AMQPInput: amqpsrc.DefaultConfig(),
-		HTTP:      web.DefaultConfig(),
-		Store:     store.DefaultConfig(),
-		DNS:       dnscache.DefaultConfig(),
-		Correlate: pipeline.DefaultConfig(),
-		Rollup:    rollup.DefaultConfig(),
+		Listen:     udp.DefaultConfig(),
+		AMQPInput:  amqpsrc.DefaultConfig(),
+		STOMPInput: stompsrc.DefaultConfig(),
+		HTTP:       web.DefaultConfig(),
+		Store:      store.DefaultConfig(),
+		DNS:        dnscache.DefaultConfig(),
+		Correlate:  pipeline.DefaultConfig(),
+		Rollup:     rollup.DefaultConfig(),
 		Outputs: Outputs{
 			AMQP:     amqpsink.DefaultConfig(),
+			STOMP:    stompsink.DefaultConfig(),
 			Postgres: postgres.DefaultConfig(),
 			JSONL:    jsonl.DefaultConfig(),
 		},

@@ -11,7 +11,8 @@ import (
 // TestDeployConfigs: the example configurations of deploy/ load and
 // validate (Load validates), with the secrets the unit's environment file
 // gives them, and say what they claim: the bus-fed one consumes RabbitMQ
-// without UDP, the direct one listens on UDP.
+// without UDP, the WLCG one consumes STOMP and sends WLCG records over
+// STOMP, the direct one listens on UDP.
 func TestDeployConfigs(t *testing.T) {
 	env := []string{ // /etc/xrdmon/xrdmon.env
 		"XRDMON_OUTPUTS_POSTGRES_URL=postgres://xrdmon@db.example.org/accounting",
@@ -30,6 +31,16 @@ func TestDeployConfigs(t *testing.T) {
 	}
 	if bus.Listen.UDP != "" || !bus.AMQPInput.Enabled || bus.AMQPInput.TokenFile == "" {
 		t.Errorf("deploy/xrdmon-bus.yaml: udp %q, amqp input %v, token %q", bus.Listen.UDP, bus.AMQPInput.Enabled, bus.AMQPInput.TokenFile)
+	}
+	wlcg, err := Load("../../deploy/xrdmon-wlcg.yaml", nil, nil)
+	if err != nil {
+		t.Fatalf("deploy/xrdmon-wlcg.yaml: %v", err)
+	}
+	if wlcg.Listen.UDP != "" || !wlcg.STOMPInput.Enabled || wlcg.STOMPInput.PasswordFile == "" ||
+		!wlcg.Outputs.STOMP.Enabled || wlcg.Outputs.STOMP.Destinations.WLCG == "" || wlcg.Outputs.STOMP.TLS.Cert == "" {
+		t.Errorf("deploy/xrdmon-wlcg.yaml: udp %q, stomp input %v, password file %q, stomp output %v, wlcg %q, cert %q",
+			wlcg.Listen.UDP, wlcg.STOMPInput.Enabled, wlcg.STOMPInput.PasswordFile, wlcg.Outputs.STOMP.Enabled,
+			wlcg.Outputs.STOMP.Destinations.WLCG, wlcg.Outputs.STOMP.TLS.Cert)
 	}
 	member, err := Load("../../deploy/xrdmon-cluster.yaml", append(env, "XRDMON_CLUSTER_URL=postgres://xrdmon@db.example.org/accounting"), nil)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/stompconn"
 	"github.com/xrdmon/xrdmon/internal/web"
 	"go.yaml.in/yaml/v3"
 )
@@ -44,8 +45,8 @@ func (c *Config) Validate() error {
 			p.add("listen.nat", fmt.Sprintf("value %q for %q is not an IP address", to, from))
 		}
 	}
-	if c.Listen.UDP == "" && !c.AMQPInput.Enabled && len(c.FileInput.Paths) == 0 {
-		p.add("listen.udp", "empty and amqp_input.enabled is false: there is no input")
+	if c.Listen.UDP == "" && !c.AMQPInput.Enabled && !c.STOMPInput.Enabled && len(c.FileInput.Paths) == 0 {
+		p.add("listen.udp", "empty and amqp_input.enabled and stomp_input.enabled are false: there is no input")
 	}
 
 	// amqp_input
@@ -56,6 +57,12 @@ func (c *Config) Validate() error {
 	}
 	p.check(in.Prefetch >= 1, "amqp_input.prefetch", "must be >= 1")
 	p.tls("amqp_input.tls", in.TLS)
+
+	// stomp_input
+	si := c.STOMPInput
+	p.stomp("stomp_input", si.Config, si.Enabled)
+	p.check(si.Destination != "", "stomp_input.destination", "required")
+	p.check(si.Prefetch >= 1, "stomp_input.prefetch", "must be >= 1")
 
 	// rollup
 	if err := c.Rollup.Validate(); err != nil {
@@ -112,6 +119,15 @@ func (c *Config) Validate() error {
 	p.check(a.RecordsPerMessage >= 1, "outputs.amqp.records_per_message", "must be >= 1")
 	p.check(a.GRACCFlavour == record.GRACCPython || a.GRACCFlavour == record.GRACCGo, "outputs.amqp.gracc_flavour", "must be python or go")
 	p.tls("outputs.amqp.tls", a.TLS)
+	so := c.Outputs.STOMP
+	p.stomp("outputs.stomp", so.Config, so.Enabled)
+	if so.Enabled {
+		d := so.Destinations
+		p.check(d.WLCG != "" || d.Records != "" || d.Events != "",
+			"outputs.stomp.destinations", "at least one destination is required when outputs.stomp.enabled")
+	}
+	p.check(so.RecordsPerMessage >= 1, "outputs.stomp.records_per_message", "must be >= 1")
+	p.check(so.MaxMessageBytes > 0, "outputs.stomp.max_message_bytes", "must be > 0")
 	pg := c.Outputs.Postgres
 	if pg.Enabled && pg.URL == "" {
 		p.add("outputs.postgres.url", "required when outputs.postgres.enabled")
@@ -194,6 +210,19 @@ func (p *problems) amqpURL(key, raw string, required bool) {
 	if u.Host == "" {
 		p.add(key, "missing host")
 	}
+}
+
+// stomp checks the broker settings of a STOMP section.
+func (p *problems) stomp(section string, c stompconn.Config, enabled bool) {
+	if c.URL == "" {
+		if enabled {
+			p.add(section+".url", "required when enabled")
+		}
+	} else if _, _, err := stompconn.ParseURL(c.URL); err != nil {
+		p.add(section+".url", err.Error())
+	}
+	p.check(c.Heartbeat >= 0, section+".heartbeat", "must be >= 0 (0 turns heart-beating off)")
+	p.tls(section+".tls", c.TLS)
 }
 
 func (p *problems) tls(key string, t amqpconn.TLS) {

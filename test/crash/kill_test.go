@@ -48,6 +48,13 @@ func (k *killTally) add(c *collector) {
 // the outputs for a few seconds (acknowledgements follow a 2 s checkpoint).
 func waitDrained(t *testing.T, c *collector, url, queue string, timeout time.Duration) {
 	t.Helper()
+	waitDrainedBy(t, c, url, queue, timeout, "xrdmon_amqp_messages_received_total")
+}
+
+// waitDrainedBy is waitDrained for an input whose messages are counted by
+// the counter received (the AMQP or the STOMP input's).
+func waitDrainedBy(t *testing.T, c *collector, url, queue string, timeout time.Duration, received string) {
+	t.Helper()
 	var last map[string]float64
 	stableSince := time.Now()
 	ok := waitFor(timeout, 250*time.Millisecond, func() bool {
@@ -59,7 +66,7 @@ func waitDrained(t *testing.T, c *collector, url, queue string, timeout time.Dur
 			return false
 		}
 		same := last != nil
-		for _, k := range []string{"xrdmon_amqp_messages_received_total", "xrdmon_store_records_appended_total", "xrdmon_store_last_seq"} {
+		for _, k := range []string{received, "xrdmon_store_records_appended_total", "xrdmon_store_last_seq"} {
 			if last == nil || m[k] != last[k] {
 				same = false
 			}

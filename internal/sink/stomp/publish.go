@@ -1,0 +1,267 @@
+package stomp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-stomp/stomp/v3"
+	"github.com/go-stomp/stomp/v3/frame"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/deliver"
+	"github.com/xrdmon/xrdmon/internal/stompconn"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+// publisher owns the connection. It is used by the loop goroutine only. It
+// is a deliver.Pipeliner: the loop sends the next batch's transaction
+// while earlier COMMITs await their receipts.
+type publisher struct {
+	cfg    Config
+	opts   Options
+	dialer *stompconn.Dialer
+	log    *slog.Logger
+	perMsg int
+
+	conn *stomp.Conn
+	tx   *stomp.Transaction // the transaction of the batch being sent
+
+	groups [numKinds]group
+}
+
+// kind indexes the message groups of a batch.
+type kind int
+
+const (
+	kindWLCG kind = iota
+	kindRecords
+	kindEvents
+	numKinds
+)
+
+// group accumulates the entries of one destination into one message
+// body.
+type group struct {
+	body    []byte
+	n       int    // entries in body
+	firstID string // xrdmon-id
+	typ     string // xrdmon-type
+}
+
+func newPublisher(cfg Config, opts Options, log *slog.Logger) (*publisher, error) {
+	d, err := stompconn.NewDialer(cfg.Config, stompconn.Options{Timeout: opts.DialTimeout})
+	if err != nil {
+		return nil, err
+	}
+	return &publisher{cfg: cfg, opts: opts, dialer: d, log: log, perMsg: max(cfg.RecordsPerMessage, 1)}, nil
+}
+
+func (p *publisher) destination(k kind) string {
+	d := p.cfg.Destinations
+	switch k {
+	case kindWLCG:
+		return d.WLCG
+	case kindRecords:
+		return d.Records
+	default:
+		return d.Events
+	}
+}
+
+// connect dials the broker. The library queues the frames to write on a
+// channel, and a write blocked on a full channel when the connection dies
+// never returns: the channel has room for every frame of the transactions
+// that may be open at once (two messages per entry, BEGIN and COMMIT).
+//
+// The sink asks for the broker's heart-beats only, and sends none: the
+// library bounds the wait for a COMMIT's receipt by its own heart-beat
+// interval (5 s at 10 s), so a broker slow to store a transaction would
+// fail it and have it sent again, and the receipt that comes late then
+// stalls the connection. The wait is bounded by ReceiptTimeout instead; a
+// dead broker is still noticed by its missing heart-beats.
+func (p *publisher) connect(ctx context.Context) error {
+	frames := p.opts.InFlight*(2*p.opts.BatchSize+2) + 64
+	hb := p.cfg.Heartbeat.D()
+	conn, err := p.dialer.Dial(ctx, stomp.ConnOpt.WriteChannelCapacity(frames), stomp.ConnOpt.HeartBeat(0, hb))
+	if err != nil {
+		return err
+	}
+	p.conn = conn
+	p.log.Debug("STOMP sink connected", "url", p.dialer.URL(), "server", conn.Server())
+	return nil
+}
+
+func (p *publisher) close() {
+	if p.conn != nil {
+		_ = p.conn.MustDisconnect()
+	}
+	p.conn, p.tx = nil, nil
+}
+
+// Deliver sends batch and waits for its receipt.
+func (p *publisher) Deliver(ctx context.Context, batch []store.Entry) error {
+	wait, err := p.Send(ctx, batch)
+	if err != nil {
+		return err
+	}
+	return wait(ctx)
+}
+
+// Send sends batch in a transaction and returns without waiting for the
+// COMMIT's receipt; wait waits for it. On any failure (Send's or wait's)
+// the connection is dropped; the next Send reconnects, and receipts still
+// awaited on the old connection are abandoned.
+func (p *publisher) Send(ctx context.Context, batch []store.Entry) (wait func(context.Context) error, err error) {
+	if p.conn == nil {
+		if err := p.connect(ctx); err != nil {
+			return nil, err
+		}
+	}
+	tx, err := p.conn.BeginWithError()
+	if err != nil {
+		p.close()
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	p.tx = tx
+	if err := p.sendBatch(batch); err != nil {
+		// Also after a refusal: the delivery loop abandons the batches
+		// still in flight and starts afresh (deliver.Pipeliner), so the
+		// connection they are on goes, and the open transaction with it.
+		p.close()
+		return nil, err
+	}
+	p.tx = nil
+	done := make(chan error, 1)
+	go func() { done <- tx.CommitWithReceipt() }()
+	return func(ctx context.Context) error {
+		t := time.NewTimer(p.opts.ReceiptTimeout)
+		defer t.Stop()
+		var err error
+		select {
+		case err = <-done:
+			if err != nil {
+				err = commitFailed(err)
+			}
+		case <-t.C:
+			err = fmt.Errorf("commit: no receipt within %s", p.opts.ReceiptTimeout)
+		case <-ctx.Done():
+			err = fmt.Errorf("commit: %w", ctx.Err())
+		}
+		if err != nil {
+			p.close()
+		}
+		return err
+	}, nil
+}
+
+// commitFailed is the error of a COMMIT that got no receipt. An ERROR
+// frame about a message's size (ActiveMQ's maxFrameSize, RabbitMQ's
+// max_frame_size) is a refusal of what the batch holds (deliver.ErrRefused):
+// sending it again fails again.
+func commitFailed(err error) error {
+	var se stomp.Error
+	if errors.As(err, &se) && se.Frame != nil && se.Frame.Command == frame.ERROR && refusedMessage(se.Message) {
+		return fmt.Errorf("%w: commit: %w", deliver.ErrRefused, err)
+	}
+	return fmt.Errorf("commit: %w", err)
+}
+
+// refusedMessage reports whether an ERROR frame's message is about what a
+// message is (its size), not about the moment.
+func refusedMessage(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "size") && (strings.Contains(m, "max") || strings.Contains(m, "large") || strings.Contains(m, "exceed"))
+}
+
+func (p *publisher) sendBatch(batch []store.Entry) error {
+	for i := range p.groups {
+		p.groups[i].n = 0
+	}
+	for i := range batch {
+		e := &batch[i]
+		switch {
+		case e.Record != nil:
+			r := e.Record
+			if p.cfg.Destinations.WLCG != "" && p.opts.WLCG.Match(r) {
+				if err := p.add(kindWLCG, "wlcg", r.RecordID, func(b []byte) []byte { return record.AppendWLCG(b, r) }); err != nil {
+					return err
+				}
+			}
+			if p.cfg.Destinations.Records != "" {
+				if err := p.add(kindRecords, "gracc", r.RecordID, func(b []byte) []byte { return record.AppendGRACC(b, r) }); err != nil {
+					return err
+				}
+			}
+		case e.Event != nil && p.cfg.Destinations.Events != "":
+			ev := e.Event
+			if err := p.add(kindEvents, string(ev.Type), ev.EventID, func(b []byte) []byte { return record.AppendEventJSON(b, ev) }); err != nil {
+				return err
+			}
+		}
+	}
+	for k := range numKinds {
+		if err := p.flush(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// add appends one entry to group k, sending the group first when it is
+// full.
+func (p *publisher) add(k kind, typ, id string, enc func([]byte) []byte) error {
+	g := &p.groups[k]
+	if g.n > 0 && (g.n >= p.perMsg || g.typ != typ) {
+		if err := p.flush(k); err != nil {
+			return err
+		}
+	}
+	if g.n == 0 {
+		g.body = g.body[:0]
+		g.firstID, g.typ = id, typ
+		if p.perMsg > 1 {
+			g.body = append(g.body, '[')
+		}
+	} else {
+		g.body = append(g.body, ',')
+	}
+	g.body = enc(g.body)
+	g.n++
+	return nil
+}
+
+// flush sends group k's message, if any, in the open transaction. The
+// library keeps the body until the frame is written, so each message gets
+// a copy.
+func (p *publisher) flush(k kind) error {
+	g := &p.groups[k]
+	if g.n == 0 {
+		return nil
+	}
+	if p.perMsg > 1 {
+		g.body = append(g.body, ']')
+	}
+	n := g.n
+	g.n = 0
+	if len(g.body) > int(p.cfg.MaxMessageBytes) {
+		return fmt.Errorf("%w: a %s message of %d bytes, over max_message_bytes (%d)", deliver.ErrRefused, g.typ, len(g.body), p.cfg.MaxMessageBytes)
+	}
+	opts := []func(*frame.Frame) error{
+		stomp.SendOpt.Header("persistent", "true"),
+		stomp.SendOpt.Header("xrdmon-type", g.typ),
+		stomp.SendOpt.Header("xrdmon-id", g.firstID),
+	}
+	if p.perMsg > 1 {
+		opts = append(opts, stomp.SendOpt.Header("xrdmon-count", strconv.Itoa(n)))
+	}
+	body := append([]byte(nil), g.body...)
+	if err := p.tx.Send(p.destination(k), p.cfg.ContentType, body, opts...); err != nil {
+		return fmt.Errorf("send to %s: %w", p.destination(k), err)
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+// Package stomp is the STOMP sink, the WLCG side of the bus: it reads
+// records and events from the store's log, from its own persisted cursor,
+// and sends them to STOMP destinations (ActiveMQ, as CERN MONIT runs it,
+// or RabbitMQ's STOMP plugin): the WLCG records by default, and,
+// configured, the GRACC records and the events.
+//
+// # Delivery
+//
+// A batch of up to Options.BatchSize log entries is sent in one STOMP
+// transaction: BEGIN, a persistent SEND per message, and a COMMIT that
+// asks for a receipt. The receipt confirms the whole transaction (ActiveMQ
+// stores a transaction's persistent messages before it answers the
+// COMMIT); the cursor moves past the batch only then. Up to
+// Options.InFlight transactions are open at once. A lost connection, an
+// ERROR frame or a missing receipt fails the batch and those after it; they
+// are sent again on a new connection after a backoff: delivery is at least
+// once, and consumers drop duplicates by the xrdmon-id header (the
+// record_id or event_id).
+//
+// A message larger than Config.MaxMessageBytes, or one the broker answers
+// with an ERROR about its size, is refused: the delivery loop sets the
+// entry aside in the store's dead letters and goes on.
+//
+// # Destinations
+//
+// The OSG collector (xrootd-monitoring-shoveler in collector mode,
+// COLLECTOR_MQ=stomp) sends every message to its one topic, /topic/ +
+// COLLECTOR_STOMP_TOPIC, as text/plain with a receipt per SEND. xrdmon
+// sends each kind to its own destination (an empty name: not sent):
+//
+//	what                          destination (key)     body
+//	record matching WLCGMatcher   destinations.wlcg     WLCG JSON (record.AppendWLCG)
+//	record                        destinations.records  GRACC JSON (record.AppendGRACC)
+//	event                         destinations.events   native event JSON (record.AppendEventJSON)
+//
+// Every SEND has the headers persistent:true, content-type (Config),
+// xrdmon-type ("wlcg", "gracc" or the event type) and xrdmon-id (the
+// record_id or event_id of its first entry); with RecordsPerMessage > 1 a
+// message is a JSON array of up to that many entries and xrdmon-count
+// says how many.
+package stomp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/deliver"
+	"github.com/xrdmon/xrdmon/internal/stompconn"
+	"github.com/xrdmon/xrdmon/internal/store"
+	"github.com/xrdmon/xrdmon/internal/units"
+)
+
+// Config configures the STOMP output: the outputs.stomp section of the
+// configuration.
+type Config struct {
+	Enabled          bool `yaml:"enabled" help:"send records to a STOMP broker (ActiveMQ; the WLCG bus, CERN MONIT)"`
+	stompconn.Config `yaml:",inline"`
+	Destinations     Destinations `yaml:"destinations"`
+	// RecordsPerMessage packs records into one message (a JSON array
+	// when > 1).
+	RecordsPerMessage int `yaml:"records_per_message" help:"records packed into one message (a JSON array when > 1; 1 sends one JSON object per message)"`
+	// ContentType is the content-type header of every message.
+	ContentType string `yaml:"content_type" help:"content-type header of the messages"`
+	// MaxMessageBytes refuses (sets aside as a dead letter) a message
+	// whose body is larger.
+	MaxMessageBytes units.ByteSize `yaml:"max_message_bytes" help:"largest message body sent; a larger one is set aside as a dead letter"`
+}
+
+// Destinations names the destination of each kind of message. An empty
+// name means that kind is not sent.
+type Destinations struct {
+	WLCG    string `yaml:"wlcg" help:"destination of the records in the WLCG format (the records WLCG consumers take: CMS, /store, /user/dteam)"`
+	Records string `yaml:"records" help:"destination of every transfer record in the GRACC format"`
+	Events  string `yaml:"events" help:"destination of the events (XCache file closes, third-party copies, server starts, ...)"`
+}
+
+// DefaultConfig returns the defaults: no destination (the broker's
+// operators assign them), one record per message, application/json,
+// 1 MiB messages at most; not enabled.
+func DefaultConfig() Config {
+	return Config{
+		Config:            stompconn.Config{Heartbeat: units.Duration(stompconn.DefaultHeartbeat)},
+		RecordsPerMessage: 1,
+		ContentType:       "application/json",
+		MaxMessageBytes:   1 << 20,
+	}
+}
+
+// Options tune the sink beyond Config. Start from DefaultOptions.
+type Options struct {
+	// Options tune the delivery loop: the cursor name, the log entries
+	// per transaction (BatchSize), the transactions open at once
+	// (InFlight), polling, backoff and the drain after Run's context is
+	// cancelled.
+	deliver.Options
+	// ReceiptTimeout bounds the wait for a COMMIT's receipt; on expiry
+	// the connection is dropped and the batch sent again.
+	ReceiptTimeout time.Duration
+	// DialTimeout bounds the TCP connect, TLS and STOMP handshakes.
+	DialTimeout time.Duration
+	// WLCG selects the records sent in the WLCG format (nil:
+	// record.DefaultWLCGMatcher).
+	WLCG *record.WLCGMatcher
+}
+
+// DefaultOptions returns the defaults: cursor name "stomp", 1000 entries
+// per transaction and up to 3 transactions open, 100 ms polling, backoff
+// from 200 ms to 30 s, 10 s drain, 30 s receipt timeout.
+func DefaultOptions() Options {
+	return Options{
+		Options: deliver.Options{
+			Name:         "stomp",
+			BatchSize:    1000,
+			InFlight:     3,
+			PollInterval: 100 * time.Millisecond,
+			MinBackoff:   200 * time.Millisecond,
+			MaxBackoff:   30 * time.Second,
+			DrainTimeout: 10 * time.Second,
+		},
+		ReceiptTimeout: 30 * time.Second,
+		DialTimeout:    10 * time.Second,
+	}
+}
+
+func (o *Options) fill() {
+	d := DefaultOptions()
+	o.Options = o.Options.WithDefaults(d.Options)
+	if o.ReceiptTimeout <= 0 {
+		o.ReceiptTimeout = d.ReceiptTimeout
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = d.DialTimeout
+	}
+	if o.WLCG == nil {
+		o.WLCG = record.DefaultWLCGMatcher()
+	}
+}
+
+// Sink sends the store's log to a STOMP broker. Create it with New and
+// call Run once.
+type Sink struct {
+	loop *deliver.Loop
+	pub  *publisher
+}
+
+// New returns a sink for cfg with DefaultOptions. See NewWithOptions.
+func New(cfg Config, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
+	return NewWithOptions(cfg, DefaultOptions(), st, log, reg)
+}
+
+// NewWithOptions returns a sink sending the log of st as cfg says. It
+// does not connect: Run does, and keeps retrying while the broker is down.
+// Metrics are registered on reg (nil: not registered); a nil log discards.
+func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
+	if st == nil {
+		return nil, errors.New("new stomp sink: nil store")
+	}
+	if cfg.URL == "" {
+		return nil, errors.New("new stomp sink: empty url")
+	}
+	d := cfg.Destinations
+	if d.WLCG == "" && d.Records == "" && d.Events == "" {
+		return nil, errors.New("new stomp sink: no destination configured")
+	}
+	if cfg.ContentType == "" {
+		cfg.ContentType = DefaultConfig().ContentType
+	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = DefaultConfig().MaxMessageBytes
+	}
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	opts.fill()
+	p, err := newPublisher(cfg, opts, log.With("sink", opts.Name))
+	if err != nil {
+		return nil, fmt.Errorf("new stomp sink: %w", err)
+	}
+	l, err := deliver.New(st, p, opts.Options, log, reg)
+	if err != nil {
+		return nil, fmt.Errorf("new stomp sink: %w", err)
+	}
+	return &Sink{loop: l, pub: p}, nil
+}
+
+// Run sends until ctx is cancelled, then sends what is left of the
+// backlog within Options.DrainTimeout, disconnects and returns. Failures
+// are retried forever; Run returns an error only when it cannot start (the
+// cursor cannot be read).
+func (s *Sink) Run(ctx context.Context) error {
+	defer s.pub.close()
+	if err := s.loop.Run(ctx); err != nil {
+		return fmt.Errorf("stomp sink %s: %w", s.loop.Name(), err)
+	}
+	return nil
+}

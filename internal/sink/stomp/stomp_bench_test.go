@@ -1,0 +1,53 @@
+package stomp
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
+	"github.com/xrdmon/xrdmon/internal/stompconn"
+	"github.com/xrdmon/xrdmon/internal/testenv"
+	"github.com/xrdmon/xrdmon/internal/units"
+)
+
+// BenchmarkSink measures the whole sink: records appended to a store are
+// read back, sent in transactions of 1000 (GRACC to one destination, WLCG
+// for a third of them to another), the COMMITs' receipts awaited and the
+// cursor moved, in records/s. On RabbitMQ the destinations are topics
+// without subscribers, as the AMQP sink's BenchmarkSink publishes to
+// exchanges without queues; on ActiveMQ (started by the benchmark) they are
+// queues, whose persistent messages the broker stores before the receipt.
+//
+//	go test ./internal/sink/stomp -run '^$' -bench Sink -benchtime 100000x
+func BenchmarkSink(b *testing.B) {
+	b.Run("broker=rabbitmq", func(b *testing.B) {
+		u, user, pf := testenv.RabbitSTOMP(b)
+		conn := stompconn.Config{URL: u, User: user, PasswordFile: pf, VHost: "/", Heartbeat: units.Duration(10 * time.Second)}
+		base := "/topic/" + testenv.Uniq("xrdmon-bench")
+		sinkBench(b, conn, Destinations{Records: base + ".gracc", WLCG: base + ".wlcg"})
+	})
+	b.Run("broker=activemq", func(b *testing.B) {
+		a := testenv.StartActiveMQ(b, false)
+		conn := stompconn.Config{URL: a.URL, Heartbeat: units.Duration(10 * time.Second)}
+		base := "/queue/" + testenv.Uniq("xrdmon-bench")
+		sinkBench(b, conn, Destinations{Records: base + ".gracc", WLCG: base + ".wlcg"})
+	})
+}
+
+func sinkBench(b *testing.B, conn stompconn.Config, d Destinations) {
+	for _, perMsg := range []int{1, 100} {
+		b.Run(fmt.Sprintf("per_message=%d", perMsg), func(b *testing.B) {
+			st := sinktest.OpenStore(b)
+			sinktest.Fill(b, st, b.N, testRecord)
+			opts := fastOptions()
+			cfg := DefaultConfig()
+			cfg.Config, cfg.Destinations, cfg.RecordsPerMessage = conn, d, perMsg
+			s, err := NewWithOptions(cfg, opts, st, sinktest.Discard(), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sinktest.DrainBench(b, st, opts.Name, s)
+		})
+	}
+}

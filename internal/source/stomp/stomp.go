@@ -1,0 +1,568 @@
+// Package stomp is the relayed source of the WLCG side of the bus: it
+// consumes the messages an xrootd-monitoring-shoveler sends over STOMP
+// (SHOVELER_MQ=stomp: one JSON envelope per UDP datagram, to the topic
+// /topic/xrootd.shoveler by default) from ActiveMQ or RabbitMQ's STOMP
+// plugin, and hands the datagrams over in batches that the pipeline
+// acknowledges once what they produced is durable.
+//
+// A message is acknowledged only after the pipeline called its batch's
+// Ack, that is after the checkpoint that covers it is in the store. The
+// subscription acknowledges cumulatively (ack mode client), in delivery
+// order, one ACK per batch: the ACK of a batch's last message goes out
+// once that batch and every earlier one are durable. (With an ACK per
+// message, ack mode client-individual, ActiveMQ 5.17 stops dispatching to
+// the subscription for up to 30 s at a time once several thousand ACKs
+// have come in; see docs/stomp.md.) A message not acknowledged when the
+// connection ends is redelivered, and
+// the records it makes again carry the same record_id, which the store
+// drops as duplicates. The broker sends at most Prefetch unacknowledged
+// messages (activemq.prefetchSize for ActiveMQ, prefetch-count for
+// RabbitMQ).
+package stomp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-stomp/stomp/v3"
+	"github.com/go-stomp/stomp/v3/frame"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xrdmon/xrdmon/internal/backoff"
+	"github.com/xrdmon/xrdmon/internal/metrics"
+	"github.com/xrdmon/xrdmon/internal/source"
+	"github.com/xrdmon/xrdmon/internal/stompconn"
+	"github.com/xrdmon/xrdmon/internal/units"
+)
+
+// Config configures the STOMP source: the stomp_input section of the
+// configuration. The fields tagged yaml:"-" are not configurable; tests
+// and benchmarks tune them.
+type Config struct {
+	Enabled bool `yaml:"enabled" help:"consume shoveled packets from a STOMP broker (ActiveMQ; the WLCG bus)"`
+	// Config is the broker.
+	stompconn.Config `yaml:",inline"`
+	// Destination is what to subscribe to: the shoveler's topic by
+	// default, or a queue (/queue/NAME).
+	Destination string `yaml:"destination" help:"destination to subscribe to: the shoveler's topic /topic/xrootd.shoveler by default, or /queue/NAME"`
+	// Subscription names the durable subscription of a /topic/
+	// destination (empty: not durable, and what is sent while xrdmon is
+	// away is lost). ActiveMQ keys it by the client-id (this name) and
+	// activemq.subscriptionName; RabbitMQ by the subscription id.
+	Subscription string `yaml:"subscription" help:"name of the durable subscription to a /topic/ destination (the broker keeps messages while xrdmon is away); empty: not durable"`
+	// Prefetch is how many unacknowledged messages the broker sends ahead.
+	Prefetch int `yaml:"prefetch" help:"unacknowledged messages the broker may send ahead (activemq.prefetchSize, prefetch-count)"`
+
+	// BatchSize is the largest number of messages per batch (at most
+	// Prefetch).
+	BatchSize int `yaml:"-"`
+	// BatchWait is how long a batch waits for more messages after its first.
+	BatchWait time.Duration `yaml:"-"`
+	// ReconnectMin and ReconnectMax bound the exponential reconnect backoff;
+	// each wait has random jitter of up to 50%.
+	ReconnectMin time.Duration `yaml:"-"`
+	ReconnectMax time.Duration `yaml:"-"`
+	// DrainTimeout is how long Run, once cancelled, keeps the connection
+	// open for the pipeline to acknowledge the batches it holds.
+	DrainTimeout time.Duration `yaml:"-"`
+	// Filter is the allow-list and address map applied to the shoveler's
+	// "remote" (the listen section's).
+	Filter source.FilterConfig `yaml:"-"`
+}
+
+// DefaultDestination is where the shoveler sends (its STOMP topic
+// xrootd.shoveler, which it prefixes with /topic/).
+const DefaultDestination = "/topic/xrootd.shoveler"
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Config:       stompconn.Config{Heartbeat: units.Duration(stompconn.DefaultHeartbeat)},
+		Destination:  DefaultDestination,
+		Subscription: "xrdmon",
+		Prefetch:     20000,
+		BatchSize:    256,
+		BatchWait:    5 * time.Millisecond,
+		ReconnectMin: 500 * time.Millisecond,
+		ReconnectMax: 30 * time.Second,
+		DrainTimeout: 10 * time.Second,
+	}
+}
+
+// ErrStaleAck is returned by Batch.Ack when the connection the batch came
+// from is gone: the broker will redeliver its messages.
+var ErrStaleAck = errors.New("stomp ack: connection closed since delivery; messages will be redelivered")
+
+// STOMP is the STOMP source.
+type STOMP struct {
+	cfg    Config
+	log    *slog.Logger
+	filter *source.Filter
+	pool   *source.BatchPool
+	dialer *stompconn.Dialer
+
+	netConn atomic.Pointer[net.Conn] // the current connection's socket, for tests
+
+	loggedInvalid time.Time // when an invalid message was last logged (Run's goroutine)
+
+	received   prometheus.Counter
+	invalid    *prometheus.CounterVec
+	reconnects prometheus.Counter
+	ackFailed  prometheus.Counter
+	connected  prometheus.Gauge
+}
+
+// New checks cfg and registers the metrics on reg (nil: none). It does not
+// connect; Run does.
+func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*STOMP, error) {
+	def := DefaultConfig()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.URL == "" {
+		return nil, errors.New("stomp source: url is required")
+	}
+	if cfg.Destination == "" {
+		cfg.Destination = def.Destination
+	}
+	if cfg.Prefetch <= 0 {
+		cfg.Prefetch = def.Prefetch
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = def.BatchSize
+	}
+	cfg.BatchSize = min(cfg.BatchSize, cfg.Prefetch)
+	if cfg.BatchWait <= 0 {
+		cfg.BatchWait = def.BatchWait
+	}
+	if cfg.ReconnectMin <= 0 {
+		cfg.ReconnectMin = def.ReconnectMin
+	}
+	if cfg.ReconnectMax < cfg.ReconnectMin {
+		cfg.ReconnectMax = max(def.ReconnectMax, cfg.ReconnectMin)
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = def.DrainTimeout
+	}
+	filter, err := source.NewFilter(cfg.Filter, "stomp", reg)
+	if err != nil {
+		return nil, fmt.Errorf("stomp source: %w", err)
+	}
+	s := &STOMP{cfg: cfg, log: log, filter: filter, pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket)}
+	opts := stompconn.Options{Wrap: func(c net.Conn) net.Conn { s.netConn.Store(&c); return c }}
+	if s.durable() {
+		opts.ClientID = cfg.Subscription
+	}
+	s.dialer, err = stompconn.NewDialer(cfg.Config, opts)
+	if err != nil {
+		return nil, fmt.Errorf("stomp source: %w", err)
+	}
+	ms := metrics.NewSet(reg)
+	s.received = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "xrdmon_stomp_messages_received_total", Help: "Messages consumed from the STOMP broker.",
+	}))
+	s.reconnects = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "xrdmon_stomp_reconnects_total", Help: "Connections to the STOMP broker lost or abandoned and made again.",
+	}))
+	s.ackFailed = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "xrdmon_stomp_acks_failed_total", Help: "Batch acknowledgements that could not be sent to the STOMP broker (the messages are redelivered).",
+	}))
+	s.invalid = metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "xrdmon_stomp_messages_invalid_total",
+		Help: "STOMP messages that are not valid shoveler envelopes, acknowledged and dropped, by reason (oversized: more than a UDP datagram can carry).",
+	}, []string{"reason"}))
+	s.connected = metrics.Add(ms, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "xrdmon_stomp_connected", Help: "1 while the STOMP source is connected and subscribed.",
+	}))
+	if err := ms.Err(); err != nil {
+		return nil, fmt.Errorf("stomp source: %w", err)
+	}
+	for _, r := range source.ShovelerReasons {
+		s.invalid.WithLabelValues(r)
+	}
+	return s, nil
+}
+
+// durable reports whether the subscription is a durable topic
+// subscription.
+func (s *STOMP) durable() bool {
+	return s.cfg.Subscription != "" && strings.HasPrefix(s.cfg.Destination, "/topic/")
+}
+
+// Run consumes until ctx is cancelled, reconnecting with backoff whenever
+// the connection is lost, and returns nil. After cancellation it stops
+// consuming and waits up to DrainTimeout for the batches it handed out to
+// be acknowledged before it disconnects. Batches handed out before a
+// reconnect can no longer be acknowledged (Ack returns ErrStaleAck); the
+// broker redelivers their messages, so the pipeline may see them twice.
+func (s *STOMP) Run(ctx context.Context, out chan<- *source.Batch) error {
+	bo := backoff.Backoff{Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax}
+	first := true
+	for {
+		if !first {
+			s.reconnects.Inc()
+		}
+		first = false
+		start := time.Now()
+		err := s.session(ctx, out)
+		s.connected.Set(0)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(start) > 2*s.cfg.ReconnectMax {
+			bo.Reset() // it worked for a while: start over
+		}
+		wait := bo.Next()
+		s.log.Warn("STOMP connection lost; reconnecting", "url", s.dialer.URL(), "err", err, "wait", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// session connects, subscribes, consumes until the connection ends, and
+// closes it.
+func (s *STOMP) session(ctx context.Context, out chan<- *source.Batch) error {
+	// The library queues the frames to write on a channel, and a write
+	// blocked on a full channel when the connection dies never returns:
+	// the channel has room for an ACK of every message the broker may
+	// have sent unacknowledged (there is one per batch).
+	conn, err := s.dialer.Dial(ctx, stomp.ConnOpt.WriteChannelCapacity(s.cfg.Prefetch+64))
+	if err != nil {
+		return err
+	}
+	ak := newAcker(conn)
+	defer ak.close()
+	sub, err := conn.Subscribe(s.cfg.Destination, stomp.AckClient, s.subscribeOpts()...)
+	if err != nil {
+		_ = conn.MustDisconnect()
+		return fmt.Errorf("subscribe %s: %w", s.cfg.Destination, err)
+	}
+	s.connected.Set(1)
+	s.log.Info("Consuming from STOMP", "url", s.dialer.URL(), "destination", s.cfg.Destination,
+		"durable", s.durable(), "server", conn.Server())
+
+	// The library hands messages over on a small channel and stops reading
+	// the socket (heart-beats too) while it is full: a pump keeps it
+	// drained. The broker sends at most Prefetch unacknowledged messages,
+	// which bounds the pump's queue.
+	msgs := make(chan *stomp.Message, s.cfg.Prefetch+1)
+	go func() {
+		defer close(msgs)
+		for m := range sub.C {
+			msgs <- m
+		}
+	}()
+
+	c := &consumer{s: s, ctx: ctx, out: out, ak: ak, timer: time.NewTimer(time.Hour)}
+	c.timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			c.stop()
+			return nil
+		case <-c.timer.C:
+			if err := c.flush(); err != nil {
+				return err
+			}
+		case m, ok := <-msgs:
+			if !ok {
+				_ = c.flush() // cannot be acknowledged any more, but let the pipeline count them
+				return errors.New("subscription closed")
+			}
+			if m.Err != nil {
+				_ = c.flush()
+				_ = conn.MustDisconnect()
+				return m.Err
+			}
+			if err := c.receive(m); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// subscribeOpts returns the SUBSCRIBE frame's headers: the prefetch in
+// both brokers' spellings and, for a durable topic subscription, its name
+// in both brokers' spellings (each broker ignores the other's headers).
+func (s *STOMP) subscribeOpts() []func(*frame.Frame) error {
+	p := strconv.Itoa(s.cfg.Prefetch)
+	opts := []func(*frame.Frame) error{
+		stomp.SubscribeOpt.Header("activemq.prefetchSize", p),
+		stomp.SubscribeOpt.Header("prefetch-count", p),
+	}
+	if s.durable() {
+		opts = append(opts,
+			stomp.SubscribeOpt.Id(s.cfg.Subscription),
+			stomp.SubscribeOpt.Header("activemq.subscriptionName", s.cfg.Subscription),
+			stomp.SubscribeOpt.Header("durable", "true"),
+			stomp.SubscribeOpt.Header("auto-delete", "false"),
+		)
+	}
+	return opts
+}
+
+// consumer is a session's batching: the batch being filled from the
+// messages, handed to the pipeline when full or BatchWait after its first
+// message, with an Ack that acknowledges its messages.
+type consumer struct {
+	s     *STOMP
+	ctx   context.Context
+	out   chan<- *source.Batch
+	ak    *acker
+	timer *time.Timer // BatchWait after the batch's first message
+
+	b    *source.PooledBatch // nil when no batch is being filled
+	n    int                 // messages in b
+	last *stomp.Message      // b's last message, whose ACK covers the batch
+}
+
+// receive adds a message to the batch, starting one if needed, and hands
+// the batch over when it is full.
+func (c *consumer) receive(m *stomp.Message) error {
+	c.s.received.Inc()
+	if c.b == nil {
+		c.b = c.s.pool.Get()
+		c.n = 0
+		c.timer.Reset(c.s.cfg.BatchWait)
+	}
+	c.s.add(c.b, m.Body)
+	m.Body = nil // copied into the batch; only the headers are kept, to acknowledge
+	c.last = m
+	c.n++
+	if c.b.Full() || c.n >= c.s.cfg.BatchSize {
+		return c.flush()
+	}
+	return nil
+}
+
+// flush hands the batch, if any, to the pipeline, with an Ack that
+// acknowledges its messages; a batch of invalid messages only is
+// acknowledged at once.
+func (c *consumer) flush() error {
+	if c.b == nil {
+		return nil
+	}
+	pb, last := c.b, c.last
+	c.b, c.last = nil, nil
+	c.timer.Stop()
+	b := c.ak.add(last)
+	if pb.Len() == 0 { // only invalid messages: acknowledge them at once
+		pb.Free()
+		return c.ak.ack(b)
+	}
+	pb.Ack = func() error {
+		if err := c.ak.ack(b); err != nil {
+			c.s.ackFailed.Inc()
+			return err
+		}
+		return nil
+	}
+	select {
+	case c.out <- &pb.Batch:
+		return nil
+	case <-c.ctx.Done():
+		pb.Free()
+		c.ak.forget(b)
+		return c.ctx.Err()
+	}
+}
+
+// stop ends the session after a cancellation: the batch being filled was
+// never handed over (the broker redelivers it later); those handed over
+// are waited for, then the connection is closed with a DISCONNECT whose
+// receipt says the broker has processed every acknowledgement.
+func (c *consumer) stop() {
+	if c.b != nil {
+		c.b.Free()
+		c.b = nil
+	}
+	if !c.ak.drain(c.s.cfg.DrainTimeout) {
+		c.s.log.Warn("STOMP batches not acknowledged before shutdown; they will be redelivered", "batches", c.ak.outstanding())
+	}
+	if err := c.ak.conn.Disconnect(); err != nil {
+		c.s.log.Debug("STOMP disconnect", "err", err)
+	}
+}
+
+// add decodes a shoveler message into b; an invalid one is counted (and
+// logged at most once a minute).
+func (s *STOMP) add(b *source.PooledBatch, body []byte) {
+	buf, env, err := source.AppendShoveler(b.Buf(), body)
+	if err != nil {
+		s.invalid.WithLabelValues(source.ShovelerReason(err)).Inc()
+		if time.Since(s.loggedInvalid) > time.Minute {
+			s.loggedInvalid = time.Now()
+			s.log.Warn("Dropping invalid shoveler messages (logged at most once a minute)", "err", err,
+				"body", truncate(body, 120))
+		}
+		return
+	}
+	if sender, ok := s.filter.AcceptShoveled(&env); ok {
+		b.Add(buf, env.Data, sender, time.Now())
+	}
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		b = b[:n]
+	}
+	return strconv.Quote(string(b))
+}
+
+// breakConnection closes the current connection's socket under the client
+// library, as a network failure would (tests).
+func (s *STOMP) breakConnection() {
+	if c := s.netConn.Load(); c != nil {
+		(*c).Close()
+	}
+}
+
+// acker acknowledges a session's batches in delivery order, from a
+// goroutine of its own. The subscription acknowledges cumulatively (ack
+// mode client: an ACK covers its message and every earlier one of the
+// subscription); batches may be acknowledged by the pipeline in any order,
+// and the ACK of a batch's last message is sent once every earlier batch
+// is acknowledged too, so an ACK never covers a message that is not yet
+// durable. The goroutine keeps the pipeline from ever waiting on the
+// connection: the library's writes queue behind its reads, and its reads
+// wait for the consumer, which may wait for the pipeline.
+type acker struct {
+	conn *stomp.Conn
+
+	mu      sync.Mutex
+	pending []*batchAck    // handed out, in delivery order
+	latest  *stomp.Message // the ACK to send next, nil when none
+	closed  bool           // the session ended: acknowledgements are stale
+	wake    chan struct{}  // latest was set; closed by close
+	done    chan struct{}  // run has returned
+}
+
+// batchAck is one batch's place in the acknowledgement order.
+type batchAck struct {
+	last *stomp.Message // the batch's last message
+	done bool
+}
+
+func newAcker(conn *stomp.Conn) *acker {
+	a := &acker{conn: conn, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go a.run(a.wake)
+	return a
+}
+
+// add places a batch, whose last message is last, in the order.
+func (a *acker) add(last *stomp.Message) *batchAck {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := &batchAck{last: last}
+	a.pending = append(a.pending, b)
+	return b
+}
+
+// forget removes b, the batch added last, which was not handed over after
+// all (its messages are redelivered).
+func (a *acker) forget(b *batchAck) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n := len(a.pending); n > 0 && a.pending[n-1] == b {
+		a.pending = a.pending[:n-1]
+	}
+}
+
+// ack marks b acknowledged and queues the ACK of the longest run of
+// acknowledged batches at the head of the order.
+func (a *acker) ack(b *batchAck) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return ErrStaleAck
+	}
+	if b.done {
+		return nil
+	}
+	b.done = true
+	n := 0
+	for n < len(a.pending) && a.pending[n].done {
+		n++
+	}
+	if n == 0 {
+		return nil // an earlier batch is still in flight; acknowledged with it later
+	}
+	a.latest = a.pending[n-1].last
+	clear(a.pending[:n])
+	a.pending = a.pending[n:]
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// run sends the ACKs until wake is closed (close sets a.wake to nil, so
+// run gets its own copy).
+func (a *acker) run(wake <-chan struct{}) {
+	defer close(a.done)
+	for range wake {
+		a.mu.Lock()
+		m := a.latest
+		a.latest = nil
+		a.mu.Unlock()
+		if m == nil {
+			continue
+		}
+		if err := a.conn.Ack(m); err != nil {
+			a.mu.Lock()
+			a.closed = true // the connection is gone: the broker redelivers
+			a.mu.Unlock()
+			return
+		}
+	}
+}
+
+// drain waits until every batch handed out is acknowledged and the ACK
+// written, or timeout passes; it reports whether all were.
+func (a *acker) drain(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		a.mu.Lock()
+		idle := len(a.pending) == 0 && a.latest == nil
+		closed := a.closed
+		a.mu.Unlock()
+		if idle {
+			a.close()
+			<-a.done
+			return true
+		}
+		if closed || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (a *acker) outstanding() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.pending)
+}
+
+// close ends the acker; later acknowledgements are stale.
+func (a *acker) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closed = true
+	if a.wake != nil {
+		close(a.wake)
+		a.wake = nil
+	}
+}
