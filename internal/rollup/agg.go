@@ -184,9 +184,6 @@ func histIndex(v float64) int16 {
 // Observe adds one value.
 func (h *Hist) Observe(v float64) { h.add(histIndex(v), 1) }
 
-// observeIndex adds one value whose bucket is i (histIndex).
-func (h *Hist) observeIndex(i int16) { h.add(i, 1) }
-
 // add counts n values in bucket i and returns the bytes h grew by.
 func (h *Hist) add(i int16, n int64) int {
 	if len(h.b) == 0 || h.b[len(h.b)-1].i < i { // in order: decoding, merging
