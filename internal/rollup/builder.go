@@ -229,7 +229,11 @@ func (b *Builder) Run(ctx context.Context) error {
 	}
 	behind := true
 	for {
-		if behind {
+		// The head is bounded: while it is full and the flush that empties
+		// it runs, nothing more is summed (the fed queue fills, then drops,
+		// and those entries are read from the log later).
+		full := flushDone != nil && b.headFull()
+		if behind && !full {
 			n, err := b.readLog(ctx)
 			if err != nil && ctx.Err() == nil {
 				b.m.errors.Inc()
@@ -254,14 +258,18 @@ func (b *Builder) Run(ctx context.Context) error {
 			cancel()
 			return err
 		}
-		if behind {
+		if behind && !full {
 			continue
+		}
+		feed := b.feed
+		if full {
+			feed = nil
 		}
 		select {
 		case <-ctx.Done():
 		case err := <-flushDone:
 			flushed(err)
-		case fb := <-b.feed:
+		case fb := <-feed:
 			behind = !b.applyFeed(fb)
 		case <-t.C:
 			// A fallback for a dropped batch that no later one reveals
