@@ -668,6 +668,22 @@ func (l *Linker) expire() {
 		n++
 	}
 	l.horder = l.horder[n:]
+	l.compactQueue()
+}
+
+// compactQueue drops from the queue by deadline the entries of opens no
+// longer pending (forgotten over the byte bound: they would stay until
+// their deadline) once they are most of it. Sorted, the queue is a heap.
+func (l *Linker) compactQueue() {
+	if len(l.queue) < 1024 || len(l.queue) < 2*len(l.pend) {
+		return
+	}
+	l.queue = slices.DeleteFunc(l.queue, func(d dueOpen) bool {
+		dl, ok := l.pend[d.rec]
+		return !ok || dl != d.d
+	})
+	q := l.queue
+	slices.SortFunc(q, func(a, b dueOpen) int { return cmp.Or(cmp.Compare(a.d, b.d), a.rec.compare(b.rec)) })
 }
 
 // Costs in bytes, about, of what the Linker keeps.
@@ -677,7 +693,11 @@ const (
 )
 
 func redirCost(k linkKey) int64 { return int64(len(k.host)+len(k.user)+len(k.path)) + 160 }
-func openCost(k linkKey) int64  { return redirCost(k) + 48 }
+
+// openCost is what an undecided open holds: its entry, its key's map
+// slot, its pending deadline, its place in the queue by deadline and in
+// the arrival order (about 480 bytes besides the strings).
+func openCost(k linkKey) int64 { return redirCost(k) + 320 }
 
 // Checkpoint magics: the first form (no window lengths, no held records)
 // is still read.

@@ -590,8 +590,9 @@ type lastSeries struct {
 }
 
 // aggOverhead is the bytes of a new series in the head besides its key:
-// the Agg, its map slot and the key's header.
-const aggOverhead = 192
+// the Agg, the room for users and buckets the slab gives it, and its map
+// slot.
+const aggOverhead = int64(unsafe.Sizeof(Agg{})) + slabSmall*8 + 2*slabSmall*int64(unsafe.Sizeof(hbucket{})) + 64
 
 // add applies d to every series of r in the minute of time t. It
 // allocates only for a series the minute does not hold yet.

@@ -52,7 +52,7 @@ func DefaultConfig() Config {
 		RetentionMinute: units.Duration(48 * time.Hour),
 		RetentionHour:   units.Duration(90 * 24 * time.Hour),
 		FlushInterval:   units.Duration(10 * time.Second),
-		MaxHeadBytes:    64 << 20,
+		MaxHeadBytes:    32 << 20,
 		MaxOpenBytes:    64 << 20,
 	}
 }
