@@ -789,8 +789,9 @@ func rollUp(h head) map[bucketKey]map[string]*Agg {
 	return out
 }
 
-// mergeHead adds the series of src to dst (a failed flush's head back
-// into the current one).
+// mergeHead adds the series of src to dst, by bucket start (a failed
+// flush's head back into the current one, a query's head sums into its
+// stored ones).
 func mergeHead(dst, src head) {
 	for start, m := range src {
 		d := dst[start]

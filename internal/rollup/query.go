@@ -476,16 +476,7 @@ func (qr *Querier) read(ctx context.Context, spans []span, spec Spec, w walk, fn
 		if err != nil {
 			return err
 		}
-		for start, hm := range qr.headSums(sp, prefix, w.keep) {
-			m := buckets[start]
-			if m == nil {
-				buckets[start] = hm
-				continue
-			}
-			for k, a := range hm {
-				mergeInto(m, k, a)
-			}
-		}
+		mergeHead(buckets, qr.headSums(sp, prefix, w.keep))
 		for start, m := range buckets {
 			fn(start, m)
 		}

@@ -242,21 +242,7 @@ func TestRollupsRestartExact(t *testing.T) {
 	if err := b.CatchUp(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, spec := range ref.Specs() {
-		for _, step := range Resolutions {
-			want, err := ref.Series(ctx, Query{By: spec.Dims(), From: forever[0], To: forever[1], Step: step})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := b.Series(ctx, Query{By: spec.Dims(), From: forever[0], To: forever[1], Step: step})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := diffSeries(got, want); d != "" {
-				t.Fatalf("%q at %s after restarts: %s", spec, step, d)
-			}
-		}
-	}
+	sameSeries(t, ref, b, "after restarts")
 }
 
 func applyUpTo(t *testing.T, b *Builder, st *store.Store, seq int64) {
@@ -618,21 +604,7 @@ func TestRollupsFedLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	live = newBuilder(t, st, cfg) // what the running one committed
-	for _, spec := range ref.Specs() {
-		for _, step := range Resolutions {
-			want, err := ref.Series(context.Background(), Query{By: spec.Dims(), From: forever[0], To: forever[1], Step: step})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := live.Series(context.Background(), Query{By: spec.Dims(), From: forever[0], To: forever[1], Step: step})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := diffSeries(got, want); d != "" {
-				t.Fatalf("%q at %s, fed live: %s", spec, step, d)
-			}
-		}
-	}
+	sameSeries(t, ref, live, "fed live")
 }
 
 // TestRollupsUncommittedFlushDropped: a flush writes its parts in several
@@ -675,18 +647,27 @@ func TestRollupsUncommittedFlushDropped(t *testing.T) {
 	if err := b.CatchUp(ctx); err != nil {
 		t.Fatal(err)
 	}
+	sameSeries(t, ref, b, "after an uncommitted flush")
+}
+
+// sameSeries fails unless got has every series of ref, for every spec
+// and resolution, over all time.
+func sameSeries(t *testing.T, ref, got *Builder, what string) {
+	t.Helper()
+	ctx := context.Background()
 	for _, spec := range ref.Specs() {
 		for _, step := range Resolutions {
-			want, err := ref.Series(ctx, Query{By: spec.Dims(), From: forever[0], To: forever[1], Step: step})
+			q := Query{By: spec.Dims(), From: forever[0], To: forever[1], Step: step}
+			want, err := ref.Series(ctx, q)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := b.Series(ctx, Query{By: spec.Dims(), From: forever[0], To: forever[1], Step: step})
+			have, err := got.Series(ctx, q)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := diffSeries(got, want); d != "" {
-				t.Fatalf("%q at %s after an uncommitted flush: %s", spec, step, d)
+			if d := diffSeries(have, want); d != "" {
+				t.Fatalf("%q at %s %s: %s", spec, step, what, d)
 			}
 		}
 	}
