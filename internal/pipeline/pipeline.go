@@ -325,6 +325,7 @@ type barrier struct {
 	opens      []correlate.Open
 	prog       []record.Record // progress snapshots, made events by the writer
 	hasBufs    bool            // recs and evs were taken from the free list (by the first shard to answer)
+	appended   int             // chunks of recs appended (the first with evs): where a retried commit goes on
 	states     map[int][]byte
 	err        error
 	acks       []func() error             // acks of batches dispatched before this barrier
@@ -447,7 +448,7 @@ func (p *Pipeline) release(br *barrier) {
 	case p.free <- barrierBuffers{br.recs[:0], br.evs[:0]}:
 	default:
 	}
-	br.recs, br.evs, br.hasBufs, br.nrecs = nil, nil, false, 0
+	br.recs, br.evs, br.hasBufs, br.nrecs, br.appended = nil, nil, false, 0, 0
 	br.opens = nil
 	br.prog = nil
 }
@@ -682,19 +683,23 @@ func (p *Pipeline) write(ctx context.Context, br *barrier) error {
 	}
 	// One Append per chunk, the events with the first: a drain of many
 	// chunks is never gathered into one large slice. A retried commit
-	// appends its chunks again; the store drops records it already holds
-	// (by record id).
-	evs := br.evs
-	for _, c := range br.recs {
-		if err := p.store.Append(ctx, c, evs); err != nil {
+	// goes on from the first chunk not yet appended (br.appended): the
+	// store drops again only what an earlier process appended, and a
+	// chunk appended before a later one failed (a full disk) must not be
+	// appended twice.
+	for br.appended < max(len(br.recs), 1) {
+		var recs []record.Record
+		if br.appended < len(br.recs) {
+			recs = br.recs[br.appended]
+		}
+		var evs []record.Event
+		if br.appended == 0 {
+			evs = br.evs
+		}
+		if err := p.store.Append(ctx, recs, evs); err != nil {
 			return fmt.Errorf("append records: %w", err)
 		}
-		evs = nil
-	}
-	if len(evs) > 0 {
-		if err := p.store.Append(ctx, nil, evs); err != nil {
-			return fmt.Errorf("append records: %w", err)
-		}
+		br.appended++
 	}
 	for id, blob := range br.states {
 		if err := p.store.PutState(ctx, p.stateKey(id), blob); err != nil {

@@ -31,6 +31,9 @@ type fakeStore struct {
 	failLeft int   // Append calls that fail before one succeeds
 	failWith error // the error of those calls (default: a transient one)
 	getErr   error // the error of every GetState
+	// failAfter, when set, makes the Append after that many successful
+	// ones fail once (a disk filling in the middle of a commit).
+	failAfter, appends int
 }
 
 func (f *fakeStore) Append(_ context.Context, recs []record.Record, evs []record.Event) error {
@@ -43,6 +46,11 @@ func (f *fakeStore) Append(_ context.Context, recs []record.Record, evs []record
 		}
 		return errors.New("disk on fire")
 	}
+	if f.failAfter > 0 && f.appends == f.failAfter {
+		f.failAfter = 0
+		return errors.New("disk full")
+	}
+	f.appends++
 	f.log = append(f.log, "append")
 	f.recs = append(f.recs, recs...)
 	f.evs = append(f.evs, evs...)
@@ -572,7 +580,11 @@ func TestDrainCommitsEveryChunk(t *testing.T) {
 // returns what it stored.
 func replayOne(t *testing.T, sender string, pkts [][]byte) *fakeStore {
 	t.Helper()
-	st := &fakeStore{}
+	return replayInto(t, &fakeStore{}, sender, pkts)
+}
+
+func replayInto(t *testing.T, st *fakeStore, sender string, pkts [][]byte) *fakeStore {
+	t.Helper()
 	o := testOptions()
 	o.FlushOnExit = true
 	o.StateKey = ""
@@ -589,4 +601,36 @@ func replayOne(t *testing.T, sender string, pkts [][]byte) *fakeStore {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// TestRetryAfterPartOfACommit: a commit of several chunks whose second
+// append fails (a disk filling up) is retried from that chunk: the first
+// chunk, already durable, is not appended again (the store drops again
+// only what an earlier process wrote), and every record is stored once.
+func TestRetryAfterPartOfACommit(t *testing.T) {
+	const n = 3000
+	var fseq uint8
+	var pkts [][]byte
+	for id := uint32(1); id <= n; id += 100 {
+		var fb packet.FStreamBuilder
+		fseq++
+		fb.Reset(nil, packet.Header{Pseq: fseq, Stod: 1700000000}, 1700000000, 1700000001, 78, true)
+		for j := id; j < id+100; j++ {
+			fb.Open(packet.FileOpen{FileID: j, FileSize: 10, HasLFN: true, LFN: []byte("/store/f")})
+		}
+		pkts = append(pkts, fb.Finish(1700000002))
+	}
+	st := replayInto(t, &fakeStore{failAfter: 1}, "192.0.2.8:1094", pkts)
+	seen := map[uint32]int{}
+	for _, r := range st.recs {
+		seen[r.FileID]++
+	}
+	for id, c := range seen {
+		if c != 1 {
+			t.Fatalf("file %d stored %d times", id, c)
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("%d records, want %d", len(seen), n)
+	}
 }
