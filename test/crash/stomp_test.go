@@ -33,7 +33,7 @@ func TestKill9STOMP(t *testing.T) {
 	qCrash, qClean := testenv.Uniq("xrdmon-crash-stomp-kill"), testenv.Uniq("xrdmon-crash-stomp-clean")
 	cfg := loadgen.DefaultConfig()
 	cfg.Servers, cfg.Clients, cfg.Users = 60, 16, 1000
-	cfg.Duration = 25 * time.Minute
+	cfg.Duration = 40 * time.Minute // ~58,000 messages: every kill lands mid-stream however fast the collector drains
 	cfg.Seed = 13
 	truth := publish(t, url, cfg, qCrash, qClean)
 	if truth.Emitted < 25_000 || !truth.Lossless {
@@ -82,7 +82,7 @@ func TestKill9STOMP(t *testing.T) {
 	midStream := 0
 	for k := 1; k <= kills; k++ {
 		c := startCollector(t, crashDir, crashLog, flags...)
-		up := 200*time.Millisecond + time.Duration(rng.Int64N(int64(4800*time.Millisecond)))
+		up := 200*time.Millisecond + time.Duration(rng.Int64N(int64(1300*time.Millisecond))) // 6 runs at most 9 s: less than the stream takes
 		time.Sleep(up)
 		if !c.running() {
 			t.Fatalf("collector exited before kill %d: %v\n%s", k, c.err, tail(crashLog, 30))
