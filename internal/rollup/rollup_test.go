@@ -217,15 +217,7 @@ func TestRollupsRestartExact(t *testing.T) {
 	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
 
 	// The uninterrupted run, on a copy of the log read in one go.
-	ref := newBuilder(t, &memRollups{Store: st}, cfg)
-	if err := ref.CatchUp(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	last, err := st.LastSeq(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref, last := reference(t, st, cfg)
 	// Crash twice: once mid-way after a flush, once with unflushed work.
 	b := newBuilder(t, st, cfg)
 	applyUpTo(t, b, st, last/3)
@@ -616,14 +608,7 @@ func TestRollupsUncommittedFlushDropped(t *testing.T) {
 	ctx := context.Background()
 	cfg := DefaultConfig()
 	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
-	ref := newBuilder(t, &memRollups{Store: st}, cfg)
-	if err := ref.CatchUp(ctx); err != nil {
-		t.Fatal(err)
-	}
-	last, err := st.LastSeq(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref, last := reference(t, st, cfg)
 	b := newBuilder(t, st, cfg)
 	applyUpTo(t, b, st, last/3)
 	if err := b.Flush(ctx); err != nil {
@@ -671,4 +656,20 @@ func sameSeries(t *testing.T, ref, got *Builder, what string) {
 			}
 		}
 	}
+}
+
+// reference returns a builder that summed the whole log of st in one go
+// (its parts kept in memory), and the log's last sequence number.
+func reference(t *testing.T, st *store.Store, cfg Config) (*Builder, int64) {
+	t.Helper()
+	ctx := context.Background()
+	ref := newBuilder(t, &memRollups{Store: st}, cfg)
+	if err := ref.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last, err := st.LastSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref, last
 }
