@@ -33,10 +33,10 @@ func TestDeadLettersCommand(t *testing.T) {
 	if err := st.Append(context.Background(), []record.Record{rec}, []record.Event{ev}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutDeadLetter(context.Background(), "postgres", store.Entry{Seq: 2, Event: &ev}, errors.New("value overflows numeric format")); err != nil {
+	if _, err := st.PutDeadLetter(context.Background(), "postgres", store.Entry{Seq: 2, Event: &ev}, errors.New("value overflows numeric format")); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutDeadLetter(context.Background(), "amqp", store.Entry{Seq: 1, Record: &rec}, errors.New("message too large")); err != nil {
+	if _, err := st.PutDeadLetter(context.Background(), "amqp", store.Entry{Seq: 1, Record: &rec}, errors.New("message too large")); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer

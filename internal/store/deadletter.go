@@ -25,7 +25,10 @@ type DeadLetter struct {
 }
 
 // PutDeadLetter sets entry e aside for sink with the destination's error.
-func (s *Store) PutDeadLetter(ctx context.Context, sink string, e Entry, reason error) error {
+// An entry is set aside once per sink: putting it again (an isolation
+// retried after an outage refuses it again) keeps the first, and added
+// is false.
+func (s *Store) PutDeadLetter(ctx context.Context, sink string, e Entry, reason error) (added bool, err error) {
 	var id, kind string
 	var data []byte
 	switch {
@@ -34,7 +37,7 @@ func (s *Store) PutDeadLetter(ctx context.Context, sink string, e Entry, reason 
 	case e.Event != nil:
 		id, kind, data = e.Event.EventID, "event", record.AppendEventJSON(nil, e.Event)
 	default:
-		return fmt.Errorf("dead letter %d: empty entry: %w", e.Seq, ErrInvalid)
+		return false, fmt.Errorf("dead letter %d: empty entry: %w", e.Seq, ErrInvalid)
 	}
 	msg := "refused"
 	if reason != nil {
@@ -43,13 +46,18 @@ func (s *Store) PutDeadLetter(ctx context.Context, sink string, e Entry, reason 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return fmt.Errorf("dead letter: %w", ErrClosed)
+		return false, fmt.Errorf("dead letter: %w", ErrClosed)
 	}
-	if _, err := s.wc.ExecContext(ctx, `INSERT INTO dead_letters (sink, seq, entry_id, kind, data, error, time_ns)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`, sink, e.Seq, id, kind, data, msg, time.Now().UnixNano()); err != nil {
-		return fmt.Errorf("dead letter %d for %s: %w", e.Seq, sink, err)
+	res, err := s.wc.ExecContext(ctx, `INSERT INTO dead_letters (sink, seq, entry_id, kind, data, error, time_ns)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (sink, seq) DO NOTHING`, sink, e.Seq, id, kind, data, msg, time.Now().UnixNano())
+	if err != nil {
+		return false, fmt.Errorf("dead letter %d for %s: %w", e.Seq, sink, err)
 	}
-	return nil
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("dead letter %d for %s: %w", e.Seq, sink, err)
+	}
+	return n > 0, nil
 }
 
 // DeadLetters returns the dead letters of sink ("" for every sink) with an

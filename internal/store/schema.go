@@ -10,7 +10,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. FORMAT.md documents each
 // version; migrations[i] brings a database from version i to i+1.
-const schemaVersion = 7
+const schemaVersion = 8
 
 // migrations[i] brings a database from version i to i+1 inside tx.
 var migrations = []func(ctx context.Context, tx *sql.Tx) error{
@@ -21,6 +21,7 @@ var migrations = []func(ctx context.Context, tx *sql.Tx) error{
 	execMigration(schemaV5),
 	execMigration(schemaV6),
 	execMigration(schemaV7),
+	execMigration(schemaV8),
 }
 
 func execMigration(q string) func(context.Context, *sql.Tx) error {
@@ -293,6 +294,15 @@ INSERT INTO rollups_v7 (step, start, part, spec, data) SELECT step, start, part,
 DROP TABLE rollups;
 ALTER TABLE rollups_v7 RENAME TO rollups;
 CREATE INDEX rollups_part ON rollups (part);
+`
+
+// schemaV8 sets an entry aside once per sink (7 -> 8): an isolation
+// interrupted by an outage refuses the same entry again when it is
+// retried, and that second refusal is not a second dead letter. Copies a
+// version 7 store holds already are merged into the oldest.
+const schemaV8 = `
+DELETE FROM dead_letters WHERE id NOT IN (SELECT min(id) FROM dead_letters GROUP BY sink, seq);
+CREATE UNIQUE INDEX dead_letters_entry ON dead_letters (sink, seq);
 `
 
 // migrateV4 creates the version 4 tables and moves the records and events

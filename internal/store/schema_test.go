@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -260,5 +261,44 @@ func TestMigrateV1(t *testing.T) {
 	}
 	if last := s.lastSeq.Load(); last != 31 {
 		t.Fatalf("LastSeq = %d, want 31", last)
+	}
+}
+
+// TestMigrateV8 opens a version 7 store holding an entry set aside twice
+// (an isolation an outage interrupted): one copy remains, the oldest, and
+// setting the entry aside again adds none.
+func TestMigrateV8(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.db")
+	s, _ := openTest(t, func(o *Options) { o.Path = path })
+	ctx := context.Background()
+	rec := testRecords(0, 1)[0]
+	for _, q := range []string{
+		`DROP INDEX dead_letters_entry`,
+		`INSERT INTO dead_letters (sink, seq, entry_id, kind, data, error, time_ns) VALUES
+			('pg', 5, 'a', 'record', x'7b7d', 'first', 1), ('pg', 5, 'a', 'record', x'7b7d', 'second', 2),
+			('amqp', 5, 'a', 'record', x'7b7d', 'other sink', 3)`,
+		`PRAGMA user_version = 7`,
+	} {
+		if _, err := s.wc.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = openTest(t, func(o *Options) { o.Path = path })
+	dl, err := s.DeadLetters(ctx, "", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dl) != 2 || dl[0].Error != "first" || dl[1].Sink != "amqp" {
+		t.Fatalf("dead letters after migration %+v, want pg's first and amqp's", dl)
+	}
+	added, err := s.PutDeadLetter(ctx, "pg", Entry{Seq: 5, Record: &rec}, errors.New("third"))
+	if err != nil || added {
+		t.Fatalf("set aside again: added %v, %v", added, err)
+	}
+	if dl, _ := s.DeadLetters(ctx, "pg", 0, 10); len(dl) != 1 {
+		t.Fatalf("%d dead letters for pg, want 1", len(dl))
 	}
 }

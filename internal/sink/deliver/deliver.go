@@ -507,8 +507,12 @@ func (l *Loop) split(ctx context.Context, batch []store.Entry) error {
 		}
 		return l.split(ctx, batch[h:])
 	}
-	if derr := l.st.PutDeadLetter(context.WithoutCancel(ctx), l.o.Name, batch[0], err); derr != nil {
+	added, derr := l.st.PutDeadLetter(context.WithoutCancel(ctx), l.o.Name, batch[0], err)
+	if derr != nil {
 		return fmt.Errorf("set aside entry %d: %w", batch[0].Seq, derr)
+	}
+	if !added {
+		return nil // set aside by an isolation an outage interrupted
 	}
 	l.m.dead.Inc()
 	l.deadUnlogged++

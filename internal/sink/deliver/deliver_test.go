@@ -506,6 +506,13 @@ func TestPipelinedCursor(t *testing.T) {
 // entry is taken again, as destinations deduplicate).
 type refuser struct {
 	bad map[int64]bool
+	// outages fails that many calls with an outage after the first
+	// refusal of each single entry, as a broker lost while the loop
+	// isolates.
+	outages int
+
+	down   int
+	downed map[int64]bool
 
 	mu    sync.Mutex
 	taken map[int64]int
@@ -516,8 +523,16 @@ func (r *refuser) Deliver(_ context.Context, batch []store.Entry) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls++
+	if r.down > 0 {
+		r.down--
+		return errors.New("connection reset by peer")
+	}
 	for _, e := range batch {
 		if r.bad[e.Seq] {
+			if len(batch) == 1 && !r.downed[e.Seq] {
+				r.down = r.outages
+				r.downed[e.Seq] = true
+			}
 			return fmt.Errorf("%w: value overflows numeric format (entry %d)", ErrRefused, e.Seq)
 		}
 	}
@@ -532,9 +547,17 @@ func (r *refuser) Deliver(_ context.Context, batch []store.Entry) error {
 // reason and counted; every other entry is delivered, and the cursor
 // reaches the end (no endless retry).
 func TestRefusedEntriesSetAside(t *testing.T) {
+	t.Run("Isolated", func(t *testing.T) { testRefusedEntriesSetAside(t, 0) })
+	// An outage right after each refused entry interrupts the isolation:
+	// the retry refuses the same entries again, and each is still set
+	// aside (and counted) once.
+	t.Run("OutageWhileIsolating", func(t *testing.T) { testRefusedEntriesSetAside(t, 2) })
+}
+
+func testRefusedEntriesSetAside(t *testing.T, outages int) {
 	const n = 40
 	st := openStore(t, n)
-	r := &refuser{bad: map[int64]bool{3: true, 17: true, 18: true, 40: true}, taken: map[int64]int{}}
+	r := &refuser{bad: map[int64]bool{3: true, 17: true, 18: true, 40: true}, taken: map[int64]int{}, outages: outages, downed: map[int64]bool{}}
 	o := fastOptions("s")
 	o.BatchSize = 16
 	l, err := New(st, r, o, nil, prometheus.NewRegistry())
