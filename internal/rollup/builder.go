@@ -655,14 +655,19 @@ func (b *Builder) Flush(ctx context.Context) error {
 	b.mu.Unlock()
 
 	c.Meta = b.marshalMeta(wm)
-	all := rollUp(h) // off the lock: the merges are the flush's work
+	all, same := rollUp(h) // off the lock: the merges are the flush's work
 	part = b.part
 	added := make(map[bucketKey]int)
 	var enc partEncoder
-	var parts []specPart
-	for _, bk := range buckets {
+	encoded := make(map[bucketKey][]specPart)
+	for _, bk := range buckets { // finest first: a bucket is encoded before those that are its map
 		part++
-		parts = enc.encode(parts[:0], all[bk])
+		src, ok := same[bk]
+		parts := encoded[src]
+		if !ok {
+			parts = enc.encode(nil, all[bk])
+			encoded[bk] = parts
+		}
 		c.Add = append(c.Add, rows(bk.step, bk.start, part, parts)...)
 		added[bk]++
 	}
@@ -758,24 +763,44 @@ func bucketsOf(h head) []bucketKey {
 
 // rollUp returns the series of every bucket the minutes of h fall in:
 // a minute's own map, an hour the merge (copies) of its minutes, a day
-// the merge of its hours.
-func rollUp(h head) map[bucketKey]map[string]*Agg {
+// the merge of its hours. A coarser bucket that a single finer one falls
+// in (an hour of which the head holds one minute, as when the flushes
+// come more often than the minutes: the common case) is that bucket's
+// map itself, not a copy, and same says which minute it is, so that its
+// parts are encoded once (see Flush).
+func rollUp(h head) (out map[bucketKey]map[string]*Agg, same map[bucketKey]bucketKey) {
 	var sl slab
-	out := make(map[bucketKey]map[string]*Agg)
+	out = make(map[bucketKey]map[string]*Agg)
+	same = make(map[bucketKey]bucketKey)
 	for start, m := range h {
 		out[bucketKey{60, start}] = m
 	}
 	for i := 1; i < len(Resolutions); i++ {
 		fine, step := int64(Resolutions[i-1]/time.Second), int64(Resolutions[i]/time.Second)
-		for bk, m := range out {
+		for _, bk := range sortedBuckets(out) {
 			if bk.step != fine {
 				continue
 			}
+			m := out[bk]
 			coarse := bucketKey{step, bk.start - mod(bk.start, step)}
 			dst := out[coarse]
 			if dst == nil {
-				dst = make(map[string]*Agg, len(m))
+				out[coarse] = m
+				src, ok := same[bk]
+				if !ok {
+					src = bk
+				}
+				same[coarse] = src
+				continue
+			}
+			if _, ok := same[coarse]; ok { // a second finer bucket: copy the first
+				c := make(map[string]*Agg, len(dst)+len(m))
+				for k, a := range dst {
+					c[k] = sl.clone(a)
+				}
+				dst = c
 				out[coarse] = dst
+				delete(same, coarse)
 			}
 			for k, a := range m {
 				if cur := dst[k]; cur != nil {
@@ -786,7 +811,7 @@ func rollUp(h head) map[bucketKey]map[string]*Agg {
 			}
 		}
 	}
-	return out
+	return out, same
 }
 
 // mergeHead adds the series of src to dst, by bucket start (a failed

@@ -617,7 +617,7 @@ func TestRollupsUncommittedFlushDropped(t *testing.T) {
 	// The crash: the next flush's parts written, its commit never made.
 	applyUpTo(t, b, st, 2*last/3)
 	h := b.head
-	all := rollUp(h)
+	all, _ := rollUp(h)
 	var enc partEncoder
 	var ps []store.RollupPart
 	part := b.part

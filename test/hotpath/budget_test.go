@@ -39,7 +39,7 @@ const (
 
 // workload is the guard's fixed stream: the bench's default population
 // (4 servers, 16 clients each) with its long transfers, 200,000 packets.
-func workload(t *testing.T) []source.Packet {
+func workload(t testing.TB) []source.Packet {
 	t.Helper()
 	cfg := loadgen.DefaultConfig()
 	cfg.Servers, cfg.Clients, cfg.Seed = 4, 16, 1
@@ -66,7 +66,7 @@ type result struct {
 // runPipeline sends pkts through a collector's pipeline with its defaults
 // (two shards, checkpoints, progress events) into a real store whose
 // rollups are fed as it commits, and flushes the rollups at the end.
-func runPipeline(t *testing.T, pkts []source.Packet) result {
+func runPipeline(t testing.TB, pkts []source.Packet) result {
 	t.Helper()
 	ctx := context.Background()
 	o := store.DefaultOptions()
@@ -176,4 +176,21 @@ func TestHotPathBudget(t *testing.T) {
 	if perPacket > allocsPerPacket || perRecord > allocsPerRecord {
 		t.Errorf("%.3f allocations per packet (budget %.1f), %.2f per record (budget %.1f): something allocates per packet or per record", perPacket, allocsPerPacket, perRecord, allocsPerRecord)
 	}
+}
+
+// BenchmarkPipeline runs the guard's workload through the pipeline, for a
+// profile of the whole packet path in process:
+//
+//	go test -run - -bench Pipeline -cpuprofile cpu.out ./test/hotpath/
+func BenchmarkPipeline(b *testing.B) {
+	pkts := workload(b)
+	var cpu time.Duration
+	var last result
+	for b.Loop() {
+		last = runPipeline(b, pkts)
+		cpu += last.cpu
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*len(pkts)), "cpu-µs/packet")
+	b.ReportMetric(float64(last.mallocs)/float64(len(pkts)), "allocs/packet")
+	b.ReportMetric(float64(last.records), "records")
 }
