@@ -204,9 +204,10 @@ func (b *Builder) Restore(ctx context.Context) error {
 
 // Run builds rollups until ctx is cancelled, then flushes what it holds.
 // It catches up with the log from its cursor, then sums what the store's
-// listener feeds it (Feed), reading the log again only when a fed batch
-// does not follow its cursor (one was dropped, or came before the
-// restore); it flushes every FlushInterval, and early when the head
+// listener feeds it (Feed), reading from the log only the entries of the
+// batches dropped before a fed one (fillGap), and the whole rest of it
+// when that fails or no batch comes (one came before the restore, the
+// input went quiet); it flushes every FlushInterval, and early when the head
 // passes MaxHeadBytes.
 func (b *Builder) Run(ctx context.Context) error {
 	if err := b.Restore(ctx); err != nil {
@@ -270,7 +271,7 @@ func (b *Builder) Run(ctx context.Context) error {
 		case err := <-flushDone:
 			flushed(err)
 		case fb := <-feed:
-			behind = !b.applyFeed(fb)
+			behind = !b.applyFeed(fb) && !b.fillGap(ctx, fb)
 		case <-t.C:
 			// A fallback for a dropped batch that no later one reveals
 			// (the input went quiet): read the log when nothing waits.
@@ -290,6 +291,31 @@ func (b *Builder) drainFeed() {
 		default:
 			return
 		}
+	}
+}
+
+// fillGap sums, after a fed batch was dropped, the entries between the
+// cursor and fb from the log (those of the dropped batches, not more),
+// then fb itself. It reports whether it did; false (fb came before the
+// restore, the head is full, the log unreadable): Run reads the log
+// instead, and fb's entries with it.
+func (b *Builder) fillGap(ctx context.Context, fb *feedBatch) bool {
+	for {
+		b.mu.Lock()
+		cursor, ok := b.cursor, b.restored && b.headBytes < int64(b.cfg.MaxHeadBytes)
+		b.mu.Unlock()
+		if !ok {
+			return false
+		}
+		gap := fb.first - 1 - cursor
+		if gap <= 0 {
+			return b.applyFeed(fb)
+		}
+		entries, err := b.st.Read(ctx, cursor, int(min(gap, readBatch)))
+		if err != nil || len(entries) == 0 {
+			return false
+		}
+		b.Apply(entries)
 	}
 }
 
@@ -340,6 +366,10 @@ func (b *Builder) CatchUp(ctx context.Context) error {
 // log instead: nothing is summed twice or missed.
 func (b *Builder) Feed(entries []store.Entry) {
 	if len(entries) == 0 {
+		return
+	}
+	if len(b.feed) == cap(b.feed) { // the appender is the only sender: it stays full
+		b.m.feedDropped.Inc()
 		return
 	}
 	n := 0
