@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/record"
@@ -103,7 +104,16 @@ type Linker struct {
 	// yet): records are held only from then on, so a collector without
 	// redirectors reporting to it writes every record at once.
 	since int64
-	stats LinkStats
+	// lazy holds, in arrival order from lazyHead, the opens that came
+	// while no redirect ever had (since 0): a redirect may still come and
+	// go to one of them, but none has been seen, so they are only kept
+	// (a copy each) until their deadline, not indexed. The first redirect
+	// indexes them (indexLazy), in their order, before it is added: the
+	// state is then what indexing each at its arrival would have made.
+	// A collector whose redirectors do not report to it pays no more.
+	lazy     []Open
+	lazyHead int
+	stats    LinkStats
 }
 
 // fifoRef names a waiting redirect (open false) or open by key and id.
@@ -353,6 +363,9 @@ func (l *Linker) addRedirects(evs []record.Event) {
 		default:
 			continue
 		}
+		if l.since == 0 {
+			l.indexLazy()
+		}
 		l.stats.Redirects++
 		k := keyOf(d.ClientHost, d.User, d.Path)
 		r := linkRedir{id: l.id(), at: e.Time.Unix(), win: max(d.WindowS, 0), received: e.Received.Unix(),
@@ -373,6 +386,17 @@ func (l *Linker) addOpen(o *Open) {
 	if o.ClientHost == "" || o.Path == "" {
 		return
 	}
+	if l.since == 0 {
+		l.lazy = append(l.lazy, *o)
+		l.bytes += lazyCost(o)
+		return
+	}
+	l.index(o)
+}
+
+// index keeps open o, indexed by its key and deadline, until it is
+// decided.
+func (l *Linker) index(o *Open) {
 	k := keyOf(o.ClientHost, o.User, o.Path)
 	lo := linkOpen{id: l.id(), rec: recKey{o.ServerIP, o.ServerStod, o.ServerID, o.FileID}, start: o.Start, end: max(o.StartMax, o.Start), received: o.Received}
 	if _, dup := l.pend[lo.rec]; dup {
@@ -392,6 +416,42 @@ func (l *Linker) addOpen(o *Open) {
 	l.queue.push(dueOpen{d: l.deadline(&lo), k: k, id: lo.id, rec: lo.rec})
 	l.order = append(l.order, fifoRef{key: k, id: lo.id, received: lo.received, open: true})
 	l.bytes += openCost(k)
+}
+
+// indexLazy indexes the opens kept lazily, in their arrival order.
+func (l *Linker) indexLazy() {
+	for i := l.lazyHead; i < len(l.lazy); i++ {
+		l.bytes -= lazyCost(&l.lazy[i])
+		l.index(&l.lazy[i])
+	}
+	l.lazy, l.lazyHead = nil, 0
+}
+
+// dropLazy forgets the opens kept lazily that are due (all of them when
+// final): decided without a redirect, as they would have been indexed.
+// Over the byte bound it forgets the oldest ones too.
+func (l *Linker) dropLazy(final bool) {
+	for l.lazyHead < len(l.lazy) {
+		o := &l.lazy[l.lazyHead]
+		due := final || o.Received+2*l.window+linkSlack < l.now
+		if !due && l.bytes <= l.maxBytes {
+			break
+		}
+		if !due {
+			l.stats.Forgotten++
+		}
+		l.bytes -= lazyCost(o)
+		*o = Open{}
+		l.lazyHead++
+	}
+	switch {
+	case l.lazyHead == len(l.lazy):
+		l.lazy, l.lazyHead = l.lazy[:0], 0
+	case l.lazyHead >= 4096 && 2*l.lazyHead >= len(l.lazy):
+		n := copy(l.lazy, l.lazy[l.lazyHead:])
+		clear(l.lazy[n:])
+		l.lazy, l.lazyHead = l.lazy[:n], 0
+	}
 }
 
 // holdRecord keeps record r (key k) until its open is decided.
@@ -428,6 +488,7 @@ func (r *linkRedir) matches(o *linkOpen, window int64) bool {
 // decide decides, in the order of their deadlines (then identities), the
 // opens whose deadline has passed (every open, when final).
 func (l *Linker) decide(final bool) {
+	l.dropLazy(final)
 	for len(l.queue) > 0 && (final || l.queue[0].d < l.now) {
 		x := l.queue.pop()
 		if d, ok := l.pend[x.rec]; !ok || d != x.d {
@@ -699,6 +760,12 @@ func redirCost(k linkKey) int64 { return int64(len(k.host)+len(k.user)+len(k.pat
 // the arrival order (about 480 bytes besides the strings).
 func openCost(k linkKey) int64 { return redirCost(k) + 320 }
 
+// lazyCost is what an open kept lazily holds: its copy and its strings
+// (shared with the shard's, but counted).
+func lazyCost(o *Open) int64 {
+	return int64(unsafe.Sizeof(Open{})) + int64(len(o.ClientHost)+len(o.User)+len(o.Path))
+}
+
 // Checkpoint magics: the first form (no window lengths, no held records)
 // is still read.
 const (
@@ -737,6 +804,11 @@ func (l *Linker) MarshalBinary() ([]byte, error) {
 		o *linkOpen
 	}
 	var live []entry
+	for i := l.lazyHead; i < len(l.lazy); i++ { // since 0: nothing else waits
+		o := &l.lazy[i]
+		live = append(live, entry{f: fifoRef{key: keyOf(o.ClientHost, o.User, o.Path), received: o.Received, open: true},
+			o: &linkOpen{rec: recKey{o.ServerIP, o.ServerStod, o.ServerID, o.FileID}, start: o.Start, end: max(o.StartMax, o.Start), received: o.Received}})
+	}
 	for _, f := range l.order {
 		if f.open {
 			os := l.opens[f.key]
@@ -842,6 +914,12 @@ func (l *Linker) UnmarshalBinary(b []byte) error {
 			l.bytes += redirCost(k)
 		case 1:
 			o := linkOpen{id: l.id(), rec: rec(), start: v(), end: v(), received: v()}
+			if l.since == 0 {
+				l.lazy = append(l.lazy, Open{ServerIP: o.rec.ip, ServerStod: o.rec.stod, ServerID: o.rec.sid, FileID: o.rec.fileID,
+					ClientHost: k.host, User: k.user, Path: k.path, Start: o.start, StartMax: o.end, Received: o.received})
+				l.bytes += lazyCost(&l.lazy[len(l.lazy)-1])
+				break
+			}
 			if _, dup := l.pend[o.rec]; dup {
 				d.Fail("open of file %d twice", o.rec.fileID)
 				break

@@ -265,3 +265,54 @@ func FuzzLinkerCheckpoint(f *testing.F) {
 		}
 	})
 }
+
+// TestLinkerLazyOpens: opens that come before any redirect ever has are
+// kept lazily (a copy each, not indexed); the first redirect indexes
+// them, and each record gets what it gets when a redirect of another
+// client has come first (every open indexed at its arrival), across
+// restarts too.
+func TestLinkerLazyOpens(t *testing.T) {
+	steps := []linkStep{
+		// File 2: opened before any redirect, and due (its deadline, 122 s
+		// after its arrival, passed) before its redirect comes.
+		{now: 10, opens: []Open{linkOpenOf(2, 10, 10, "wn2", "bob", "/store/b")}},
+		// File 1: opened before any redirect; its redirect (a 60 s
+		// window, flushed late) and then its record follow.
+		{now: 100, opens: []Open{linkOpenOf(1, 99, 100, "wn1", "alice", "/store/a")}},
+		{now: 103, recs: []record.Record{recOf(2, 10, 103)}},
+		{now: 140, evs: []record.Event{redirEventW(t, "192.0.2.100", 90, 60, 140, "openr", "wn1", "alice", "/store/a"),
+			redirEventW(t, "192.0.2.100", 5, 60, 140, "openr", "wn2", "bob", "/store/b")}},
+		{now: 150, recs: []record.Record{recOf(1, 99, 150)}},
+		{now: 1000, opens: []Open{linkOpenOf(3, 1000, 1000, "x", "y", "/z")}},
+	}
+	eager := slices.Clone(steps)
+	eager[0].evs = []record.Event{redirEvent(t, 10, 10, "openr", "elsewhere", "nobody", "/n")}
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprint("restart=", restart), func(t *testing.T) {
+			l := NewLinker(DefaultLinkWindow, time.Hour, 1<<20)
+			l.Link(nil, nil, []Open{linkOpenOf(9, 1, 1, "wn9", "u", "/p")}, time.Unix(1, 0), false)
+			if len(l.lazy) != 1 || len(l.opens) != 0 || len(l.pend) != 0 {
+				t.Fatalf("before any redirect: %d lazy, %d indexed opens", len(l.lazy), len(l.opens))
+			}
+			got, _ := runLinker(t, steps, restart)
+			want, _ := runLinker(t, eager, restart)
+			// The redirect happened in [90, 151), the open in [99, 100).
+			if r := got[1]; r.RedirectHops != 1 || r.RedirectDelayMS != 0 || r.RedirectDelayMaxMS != 10000 {
+				t.Errorf("file 1: hops %d delay [%d, %d] ms, want 1 in [0, 10000]", r.RedirectHops, r.RedirectDelayMS, r.RedirectDelayMaxMS)
+			}
+			if got[2].RedirectHops != 0 {
+				t.Errorf("file 2 linked to a redirect that came after its deadline: %+v", got[2])
+			}
+			if len(got) != 2 || len(want) != 2 {
+				t.Fatalf("%d and %d records out, want 2", len(got), len(want))
+			}
+			for id, w := range want {
+				g := got[id]
+				if g.RedirectHops != w.RedirectHops || g.RedirectDelayMS != w.RedirectDelayMS || g.RedirectDelayMaxMS != w.RedirectDelayMaxMS {
+					t.Errorf("file %d: %d hops [%d, %d] ms lazily, %d [%d, %d] indexed", id,
+						g.RedirectHops, g.RedirectDelayMS, g.RedirectDelayMaxMS, w.RedirectHops, w.RedirectDelayMS, w.RedirectDelayMaxMS)
+				}
+			}
+		})
+	}
+}
