@@ -397,10 +397,30 @@ type multiInsert[T any] struct {
 	head, row string // "INSERT ... VALUES ", "(?,?)"
 	per       int
 	full      string
-	args      func(dst []any, r *T) []any // appends a row's values
+	args      func(dst []any, bx *boxer, r *T) []any // appends a row's values
 }
 
-func newMultiInsert[T any](head, row string, per int, args func([]any, *T) []any) *multiInsert[T] {
+// boxer boxes the values of a column, reusing the box of the row before
+// when the value is the same (the rows of one insert repeat many: a
+// bucket's step, start and part, a block's first sequence number), so
+// that a row costs an allocation per value that changes, not per value.
+type boxer struct{ last [8]any }
+
+func (b *boxer) int(col int, v int64) any {
+	if x, ok := b.last[col].(int64); !ok || x != v {
+		b.last[col] = v
+	}
+	return b.last[col]
+}
+
+func (b *boxer) str(col int, v string) any {
+	if x, ok := b.last[col].(string); !ok || x != v {
+		b.last[col] = v
+	}
+	return b.last[col]
+}
+
+func newMultiInsert[T any](head, row string, per int, args func([]any, *boxer, *T) []any) *multiInsert[T] {
 	m := &multiInsert[T]{head: head, row: row, per: per, args: args}
 	m.full = m.sql(per)
 	return m
@@ -421,11 +441,12 @@ func (m *multiInsert[T]) sql(n int) string {
 // exec inserts rows on c (in the caller's transaction); buf is a reused
 // argument buffer.
 func (m *multiInsert[T]) exec(ctx context.Context, c dbtx, rows []T, buf *[]any) error {
+	var bx boxer
 	for len(rows) > 0 {
 		n := min(len(rows), m.per)
 		a := (*buf)[:0]
 		for i := range rows[:n] {
-			a = m.args(a, &rows[i])
+			a = m.args(a, &bx, &rows[i])
 		}
 		q := m.full
 		if n < m.per {
@@ -447,7 +468,7 @@ type posting struct{ name, first int64 }
 
 // postings inserts postings (sorted), 128 per statement.
 var postings = newMultiInsert("INSERT OR IGNORE INTO block_names (name_id, first_seq) VALUES ", "(?,?)", 128,
-	func(a []any, p *posting) []any { return append(a, p.name, p.first) })
+	func(a []any, bx *boxer, p *posting) []any { return append(a, p.name, bx.int(1, p.first)) })
 
 // insertPostings inserts ps (sorted); args is a reused argument buffer.
 func insertPostings(ctx context.Context, c dbtx, ps []posting, args *[]any) error {
