@@ -51,7 +51,7 @@ func DefaultConfig() Config {
 		Dimensions:      []string{"server", "site", "vo", "user", "domain", "protocol", "app", "dir", "locality", "site,vo"},
 		RetentionMinute: units.Duration(48 * time.Hour),
 		RetentionHour:   units.Duration(90 * 24 * time.Hour),
-		FlushInterval:   units.Duration(10 * time.Second),
+		FlushInterval:   units.Duration(30 * time.Second),
 		MaxHeadBytes:    32 << 20,
 		MaxOpenBytes:    64 << 20,
 	}

@@ -145,3 +145,50 @@ func BenchmarkRollupRecordNewSeries(b *testing.B) {
 	}
 	b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/record")
 }
+
+// BenchmarkRollupFlushInterval measures what the flush interval costs: a
+// minute of 60,000 records (benchRecords' population) summed and flushed
+// once, twice or six times (a flush interval of 60, 30 or 10 s). Every
+// flush encodes and writes each series it holds again, so fewer flushes
+// cost less; the default (30 s) keeps PostgreSQL's copy of the rollups
+// close behind (docs/postgres.md).
+func BenchmarkRollupFlushInterval(b *testing.B) {
+	for _, per := range []int{1, 2, 6} {
+		b.Run(fmt.Sprintf("flushes_per_min=%d", per), func(b *testing.B) {
+			o := store.DefaultOptions()
+			o.Path = filepath.Join(b.TempDir(), "xrdmon.db")
+			o.Retention = 0
+			st, err := store.Open(o, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			cfg := DefaultConfig()
+			bl, err := New(cfg, st, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			recs := benchRecords(60000, t0)
+			ctx := context.Background()
+			cpu := testenv.ProcessCPU()
+			b.ResetTimer()
+			for m := 0; m < b.N; m++ {
+				for i := range recs {
+					r := &recs[i]
+					r.End = t0.Add(time.Duration(m)*time.Minute + time.Duration(i)*time.Minute/time.Duration(len(recs)))
+					r.Start = r.End.Add(-time.Second)
+					bl.mu.Lock()
+					bl.applyRecord(r)
+					bl.mu.Unlock()
+					if (i+1)%(len(recs)/per) == 0 {
+						if err := bl.Flush(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			}
+			b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Milliseconds())/float64(b.N), "cpu-ms/minute")
+		})
+	}
+}
