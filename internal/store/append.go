@@ -400,11 +400,17 @@ type multiInsert[T any] struct {
 	args      func(dst []any, bx *boxer, r *T) []any // appends a row's values
 }
 
-// boxer boxes the values of a column, reusing the box of the row before
-// when the value is the same (the rows of one insert repeat many: a
-// bucket's step, start and part, a block's first sequence number), so
-// that a row costs an allocation per value that changes, not per value.
-type boxer struct{ last [8]any }
+// boxer boxes the values of the rows of one insert, reusing a box when
+// the value repeats (an int64 the row before had in its column, a string
+// boxed lately): a flush's parts repeat their bucket's step, start and
+// part and take turns with a few specs, a block's postings share its
+// first sequence number. A row costs an allocation per new value, not
+// per value.
+type boxer struct {
+	last [8]any
+	strs [16]any // strings boxed lately: the specs of a bucket's parts take turns
+	next int
+}
 
 func (b *boxer) int(col int, v int64) any {
 	if x, ok := b.last[col].(int64); !ok || x != v {
@@ -413,11 +419,16 @@ func (b *boxer) int(col int, v int64) any {
 	return b.last[col]
 }
 
-func (b *boxer) str(col int, v string) any {
-	if x, ok := b.last[col].(string); !ok || x != v {
-		b.last[col] = v
+func (b *boxer) str(v string) any {
+	for _, x := range b.strs {
+		if s, ok := x.(string); ok && s == v {
+			return x
+		}
 	}
-	return b.last[col]
+	x := any(v)
+	b.strs[b.next] = x
+	b.next = (b.next + 1) % len(b.strs)
+	return x
 }
 
 func newMultiInsert[T any](head, row string, per int, args func([]any, *boxer, *T) []any) *multiInsert[T] {

@@ -154,7 +154,7 @@ func (s *Store) commitRollup(ctx context.Context, c RollupCommit) error {
 // whose time runs fast writes tens of thousands.
 var rollupParts = newMultiInsert("INSERT OR REPLACE INTO rollups (step, start, part, spec, data) VALUES ", "(?,?,?,?,?)", 64,
 	func(a []any, bx *boxer, p *RollupPart) []any {
-		return append(a, bx.int(0, p.Step), bx.int(1, p.Start), bx.int(2, p.Part), bx.str(3, p.Spec), p.Data)
+		return append(a, bx.int(0, p.Step), bx.int(1, p.Start), bx.int(2, p.Part), bx.str(p.Spec), p.Data)
 	})
 
 // insertParts inserts ps in the caller's transaction. Call with mu held.
