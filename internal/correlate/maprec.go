@@ -253,7 +253,12 @@ func (s *Shard) loginInfo(payload []byte) *loginInfo {
 		return li
 	}
 	l := packet.ParseLogin(payload)
-	li := &loginInfo{
+	if len(s.loginSlab) == cap(s.loginSlab) {
+		s.loginSlab = make([]loginInfo, 0, 64)
+	}
+	s.loginSlab = s.loginSlab[:len(s.loginSlab)+1]
+	li := &s.loginSlab[len(s.loginSlab)-1]
+	*li = loginInfo{
 		authProt: s.names.bytes(l.AuthProt),
 		dn:       s.names.bytes(l.Name),
 		host:     s.names.bytes(l.Host),

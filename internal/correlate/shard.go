@@ -122,6 +122,9 @@ type Shard struct {
 	names  interner
 	pathsI interner
 	logins map[string]*loginInfo
+	// loginSlab holds new logins' parsed forms, a chunk at a time: one
+	// allocation per 64 logins instead of one per login.
+	loginSlab []loginInfo
 
 	// Byte counts of the tables with a budget (budget.go).
 	fileBytes, sessBytes, pendBytes, loginBytes int64
