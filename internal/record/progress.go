@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -47,7 +48,7 @@ type progressData struct {
 // bytes. Its id is deterministic: the same update gives the same id.
 func ProgressEvent(r *Record) Event {
 	d := progressDataOf(r)
-	data, _ := json.Marshal(&d) // cannot fail: strings, numbers and a time
+	data := appendProgressData(make([]byte, 0, 256), &d)
 	return Event{
 		EventID:    progressID(r),
 		Type:       EventProgress,
@@ -62,6 +63,32 @@ func ProgressEvent(r *Record) Event {
 		Valid:      true,
 		Snapshot:   r,
 	}
+}
+
+// appendProgressData appends d as encoding/json marshals it (the same
+// bytes: TestProgressDataJSON), without its reflection and allocations.
+func appendProgressData(b []byte, d *progressData) []byte {
+	b = append(b, `{"file_id":`...)
+	b = strconv.AppendUint(b, uint64(d.FileID), 10)
+	b = append(b, `,"start":`...)
+	b = appendTime(b, d.Start)
+	for _, f := range [...]struct{ name, v string }{
+		{`,"protocol":`, d.Protocol}, {`,"user":`, d.User}, {`,"client_host":`, d.ClientHost},
+		{`,"client_name":`, d.ClientName}, {`,"dn":`, d.DN}, {`,"vo":`, d.VO}, {`,"app_name":`, d.AppName},
+		{`,"token_subject":`, d.TokenSubject}, {`,"path":`, d.Path},
+	} {
+		if f.v != "" {
+			b = append(b, f.name...)
+			b = appendString(b, f.v)
+		}
+	}
+	b = append(b, `,"read_bytes":`...)
+	b = strconv.AppendInt(b, d.ReadBytes, 10)
+	b = append(b, `,"readv_bytes":`...)
+	b = strconv.AppendInt(b, d.ReadvBytes, 10)
+	b = append(b, `,"write_bytes":`...)
+	b = strconv.AppendInt(b, d.WriteBytes, 10)
+	return append(b, '}')
 }
 
 // progressDataOf returns what a progress event of r carries in Data.
@@ -85,7 +112,9 @@ func progressID(r *Record) string {
 	b = binary.BigEndian.AppendUint64(b, uint64(r.ReadvBytes))
 	b = binary.BigEndian.AppendUint64(b, uint64(r.WriteBytes))
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:16])
+	var id [32]byte
+	hex.Encode(id[:], sum[:16])
+	return string(id[:])
 }
 
 // ParseProgress returns the snapshot a progress event carries, as a record
