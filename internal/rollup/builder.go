@@ -678,29 +678,19 @@ func (b *Builder) Flush(ctx context.Context) error {
 	b.lastMap = nil
 	clear(b.last)
 	b.slab = slab{} // the flushed head keeps its chunks
-	buckets := bucketsOf(h)
-	part := b.part + int64(len(buckets))
 	b.expireOpen(wm)
-	c := store.RollupCommit{Cursor: b.cursor, Expire: make(map[int64]int64), State: b.marshalState(part, wm)}
+	cursor, open := b.cursor, b.marshalOpen()
 	b.mu.Unlock()
 
-	c.Meta = b.marshalMeta(wm)
-	all, same := rollUp(h) // off the lock: the merges are the flush's work
-	part = b.part
-	added := make(map[bucketKey]int)
-	var enc partEncoder
-	encoded := make(map[bucketKey][]specPart)
-	for _, bk := range buckets { // finest first: a bucket is encoded before those that are its map
-		part++
-		src, ok := same[bk]
-		parts := encoded[src]
-		if !ok {
-			parts = enc.encode(nil, all[bk])
-			encoded[bk] = parts
-		}
-		c.Add = append(c.Add, rows(bk.step, bk.start, part, parts)...)
-		added[bk]++
+	// Off the lock: encoding (and merging the minutes of a stream whose
+	// time runs fast) is the flush's work.
+	add, added := headParts(h, b.part)
+	part := b.part
+	for _, n := range added {
+		part += int64(n)
 	}
+	c := store.RollupCommit{Cursor: cursor, Expire: make(map[int64]int64), State: stateWith(part, wm, open), Add: add}
+	c.Meta = b.marshalMeta(wm)
 	compacted, err := b.compactions(ctx, added, wm)
 	if err == nil {
 		c.Compacted = compacted
@@ -778,71 +768,70 @@ func (b *Builder) writeParts(ctx context.Context, ps []store.RollupPart) error {
 	return nil
 }
 
-// bucketsOf returns the buckets of every resolution that the minutes of
-// h fall in, by width, then start.
-func bucketsOf(h head) []bucketKey {
-	seen := make(map[bucketKey]struct{})
-	for start := range h {
-		for _, step := range Resolutions {
-			s := int64(step / time.Second)
-			seen[bucketKey{s, start - mod(start, s)}] = struct{}{}
+// headParts returns the parts that store head h, numbered from after
+// part, and how many each bucket got. Each minute of h is encoded once. A
+// coarser bucket (hour, day) that the head holds one or two minutes of
+// (as when the flushes come more often than the minutes: a collector
+// keeping up) gets their bytes as its parts, merged later by its
+// compaction like any bucket's; one that it holds more minutes of (a
+// stream whose time runs fast: a catch-up, a replay) gets one part, the
+// merge of them, so that its part count stays small.
+func headParts(h head, part int64) ([]store.RollupPart, map[bucketKey]int) {
+	// A bucket's sums so far: series maps, each with its encoded parts.
+	type piece struct {
+		m     map[string]*Agg
+		parts []specPart
+	}
+	var enc partEncoder
+	var sl slab
+	level := make(map[bucketKey][]piece, len(h))
+	for start, m := range h {
+		level[bucketKey{60, start}] = []piece{{m, enc.encode(nil, m)}}
+	}
+	var out []store.RollupPart
+	added := make(map[bucketKey]int)
+	emit := func(lv map[bucketKey][]piece) {
+		for _, bk := range sortedBuckets(lv) {
+			for _, p := range lv[bk] {
+				part++
+				out = append(out, rows(bk.step, bk.start, part, p.parts)...)
+				added[bk]++
+			}
 		}
 	}
-	return sortedBuckets(seen)
+	emit(level)
+	for _, step := range Resolutions[1:] {
+		s := int64(step / time.Second)
+		coarse := make(map[bucketKey][]piece)
+		for _, bk := range sortedBuckets(level) {
+			c := bucketKey{s, bk.start - mod(bk.start, s)}
+			coarse[c] = append(coarse[c], level[bk]...)
+		}
+		for c, ps := range coarse {
+			if len(ps) <= reusedPieces {
+				continue
+			}
+			m := make(map[string]*Agg, len(ps[0].m))
+			for _, p := range ps {
+				for k, a := range p.m {
+					if cur := m[k]; cur != nil {
+						cur.Merge(a)
+					} else {
+						m[k] = sl.clone(a)
+					}
+				}
+			}
+			coarse[c] = []piece{{m, enc.encode(nil, m)}}
+		}
+		emit(coarse)
+		level = coarse
+	}
+	return out, added
 }
 
-// rollUp returns the series of every bucket the minutes of h fall in:
-// a minute's own map, an hour the merge (copies) of its minutes, a day
-// the merge of its hours. A coarser bucket that a single finer one falls
-// in (an hour of which the head holds one minute, as when the flushes
-// come more often than the minutes: the common case) is that bucket's
-// map itself, not a copy, and same says which minute it is, so that its
-// parts are encoded once (see Flush).
-func rollUp(h head) (out map[bucketKey]map[string]*Agg, same map[bucketKey]bucketKey) {
-	var sl slab
-	out = make(map[bucketKey]map[string]*Agg)
-	same = make(map[bucketKey]bucketKey)
-	for start, m := range h {
-		out[bucketKey{60, start}] = m
-	}
-	for i := 1; i < len(Resolutions); i++ {
-		fine, step := int64(Resolutions[i-1]/time.Second), int64(Resolutions[i]/time.Second)
-		for _, bk := range sortedBuckets(out) {
-			if bk.step != fine {
-				continue
-			}
-			m := out[bk]
-			coarse := bucketKey{step, bk.start - mod(bk.start, step)}
-			dst := out[coarse]
-			if dst == nil {
-				out[coarse] = m
-				src, ok := same[bk]
-				if !ok {
-					src = bk
-				}
-				same[coarse] = src
-				continue
-			}
-			if _, ok := same[coarse]; ok { // a second finer bucket: copy the first
-				c := make(map[string]*Agg, len(dst)+len(m))
-				for k, a := range dst {
-					c[k] = sl.clone(a)
-				}
-				dst = c
-				out[coarse] = dst
-				delete(same, coarse)
-			}
-			for k, a := range m {
-				if cur := dst[k]; cur != nil {
-					cur.Merge(a)
-				} else {
-					dst[k] = sl.clone(a)
-				}
-			}
-		}
-	}
-	return out, same
-}
+// reusedPieces is the most minutes (or hours) of a flush whose encoded
+// parts an hour (or day) takes as they are; past it they are merged.
+const reusedPieces = 2
 
 // mergeHead adds the series of src to dst, by bucket start (a failed
 // flush's head back into the current one, a query's head sums into its
@@ -1130,10 +1119,18 @@ func walkSeries(d *decoder, v byte, w walk, fn func(key string, a *Agg)) error {
 // uvarint n, n × (uvarint len, server ip, varint stod, uvarint sid,
 // uvarint file id, varint start, varint read, readv, write, last, byte closed).
 
-func (b *Builder) marshalState(part, wm int64) []byte {
+// stateWith returns the state of part and wm with the open accesses
+// marshalled by marshalOpen.
+func stateWith(part, wm int64, open []byte) []byte {
 	out := []byte{1}
 	out = binary.AppendVarint(out, part)
 	out = binary.AppendVarint(out, wm)
+	return append(out, open...)
+}
+
+// marshalOpen returns the open accesses of the state. Call with mu held.
+func (b *Builder) marshalOpen() []byte {
+	var out []byte
 	out = appendUvarint(out, uint64(len(b.open)))
 	for k, o := range b.open {
 		out = appendUvarint(out, uint64(len(k.ServerIP)))

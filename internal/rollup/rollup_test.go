@@ -616,15 +616,7 @@ func TestRollupsUncommittedFlushDropped(t *testing.T) {
 	}
 	// The crash: the next flush's parts written, its commit never made.
 	applyUpTo(t, b, st, 2*last/3)
-	h := b.head
-	all, _ := rollUp(h)
-	var enc partEncoder
-	var ps []store.RollupPart
-	part := b.part
-	for _, bk := range bucketsOf(h) {
-		part++
-		ps = append(ps, rows(bk.step, bk.start, part, enc.encode(nil, all[bk]))...)
-	}
+	ps, _ := headParts(b.head, b.part)
 	if err := st.AddRollupParts(ctx, ps); err != nil {
 		t.Fatal(err)
 	}
