@@ -295,10 +295,8 @@ func AppendEventBinary(dst []byte, e *Event) []byte {
 	dst = appendTimeBin(dst, e.Received, rz, rw)
 	dst = binary.AppendUvarint(dst, e.ServerID)
 	dst = binary.AppendVarint(dst, e.ServerStod)
-	dst = binary.AppendUvarint(dst, uint64(len(e.Data)))
-	dst = append(dst, e.Data...)
-	dst = binary.AppendUvarint(dst, uint64(len(e.Raw)))
-	return append(dst, e.Raw...)
+	dst = codec.AppendBytes(dst, e.Data)
+	return codec.AppendBytes(dst, e.Raw)
 }
 
 // binReader reads the fields of one binary record or event, on the

@@ -361,8 +361,7 @@ func appendAgg(b []byte, a *Agg) []byte {
 	if a.Users.hll != nil {
 		b = append(b, 1)
 		sk, _ := a.Users.hll.MarshalBinary()
-		b = binary.AppendUvarint(b, uint64(len(sk)))
-		b = append(b, sk...)
+		b = codec.AppendBytes(b, sk)
 	} else {
 		b = append(b, 0)
 		b = binary.AppendUvarint(b, uint64(len(a.Users.small)))

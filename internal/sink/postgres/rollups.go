@@ -3,7 +3,6 @@ package postgres
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrdmon/xrdmon/internal/backoff"
+	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/rollup"
@@ -295,8 +295,7 @@ func (x *rollupExporter) row(step, start int64, r *rollup.ExportRow) {
 func rollupKey(r *rollup.ExportRow) []byte {
 	b := append([]byte(r.Spec), 0)
 	for _, v := range r.Keys {
-		b = binary.AppendUvarint(b, uint64(len(v)))
-		b = append(b, v...)
+		b = codec.AppendString(b, v)
 	}
 	return b
 }
