@@ -75,8 +75,9 @@
 // the horizon unfilled; a late arrival within it fills its hole
 // (Reordered), and one older than the earliest packet seen extends the
 // stream back to it, so loss does not depend on arrival order; one seen
-// in the last ReorderWindow numbers with the same bytes is a Duplicate;
-// one behind the horizon is Stale. Holes still in the horizon when an
+// before with the same bytes (each number keeps the fingerprint of its
+// last datagram, checkpointed, so a redelivery after a restore is
+// recognised) is a Duplicate; one behind the horizon is Stale. Holes still in the horizon when an
 // incarnation ends (or at Flush) are lost. A rejected packet whose header and server are
 // known still marks its sequence number as received.
 //

@@ -256,10 +256,20 @@ func TestSnapshotSequence(t *testing.T) {
 	if st.Duplicates != 1 || st.Stale != 0 {
 		t.Errorf("f packet from before the restart: dup %d stale %d", st.Duplicates, st.Stale)
 	}
-	f.send(s, 5, f.steps[split+33].d.data) // the login of dictid 40 again: behind the window (of duplicates) by now
+	// the login of dictid 40 again: behind the reorder window by now, but
+	// its number still has its fingerprint (a redelivery)
+	f.send(s, 5, f.steps[split+33].d.data)
 	_, _, st = f.sameAsUninterrupted(t, DefaultConfig(), split)
-	if st.Duplicates != 1 || st.Stale != 1 {
+	if st.Duplicates != 2 || st.Stale != 0 {
 		t.Errorf("old main packet: dup %d stale %d", st.Duplicates, st.Stale)
+	}
+	// another datagram with that number, that far back: applied as stale
+	other := s.login(200, uid, packet.Login{})
+	other[1] = f.steps[split+33].d.data[1] // the header's pseq
+	f.send(s, 5, other)
+	_, _, st = f.sameAsUninterrupted(t, DefaultConfig(), split)
+	if st.Duplicates != 2 || st.Stale != 1 {
+		t.Errorf("old number, other content: dup %d stale %d", st.Duplicates, st.Stale)
 	}
 }
 
