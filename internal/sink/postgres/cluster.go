@@ -40,7 +40,7 @@ import (
 type ClusterConfig struct {
 	Enabled bool   `yaml:"enabled" help:"hold the shard (amqp_input.queue) through a lease in PostgreSQL and keep its records, events and checkpoint there, so another collector can take it over"`
 	URL     string `yaml:"url" secret:"url" help:"PostgreSQL connection string of the cluster's state (may be outputs.postgres.url's)"`
-	Schema  string `yaml:"schema" help:"schema of the cluster's tables (shard_leases, shard_state, records, events)"`
+	Schema  string `yaml:"schema" help:"schema of the cluster's tables (shard_leases, shard_state, shard_redirects, records, events)"`
 	Holder  string `yaml:"holder" help:"this collector's name in shard_leases; empty: the host name"`
 }
 
