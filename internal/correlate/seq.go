@@ -69,12 +69,12 @@ const (
 // packets, far more than the window (or the horizon) behind. Each of them
 // still has its fingerprint under its number, so it is recognised and not
 // applied twice, whichever way its distance reads: behind, or (more than
-// the horizon back) seemingly far ahead. A packet ahead by less than the
-// horizon, the normal case, is never compared with the fingerprint of the
-// number's previous turn: only a jump of at least the horizon is (rare
-// outside a redelivery), so a genuine packet is dropped only if its CRC
+// the horizon back) seemingly ahead, up to M-1 numbers back. The packet
+// expected next, the normal case, is never compared with the fingerprint
+// of the number's previous turn: only one after a jump is (rare outside a
+// redelivery or loss), so a genuine packet is dropped only if its CRC
 // matches the one the same number had a whole turn earlier (1 in 2^32),
-// and only after such a jump.
+// and only after a jump.
 //
 // With modulus M, a number s relative to the expected next n is "ahead"
 // (in order, or after a gap) when (s-n) mod M < M - M/4, and "behind"
@@ -111,8 +111,9 @@ func (t *seqTracker) observe(s uint16, mod uint16, w uint8, h uint32) (seqResult
 	d := (s + mod - t.next) % mod
 	same := h != 0 && t.hashes[s] == h
 	if d < mod-mod/4 {
-		if same && d >= uint16(hz) {
-			// Seen already, more than the horizon back: a redelivery.
+		if same && d > 0 {
+			// Seen already, more than the horizon back (a redelivery);
+			// not the expected next number, which is never compared.
 			return seqDuplicate, 0
 		}
 		k := uint64(d) + 1

@@ -26,6 +26,8 @@ func TestSeqTracker(t *testing.T) {
 		"big gap across wrap":          {[]uint16{250, 20}, 256, 16, want{holes: 25}},
 		"repeat beyond the window":     {append(seqRange(0, 40), 5), 256, 16, want{dup: 1}},
 		"repeat beyond the horizon":    {append(seqRange(0, 200), 150, 100, 10), 256, 16, want{dup: 3}},
+		"repeat 230 back":              {append(seqRange(0, 250), 20), 256, 16, want{dup: 1}},
+		"repeat a whole turn back":     {append(seqRange(0, 256), 0), 256, 16, want{lost: 0, holes: 0}},
 		"window 1: a swap fills":       {[]uint16{1, 3, 2}, 256, 1, want{reord: 1}},
 		"text stream mod 1000":         {[]uint16{998, 999, 0, 2}, 1000, 16, want{holes: 1}},
 		"jump back 40 extends":         {[]uint16{100, 101, 62}, 256, 16, want{reord: 1, holes: 37}},
