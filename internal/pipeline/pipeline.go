@@ -263,13 +263,10 @@ func (p *Pipeline) restoreLinker(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read redirect checkpoint: %w", err)
 	}
-	if p.feed != nil {
-		var feed []byte
-		blob, feed = splitLinkerState(blob)
-		if feed != nil {
-			if err := p.feed.RestoreRedirectFeed(feed); err != nil {
-				p.log.Warn("Redirect feed position unreadable; reading the other shards' recent redirects again", "err", err)
-			}
+	blob, feed := splitLinkerState(blob)
+	if p.feed != nil && feed != nil {
+		if err := p.feed.RestoreRedirectFeed(feed); err != nil {
+			p.log.Warn("Redirect feed position unreadable; reading the other shards' recent redirects again", "err", err)
 		}
 	}
 	if err := p.linker.UnmarshalBinary(blob); err != nil {
