@@ -34,7 +34,10 @@ import (
 // whatever the order in which the writers' transactions commit, and the
 // cursor (with those ids) is part of the linker's checkpoint
 // (RedirectFeedState): after a restart or a failover, the reader goes on
-// from the checkpoint as the linker's state does.
+// from the checkpoint as the linker's state does. A writing transaction
+// left open in the database (idle in transaction) holds the cursor back
+// while it lasts: the reads then go over the rows since it again, skipped
+// by id, until it ends.
 
 // redirectFeed is a ClusterStore's reading position in shard_redirects.
 type redirectFeed struct {
