@@ -52,9 +52,11 @@ type Config struct {
 	MaxServersPerAddr int
 
 	// ReorderWindow is the number of sequence numbers (1..63) within which
-	// a repeated number is compared with the datagram seen (a duplicate,
-	// or a collision). Loss waits for a late packet over a fixed horizon
-	// of 64 numbers (docs/records.md §2.1).
+	// a number repeated with other bytes is a collision (further back:
+	// stale); both are applied. A repeat with the same bytes is a
+	// duplicate however far back, up to a whole turn of the counter (the
+	// fingerprints cover every number). Loss waits for a late packet over
+	// a fixed horizon of 64 numbers (docs/records.md §2.1).
 	ReorderWindow int
 	// ClockAheadTolerance is how far ahead of the collector's clock a
 	// record's end may be before the record is flagged (record.ClockAhead)

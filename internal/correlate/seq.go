@@ -56,11 +56,25 @@ const (
 //
 // A sequence number is not an identity: it wraps, restarts with the
 // server, and a bus interleaves and delays packets. So nothing is dropped
-// on its number alone: hashes keeps a fingerprint (CRC-32C) of the
-// datagram of each of the last w positions (the reorder window), and a
-// packet whose number was seen there is a duplicate only when its bytes
-// are the same; otherwise it is applied (seqCollision). A number seen
-// further back than w cannot be compared and is applied as stale.
+// on its number alone: hashes keeps, for each number of the counter, the
+// fingerprint (CRC-32C) of the last datagram seen with it, and a packet
+// is a duplicate only when its bytes are those seen with its number. A
+// number seen in the last w positions (the reorder window) with other
+// bytes is applied (seqCollision); one seen further back is applied as
+// stale.
+//
+// The fingerprints cover the whole counter, not only the window: after a
+// restore from a checkpoint, the broker redelivers what was applied and
+// checkpointed but not yet acknowledged, up to seconds of a server's
+// packets, far more than the window (or the horizon) behind. Each of them
+// still has its fingerprint under its number, so it is recognised and not
+// applied twice, whichever way its distance reads: behind, or (more than
+// the horizon back) seemingly ahead, up to M-1 numbers back. The packet
+// expected next, the normal case, is never compared with the fingerprint
+// of the number's previous turn: only one after a jump is (rare outside a
+// redelivery or loss), so a genuine packet is dropped only if its CRC
+// matches the one the same number had a whole turn earlier (1 in 2^32),
+// and only after a jump.
 //
 // With modulus M, a number s relative to the expected next n is "ahead"
 // (in order, or after a gap) when (s-n) mod M < M - M/4, and "behind"
@@ -73,8 +87,7 @@ type seqTracker struct {
 	known  uint64
 	next   uint16
 	init   bool
-	head   uint8    // hashes index of position next-1
-	hashes []uint32 // ring of w fingerprints; position next-1-i at (head-i) mod w
+	hashes []uint32 // by number (len M): fingerprint of the last datagram seen with it; 0 none
 }
 
 // seqHorizon is how many positions back a hole waits for its packet: the
@@ -88,15 +101,21 @@ func horizon(mod uint16) uint8 { return uint8(min(uint16(seqHorizon), mod/4)) }
 
 // observe records number s of a datagram with fingerprint h and returns its
 // classification and the number of packets that became lost (fell out of
-// the horizon unfilled).
+// the horizon unfilled). w is the reorder window.
 func (t *seqTracker) observe(s uint16, mod uint16, w uint8, h uint32) (seqResult, uint64) {
-	if !t.init || len(t.hashes) != int(w) {
-		t.reset(s, mod, w, h)
+	if !t.init || len(t.hashes) != int(mod) {
+		t.reset(s, mod, h)
 		return seqNew, 0
 	}
 	hz := horizon(mod)
 	d := (s + mod - t.next) % mod
+	same := h != 0 && t.hashes[s] == h
 	if d < mod-mod/4 {
+		if same && d > 0 {
+			// Seen already, more than the horizon back (a redelivery);
+			// not the expected next number, which is never compared.
+			return seqDuplicate, 0
+		}
 		k := uint64(d) + 1
 		var lost uint64
 		if k >= uint64(hz) {
@@ -107,33 +126,26 @@ func (t *seqTracker) observe(s uint16, mod uint16, w uint8, h uint32) (seqResult
 			t.seen = (t.seen<<k | 1) & mask(hz)
 			t.known = (t.known<<k | mask(uint8(k))) & mask(hz)
 		}
-		if k >= uint64(w) {
-			clear(t.hashes)
-		} else {
-			for i := uint64(1); i < k; i++ { // the skipped positions
-				t.hashes[(uint64(t.head)+i)%uint64(w)] = 0
-			}
+		for i := t.next; i != s; i = (i + 1) % mod { // the skipped positions
+			t.hashes[i] = 0
 		}
-		t.head = uint8((uint64(t.head) + k) % uint64(w))
-		t.hashes[t.head] = h
+		t.hashes[s] = h
 		t.next = (s + 1) % mod
 		return seqNew, lost
 	}
 	b := mod - d // behind by b >= 1
+	if same {
+		return seqDuplicate, 0
+	}
 	if b > uint16(hz) {
 		return seqStale, 0
 	}
 	bit := uint64(1) << (b - 1)
-	inWin := b <= uint16(w)
-	slot := (int(t.head) - int(b-1) + int(w)) % int(w)
 	if t.seen&bit != 0 {
-		if !inWin {
-			return seqStale, 0 // too old to compare: applied
+		if b > uint16(w) {
+			return seqStale, 0 // too old to tell a collision: applied
 		}
-		if t.hashes[slot] == h {
-			return seqDuplicate, 0
-		}
-		t.hashes[slot] = h
+		t.hashes[s] = h
 		return seqCollision, 0
 	}
 	if t.known&bit == 0 {
@@ -142,24 +154,21 @@ func (t *seqTracker) observe(s uint16, mod uint16, w uint8, h uint32) (seqResult
 		t.known |= mask(uint8(b))
 	}
 	t.seen |= bit
-	if inWin {
-		t.hashes[slot] = h
-	}
+	t.hashes[s] = h
 	return seqReordered, 0
 }
 
 // reset starts the window at number s (the first packet seen).
-func (t *seqTracker) reset(s, mod uint16, w uint8, h uint32) {
+func (t *seqTracker) reset(s, mod uint16, h uint32) {
 	t.init = true
 	t.next = (s + 1) % mod
 	t.seen, t.known = 1, 1
-	if len(t.hashes) != int(w) {
-		t.hashes = make([]uint32, w)
+	if len(t.hashes) != int(mod) {
+		t.hashes = make([]uint32, mod)
 	} else {
 		clear(t.hashes)
 	}
-	t.head = 0
-	t.hashes[0] = h
+	t.hashes[s] = h
 }
 
 // holes returns the number of unfilled positions in the horizon of a

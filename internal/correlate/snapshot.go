@@ -24,7 +24,7 @@ import (
 // pending, traces, then a CRC-32C.
 const (
 	snapMagic   = "XRDMCSNP"
-	snapVersion = 4
+	snapVersion = 5
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -410,10 +410,11 @@ func (e *snapScratch) tracker(t *seqTracker) {
 	e.uv(uint64(t.next))
 	e.buf = append(e.buf, b2u(t.init))
 	e.uv(t.known)
-	e.buf = append(e.buf, t.head)
+	// Version 5: a fingerprint per number of the counter (none, or the
+	// modulus), 4 bytes each.
 	e.uv(uint64(len(t.hashes)))
 	for _, h := range t.hashes {
-		e.uv(uint64(h))
+		e.buf = binary.LittleEndian.AppendUint32(e.buf, h)
 	}
 }
 
@@ -578,10 +579,11 @@ func (d *decoder) token() *tokenInfo {
 	}
 }
 
-func (d *decoder) tracker(t *seqTracker) {
+// tracker reads a sequence tracker of a counter of modulus mod.
+func (d *decoder) tracker(t *seqTracker, mod uint16) {
 	t.seen = d.Uvarint()
 	next := d.Uvarint()
-	if next >= 1000 {
+	if next >= uint64(mod) {
 		d.Fail("sequence %d out of range", next)
 	}
 	t.next = uint16(next)
@@ -594,17 +596,41 @@ func (d *decoder) tracker(t *seqTracker) {
 		return
 	}
 	t.known = d.Uvarint()
-	t.head = d.Byte()
-	n := d.Count(1)
-	if n > 64 || (n > 0 && int(t.head) >= n) {
-		d.Fail("tracker window %d, head %d", n, t.head)
+	if d.version < 5 {
+		// A ring of the last n fingerprints, position next-1-i at
+		// (head-i) mod n: put each under its number.
+		head := d.Byte()
+		n := d.Count(1)
+		if n > 64 || (n > 0 && int(head) >= n) {
+			d.Fail("tracker window %d, head %d", n, head)
+			return
+		}
+		if n == 0 {
+			t.init = false
+			return
+		}
+		t.hashes = make([]uint32, mod)
+		for i := range n {
+			h := d.Uint32()
+			back := (int(head) - i + n) % n // this slot holds position next-1-back
+			t.hashes[(int(t.next)-1-back+2*int(mod))%int(mod)] = h
+		}
+		return
+	}
+	n := d.Count(4)
+	if n != 0 && n != int(mod) {
+		d.Fail("tracker of %d fingerprints, modulus %d", n, mod)
 		return
 	}
 	if n > 0 {
 		t.hashes = make([]uint32, n)
 		for i := range t.hashes {
-			t.hashes[i] = d.Uint32()
+			if b := d.Bytes(4); b != nil {
+				t.hashes[i] = binary.LittleEndian.Uint32(b)
+			}
 		}
+	} else {
+		t.init = false
 	}
 }
 
@@ -721,7 +747,7 @@ func (d *decoder) incarnations() {
 		inc.ver, inc.host = d.str(&s.names), d.str(&s.names)
 		inc.seen = d.Varint()
 		for i := range inc.seq {
-			d.tracker(&inc.seq[i])
+			d.tracker(&inc.seq[i], 256)
 		}
 		ng := d.Count(1)
 		if ng > 256 {
@@ -730,7 +756,11 @@ func (d *decoder) incarnations() {
 		}
 		for i := 0; i < ng && d.Err() == nil; i++ {
 			p := provSeq{prov: d.Byte()}
-			d.tracker(&p.t)
+			mod := uint16(256)
+			if p.prov&0x80 != 0 {
+				mod = 1000
+			}
+			d.tracker(&p.t, mod)
 			inc.gseq = append(inc.gseq, p)
 		}
 		for i := range inc.lost {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/packet"
 	"github.com/xrdmon/xrdmon/internal/record"
 )
@@ -256,10 +257,20 @@ func TestSnapshotSequence(t *testing.T) {
 	if st.Duplicates != 1 || st.Stale != 0 {
 		t.Errorf("f packet from before the restart: dup %d stale %d", st.Duplicates, st.Stale)
 	}
-	f.send(s, 5, f.steps[split+33].d.data) // the login of dictid 40 again: behind the window (of duplicates) by now
+	// the login of dictid 40 again: behind the reorder window by now, but
+	// its number still has its fingerprint (a redelivery)
+	f.send(s, 5, f.steps[split+33].d.data)
 	_, _, st = f.sameAsUninterrupted(t, DefaultConfig(), split)
-	if st.Duplicates != 1 || st.Stale != 1 {
+	if st.Duplicates != 2 || st.Stale != 0 {
 		t.Errorf("old main packet: dup %d stale %d", st.Duplicates, st.Stale)
+	}
+	// another datagram with that number, that far back: applied as stale
+	other := s.login(200, uid, packet.Login{})
+	other[1] = f.steps[split+33].d.data[1] // the header's pseq
+	f.send(s, 5, other)
+	_, _, st = f.sameAsUninterrupted(t, DefaultConfig(), split)
+	if st.Duplicates != 2 || st.Stale != 1 {
+		t.Errorf("old number, other content: dup %d stale %d", st.Duplicates, st.Stale)
 	}
 }
 
@@ -751,5 +762,46 @@ func TestSnapshotWriterAndAllocs(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Errorf("allocs per snapshot: %v", n)
+	}
+}
+
+// A tracker of a version 2-4 checkpoint (a ring of the reorder window's
+// fingerprints) is read into the per-number table: the packets of its
+// window are still recognised as duplicates, and a new one is not.
+func TestRestoreOldTracker(t *testing.T) {
+	var old bytes.Buffer
+	put := func(x uint64) { old.Write(binary.AppendUvarint(nil, x)) }
+	// Numbers 250..255, 0..9 seen (next 10), a window of 16 with head 5:
+	// slot (5-i) mod 16 holds number 9-i, fingerprint 1000+number.
+	put(1<<16 - 1) // seen
+	put(10)        // next
+	old.WriteByte(1)
+	put(1<<16 - 1) // known
+	old.WriteByte(5)
+	put(16)
+	ring := make([]uint64, 16)
+	for i := range 16 {
+		n := (9 - i + 256) % 256
+		ring[(5-i+16)%16] = uint64(1000 + n)
+	}
+	for _, h := range ring {
+		put(h)
+	}
+	for _, v := range []uint64{2, 3, 4} {
+		d := &decoder{Dec: codec.NewDec(old.Bytes()), version: v}
+		var tr seqTracker
+		d.tracker(&tr, 256)
+		d.Done()
+		if err := d.Err(); err != nil {
+			t.Fatalf("version %d: %v", v, err)
+		}
+		for _, n := range []uint16{250, 255, 0, 9} {
+			if got, _ := tr.observe(n, 256, 16, uint32(1000+n)); got != seqDuplicate {
+				t.Errorf("version %d: number %d after restore: %v, want a duplicate", v, n, got)
+			}
+		}
+		if got, lost := tr.observe(10, 256, 16, 1010); got != seqNew || lost != 0 {
+			t.Errorf("version %d: next number: %v, %d lost", v, got, lost)
+		}
 	}
 }

@@ -72,3 +72,21 @@ func TestRestoredCountersFromTheStart(t *testing.T) {
 		t.Errorf("restored pipeline reports %d accounted before its first barrier, checkpoint holds %d", got, before)
 	}
 }
+
+// The redirect checkpoint of a cluster collector holds the linker's state
+// and the feed's position; one written outside a cluster is the linker's
+// state alone, and a truncated frame is no state at all.
+func TestLinkerStateFraming(t *testing.T) {
+	l, f := []byte("XRDMLNK2 linker"), []byte("XRDMFEED1 feed")
+	gl, gf := splitLinkerState(joinLinkerState(l, f))
+	if string(gl) != string(l) || string(gf) != string(f) {
+		t.Errorf("split %q %q", gl, gf)
+	}
+	if gl, gf := splitLinkerState(l); string(gl) != string(l) || gf != nil {
+		t.Errorf("plain state split %q %q", gl, gf)
+	}
+	b := joinLinkerState(l, f)
+	if gl, gf := splitLinkerState(b[:len(linkerFeedMagic)+3]); gl != nil || gf != nil {
+		t.Errorf("truncated frame split %q %q", gl, gf)
+	}
+}

@@ -33,6 +33,7 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +58,23 @@ type Store interface {
 	Append(ctx context.Context, recs []record.Record, evs []record.Event) error
 	PutState(ctx context.Context, key string, blob []byte) error
 	GetState(ctx context.Context, key string) ([]byte, error)
+}
+
+// RedirectFeed is a Store shared with the other collectors of a cluster
+// (postgres.ClusterStore): it gives the redirect events that the other
+// shards' collectors committed, so that a redirect is linked to the
+// record of the open it led to whichever shard the redirector and the
+// data server hash to (docs/scale-out.md, "Redirects across shards"). The
+// store shares this collector's redirect events itself, as they are
+// appended.
+type RedirectFeed interface {
+	// ForeignRedirects returns the other shards' redirect events
+	// committed since the last call, each exactly once.
+	ForeignRedirects(ctx context.Context) ([]record.Event, error)
+	// RedirectFeedState returns the reading position, kept in the
+	// redirect linker's checkpoint; RestoreRedirectFeed sets it back.
+	RedirectFeedState() []byte
+	RestoreRedirectFeed(state []byte) error
 }
 
 // Namer names addresses by reverse DNS without blocking (dnscache.Cache).
@@ -166,6 +184,7 @@ type Pipeline struct {
 
 	linker    *correlate.Linker // writer only
 	linkStats atomic.Pointer[correlate.LinkStats]
+	feed      RedirectFeed // the store's, in a cluster (else nil)
 }
 
 // New returns a pipeline writing to st and naming hosts with namer (nil: no
@@ -195,6 +214,9 @@ func New(ctx context.Context, opts Options, st Store, namer Namer, log *slog.Log
 	opts.Correlate.ReportOpens = true
 	opts.Correlate.ReportProgress = opts.Progress
 	p := &Pipeline{opts: opts, store: st, namer: namer, log: log, free: make(chan barrierBuffers, 2)}
+	if f, ok := st.(RedirectFeed); ok && opts.StateKey != "" {
+		p.feed = f
+	}
 	p.chunks = make(chan []record.Record, 8*opts.Shards)
 	p.shards = make([]*shard, opts.Shards)
 	p.stats = make([]correlate.Stats, opts.Shards)
@@ -240,6 +262,12 @@ func (p *Pipeline) restoreLinker(ctx context.Context) error {
 	}
 	if err != nil {
 		return fmt.Errorf("read redirect checkpoint: %w", err)
+	}
+	blob, feed := splitLinkerState(blob)
+	if p.feed != nil && feed != nil {
+		if err := p.feed.RestoreRedirectFeed(feed); err != nil {
+			p.log.Warn("Redirect feed position unreadable; reading the other shards' recent redirects again", "err", err)
+		}
 	}
 	if err := p.linker.UnmarshalBinary(blob); err != nil {
 		// Only redirection fields are at stake: start without it, loudly.
@@ -626,8 +654,21 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 		}
 	}
 	// The linker may hold records back until their redirects can have
-	// come, and give back held ones (correlate.Linker.Commit).
-	br.recs = p.linker.Commit(br.recs, br.evs, br.opens, br.now, br.flush)
+	// come, and give back held ones (correlate.Linker.Commit). In a
+	// cluster it also gets the other shards' redirects, committed by
+	// their collectors (they are stored already: not appended here).
+	lev := br.evs
+	if p.feed != nil {
+		foreign, err := p.foreignRedirects(ctx)
+		if err != nil {
+			p.m.commitFailures.Inc()
+			return err
+		}
+		if len(foreign) > 0 {
+			lev = append(foreign, br.evs...)
+		}
+	}
+	br.recs = p.linker.Commit(br.recs, lev, br.opens, br.now, br.flush)
 	for _, c := range br.recs {
 		br.nrecs += len(c)
 	}
@@ -708,6 +749,9 @@ func (p *Pipeline) write(ctx context.Context, br *barrier) error {
 	}
 	if len(br.states) > 0 && p.opts.StateKey != "" {
 		blob, _ := p.linker.MarshalBinary()
+		if p.feed != nil {
+			blob = joinLinkerState(blob, p.feed.RedirectFeedState())
+		}
 		if err := p.store.PutState(ctx, p.linkerKey(), blob); err != nil {
 			return fmt.Errorf("checkpoint redirect linker: %w", err)
 		}
@@ -716,6 +760,59 @@ func (p *Pipeline) write(ctx context.Context, br *barrier) error {
 		p.pruneStates(ctx)
 	}
 	return nil
+}
+
+// foreignRedirects reads the other shards' redirects, retrying as a
+// commit does: the linker must not decide opens without them.
+func (p *Pipeline) foreignRedirects(ctx context.Context) ([]record.Event, error) {
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for attempt := 0; ; attempt++ {
+		evs, err := p.feed.ForeignRedirects(ctx)
+		if err == nil {
+			return evs, nil
+		}
+		p.ready.Store(false)
+		p.m.commitErrors.Inc()
+		if attempt%10 == 0 {
+			p.log.Warn("Reading the other shards' redirects failed; retrying", "err", err, "attempt", attempt+1)
+		}
+		t := time.NewTimer(retry.Next())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("stopped while reading the other shards' redirects (input not acknowledged): %w", err)
+		case <-t.C:
+		}
+	}
+}
+
+// linkerFeedMagic starts a redirect checkpoint that holds the linker's
+// state and the redirect feed's position (a cluster's).
+const linkerFeedMagic = "XRDMLKFD"
+
+// joinLinkerState returns the redirect checkpoint of linker state l and
+// feed position f: both are written at once, so a restart resumes reading
+// the other shards' redirects where the restored linker left off.
+func joinLinkerState(l, f []byte) []byte {
+	b := make([]byte, 0, len(linkerFeedMagic)+binary.MaxVarintLen64+len(l)+len(f))
+	b = append(b, linkerFeedMagic...)
+	b = binary.AppendUvarint(b, uint64(len(l)))
+	b = append(b, l...)
+	return append(b, f...)
+}
+
+// splitLinkerState splits a redirect checkpoint into the linker's state
+// and the feed's position (nil: none, a collector's outside a cluster).
+func splitLinkerState(b []byte) (l, f []byte) {
+	if !bytes.HasPrefix(b, []byte(linkerFeedMagic)) {
+		return b, nil
+	}
+	rest := b[len(linkerFeedMagic):]
+	n, k := binary.Uvarint(rest)
+	if k <= 0 || n > uint64(len(rest)-k) {
+		return nil, nil // unreadable: the linker says so
+	}
+	return rest[k : k+int(n)], rest[k+int(n):]
 }
 
 // statePruner is a Store that can drop the checkpoints of other shard
@@ -837,3 +934,6 @@ func parseAddr(text string) (netip.Addr, bool) {
 	}
 	return a.Unmap(), true
 }
+
+// LinkStats returns the redirect linker's counters as of the last commit.
+func (p *Pipeline) LinkStats() correlate.LinkStats { return *p.linkStats.Load() }

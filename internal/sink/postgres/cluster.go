@@ -40,7 +40,7 @@ import (
 type ClusterConfig struct {
 	Enabled bool   `yaml:"enabled" help:"hold the shard (amqp_input.queue) through a lease in PostgreSQL and keep its records, events and checkpoint there, so another collector can take it over"`
 	URL     string `yaml:"url" secret:"url" help:"PostgreSQL connection string of the cluster's state (may be outputs.postgres.url's)"`
-	Schema  string `yaml:"schema" help:"schema of the cluster's tables (shard_leases, shard_state, records, events)"`
+	Schema  string `yaml:"schema" help:"schema of the cluster's tables (shard_leases, shard_state, shard_redirects, records, events)"`
 	Holder  string `yaml:"holder" help:"this collector's name in shard_leases; empty: the host name"`
 }
 
@@ -237,6 +237,7 @@ type ClusterStore struct {
 	mu      sync.Mutex // the writer and state queries share its connection
 	w       *writer
 	refused int64
+	feed    redirectFeed // reading position in shard_redirects (redirects.go)
 }
 
 // NewClusterStore returns the store of a collector holding lease, writing
@@ -254,7 +255,7 @@ func NewClusterStore(local LocalStore, lease *Lease, url, schema string, log *sl
 	if err != nil {
 		return nil, err
 	}
-	return &ClusterStore{local: local, lease: lease, log: log, w: w}, nil
+	return &ClusterStore{local: local, lease: lease, log: log, w: w, feed: redirectFeed{seen: map[string]uint64{}}}, nil
 }
 
 // Append writes recs and evs to the local store, then to PostgreSQL (a
@@ -283,10 +284,15 @@ func (c *ClusterStore) Append(ctx context.Context, recs []record.Record, evs []r
 	if errors.Is(err, deliver.ErrRefused) {
 		c.refused++
 		c.log.Warn("PostgreSQL refused a batch of the shard's records; they stay in the local store", "err", err, "refused_batches", c.refused)
-		return nil
-	}
-	if err != nil {
+		if err := c.ensure(ctx); err != nil {
+			return fmt.Errorf("cluster store: %w", err)
+		}
+	} else if err != nil {
 		return fmt.Errorf("cluster store: records: %w", err)
+	}
+	if err := c.publishRedirects(ctx, evs); err != nil {
+		c.w.close()
+		return fmt.Errorf("cluster store: %w", err)
 	}
 	return nil
 }

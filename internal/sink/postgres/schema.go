@@ -11,7 +11,7 @@ import (
 
 // SchemaVersion is the version of the schema this package writes;
 // docs/postgres.md documents each version.
-const SchemaVersion = 6
+const SchemaVersion = 7
 
 // migrations[i] brings a schema from version i to i+1. "{{S}}" is replaced
 // by the quoted schema name. Version 1 is the initial schema.
@@ -160,6 +160,19 @@ CREATE TABLE {{S}}.shard_state (
 	updated timestamptz NOT NULL,
 	PRIMARY KEY (shard, key)
 );
+`, `
+CREATE TABLE {{S}}.shard_redirects (
+	event_id  text        PRIMARY KEY,
+	shard     text        NOT NULL,
+	tx        xid8        NOT NULL DEFAULT pg_current_xact_id(),
+	time      timestamptz NOT NULL,
+	received  timestamptz NOT NULL,
+	server_ip text        NOT NULL,
+	server_id bigint      NOT NULL,
+	data      jsonb       NOT NULL
+);
+CREATE INDEX shard_redirects_tx ON {{S}}.shard_redirects (tx);
+CREATE INDEX shard_redirects_received ON {{S}}.shard_redirects (shard, received);
 `}
 
 // recordColumns are the records table's columns in table order; rowOf
