@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrdmon/xrdmon/internal/confcheck"
 	"github.com/xrdmon/xrdmon/internal/units"
 	"go.yaml.in/yaml/v3"
 )
@@ -226,7 +227,7 @@ func TestTestdata(t *testing.T) {
 			"store.retention: must be >= 0",
 			"dns.workers: must be >= 1",
 			"dns.timeout: must be > 0",
-			"correlate.max_entries_per_server: must be <= correlate.max_entries (10)",
+			"correlate.max_entries_per_server: must be <= max_entries (10)",
 			`outputs.amqp.url: scheme must be amqp or amqps, not "http"`,
 			"outputs.amqp.exchanges: at least one exchange is required",
 			"outputs.amqp.gracc_flavour: must be python or go",
@@ -432,8 +433,8 @@ func TestRedactURL(t *testing.T) {
 		"amqp://u:p%zz@h/":                   "amqp://xxxxx@h/",
 	}
 	for in, want := range cases {
-		if got := redactURL(in); got != want {
-			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		if got := confcheck.RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/xrdmon/xrdmon/internal/confcheck"
 	"github.com/xrdmon/xrdmon/internal/units"
 	"go.yaml.in/yaml/v3"
 )
@@ -21,17 +22,7 @@ const EnvPrefix = "XRDMON_"
 
 // Error lists every problem found while loading or validating a
 // configuration. Each problem names its key.
-type Error struct {
-	Problems []string
-}
-
-// Error returns the problems, one per line when there are several.
-func (e *Error) Error() string {
-	if len(e.Problems) == 1 {
-		return "config: " + e.Problems[0]
-	}
-	return "config: " + strconv.Itoa(len(e.Problems)) + " problems:\n  " + strings.Join(e.Problems, "\n  ")
-}
+type Error = confcheck.Error
 
 // field is one leaf key of Config, found by reflection.
 type field struct {

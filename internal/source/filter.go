@@ -26,6 +26,28 @@ type FilterConfig struct {
 	MapAll string `yaml:"map_all"`
 }
 
+// ParseAllow parses an entry of FilterConfig.Allow: a CIDR prefix or a
+// single address (IPv4-mapped IPv6 ones as IPv4), masked.
+func ParseAllow(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix", s)
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not an address or CIDR prefix", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
 // Filter applies a FilterConfig to senders. It is safe for concurrent use
 // (it is read-only after NewFilter) and does not allocate.
 type Filter struct {
@@ -44,25 +66,12 @@ func NewFilter(cfg FilterConfig, source string, reg prometheus.Registerer) (*Fil
 	f := &Filter{addrMap: make(map[netip.Addr]netip.Addr), hostMap: make(map[string]netip.Addr)}
 	var errs []error
 	for _, s := range cfg.Allow {
-		s = strings.TrimSpace(s)
-		var p netip.Prefix
-		var err error
-		if strings.Contains(s, "/") {
-			p, err = netip.ParsePrefix(s)
-			if err == nil && p.Addr().Is4In6() && p.Bits() >= 96 {
-				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-			}
-		} else {
-			var a netip.Addr
-			a, err = netip.ParseAddr(s)
-			a = a.Unmap()
-			p = netip.PrefixFrom(a, a.BitLen())
-		}
+		p, err := ParseAllow(s)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("allow %q: %w", s, err))
+			errs = append(errs, fmt.Errorf("allow: %w", err))
 			continue
 		}
-		f.allow = append(f.allow, p.Masked())
+		f.allow = append(f.allow, p)
 		// An IPv6 prefix wider than the IPv4-mapped range (::/0, ::/80)
 		// covers every IPv4 sender, which arrives unmapped: add 0.0.0.0/0.
 		if p.Addr().Is6() && p.Bits() < 96 && p.Masked().Contains(netip.AddrFrom16([16]byte{10: 0xff, 11: 0xff})) {

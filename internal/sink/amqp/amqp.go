@@ -218,8 +218,7 @@ func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger,
 	if cfg.URL == "" {
 		return nil, errors.New("new amqp sink: empty url")
 	}
-	e := cfg.Exchanges
-	if e.Records == "" && e.WLCG == "" && e.Cache == "" && e.TPC == "" && e.Events == "" {
+	if !cfg.Exchanges.any() {
 		return nil, errors.New("new amqp sink: no exchange configured")
 	}
 	if log == nil {

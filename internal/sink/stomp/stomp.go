@@ -165,8 +165,7 @@ func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger,
 	if cfg.URL == "" {
 		return nil, errors.New("new stomp sink: empty url")
 	}
-	d := cfg.Destinations
-	if d.WLCG == "" && d.Records == "" && d.Events == "" {
+	if !cfg.Destinations.any() {
 		return nil, errors.New("new stomp sink: no destination configured")
 	}
 	if cfg.ContentType == "" {
