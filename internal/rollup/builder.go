@@ -632,7 +632,9 @@ func (b *Builder) add(t int64, r *record.Record, d *delta) {
 	m := b.lastMap
 	if m == nil || start != b.lastMin {
 		if m = b.head[start]; m == nil {
-			m = make(map[string]*Agg)
+			// Sized as the last minute was: a busy minute's map would
+			// grow (and rehash) many times.
+			m = make(map[string]*Agg, len(b.lastMap))
 			b.head[start] = m
 		}
 		b.lastMin, b.lastMap = start, m
