@@ -36,6 +36,7 @@ func commands() []command {
 		{"records", "list the transfer records kept (store or a collector's API)", runRecords},
 		{"report", "sum records by site, VO, user, server... for a time window", runReport},
 		{"deadletters", "list the entries an output's destination refused, set aside", runDeadLetters},
+		{"outputs", "list where each output is in the store's log; forget a removed one's", runOutputs},
 		{"bus", "shard the shoveler's messages by server over RabbitMQ (setup, route)", runBus},
 		{"version", "print the version", runVersion},
 		{"help", "show help for xrdmon or a subcommand", runHelp},

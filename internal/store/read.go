@@ -26,7 +26,17 @@ func (s *Store) Cursor(ctx context.Context, sink string) (int64, error) {
 	}
 	s.cursorMu.Lock()
 	defer s.cursorMu.Unlock()
+	s.markRunning(sink)
 	return s.cursors[sink], nil
+}
+
+// markRunning notes that sink runs in this process. Call with cursorMu
+// held.
+func (s *Store) markRunning(sink string) {
+	if s.running == nil {
+		s.running = make(map[string]bool)
+	}
+	s.running[sink] = true
 }
 
 // SetCursor durably records that sink has delivered every entry up to seq,
@@ -49,6 +59,7 @@ func (s *Store) SetCursor(ctx context.Context, sink string, seq int64) error {
 	}
 	s.cursorMu.Lock()
 	s.cursors[sink] = seq
+	s.markRunning(sink)
 	s.cursorMu.Unlock()
 	return nil
 }
@@ -83,8 +94,9 @@ func (s *Store) Sinks() map[string]int64 {
 
 // minCursor returns the smallest cursor of the registered sinks, or the last
 // sequence number when no sink is registered (then the store itself is the
-// destination and everything counts as delivered), and the sink holding it.
-func (s *Store) minCursor() (int64, string) {
+// destination and everything counts as delivered), the sink holding it and
+// whether that sink runs in this process.
+func (s *Store) minCursor() (int64, string, bool) {
 	last := s.lastSeq.Load()
 	s.cursorMu.Lock()
 	defer s.cursorMu.Unlock()
@@ -94,7 +106,7 @@ func (s *Store) minCursor() (int64, string) {
 			m, who = v, k
 		}
 	}
-	return m, who
+	return m, who, who == "" || s.running[who]
 }
 
 // PutState durably stores blob under key, replacing any previous value.

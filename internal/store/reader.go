@@ -642,3 +642,33 @@ func (r *Reader) GetState(ctx context.Context, key string) ([]byte, error) {
 	}
 	return blob, nil
 }
+
+// CursorInfo is where one sink (an output, the rollups) is in the log.
+type CursorInfo struct {
+	Sink    string
+	Seq     int64     // the last entry it has passed
+	Updated time.Time // when it last moved
+}
+
+// Cursors returns the cursors kept in the store, by sink name.
+func (r *Reader) Cursors(ctx context.Context) ([]CursorInfo, error) {
+	rows, err := r.rdb.QueryContext(ctx, `SELECT sink, seq, updated_ns FROM cursors ORDER BY sink`)
+	if err != nil {
+		return nil, fmt.Errorf("read cursors: %w", err)
+	}
+	defer rows.Close()
+	var out []CursorInfo
+	for rows.Next() {
+		var c CursorInfo
+		var ns int64
+		if err := rows.Scan(&c.Sink, &c.Seq, &ns); err != nil {
+			return nil, fmt.Errorf("read cursors: %w", err)
+		}
+		c.Updated = time.Unix(0, ns).UTC()
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read cursors: %w", err)
+	}
+	return out, nil
+}

@@ -23,10 +23,15 @@ func (s *Store) Run(ctx context.Context) error {
 		case n > 0:
 			s.log.Info("Store retention deleted entries", "deleted", n)
 		}
-		if h != "" && !held {
-			s.log.Warn("Store retention held back by a sink behind the retention period", "sink", h)
+		if h.sink != "" && !held {
+			if h.running {
+				s.log.Warn("Store retention held back by a sink behind the retention period", "sink", h.sink)
+			} else {
+				s.log.Warn("Store retention held back by the cursor of a sink that does not run here (an output removed from the configuration?); with the collector stopped, `xrdmon outputs --forget NAME` removes it",
+					"sink", h.sink)
+			}
 		}
-		held = h != ""
+		held = h.sink != ""
 		select {
 		case <-ctx.Done():
 			return nil
@@ -35,13 +40,20 @@ func (s *Store) Run(ctx context.Context) error {
 	}
 }
 
+// holder is the sink whose cursor keeps expired entries, and whether it
+// runs in this process.
+type holder struct {
+	sink    string
+	running bool
+}
+
 // retain runs one retention pass at time now: it deletes entries older than
 // Retention that every registered sink has passed, then, if MaxBytes is set
 // and more than 90% of it is used, the oldest passed entries whatever their
 // age until usage is under 90%. It returns the number of deleted entries and
 // the name of a sink that keeps expired entries alive, if any.
-func (s *Store) retain(ctx context.Context, now time.Time) (deleted int64, heldBy string, err error) {
-	maxSeq, who := s.minCursor()
+func (s *Store) retain(ctx context.Context, now time.Time) (deleted int64, heldBy holder, err error) {
+	maxSeq, who, running := s.minCursor()
 	if s.opts.Retention > 0 {
 		// A block goes when its newest entry is older than the cutoff and
 		// every sink has passed it.
@@ -51,7 +63,7 @@ func (s *Store) retain(ctx context.Context, now time.Time) (deleted int64, heldB
 				WHERE max_ns < ?1 AND last_seq <= ?2 ORDER BY first_seq LIMIT ?3`, cutoff, maxSeq, retentionBlocks)
 			deleted += n
 			if err != nil {
-				return deleted, "", fmt.Errorf("retention: %w", err)
+				return deleted, holder{}, fmt.Errorf("retention: %w", err)
 			}
 			if k < retentionBlocks {
 				break
@@ -61,7 +73,7 @@ func (s *Store) retain(ctx context.Context, now time.Time) (deleted int64, heldB
 			var one int
 			err := s.rdb.QueryRowContext(ctx, `SELECT 1 FROM blocks WHERE max_ns < ? AND last_seq > ? LIMIT 1`, cutoff, maxSeq).Scan(&one)
 			if err == nil {
-				heldBy = who
+				heldBy = holder{who, running}
 			}
 		}
 	}
@@ -181,7 +193,7 @@ func (s *Store) dropOldest(ctx context.Context, maxSeq int64) (int64, error) {
 // bytes are used or nothing delivered is left, and returns the bytes used.
 // Call with mu held.
 func (s *Store) reclaimLocked(ctx context.Context, target int64) (int64, error) {
-	maxSeq, _ := s.minCursor()
+	maxSeq, _, _ := s.minCursor()
 	for {
 		used, err := s.usedBytes(ctx)
 		if err != nil || used < target {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -34,8 +35,8 @@ func TestRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, held, err := s.retain(ctx, now)
-	if err != nil || n != 20 || held != "slow" {
-		t.Fatalf("retain = %d, %q, %v; want 20 deleted, held by slow", n, held, err)
+	if err != nil || n != 20 || held != (holder{"slow", true}) {
+		t.Fatalf("retain = %d, %+v, %v; want 20 deleted, held by slow (running)", n, held, err)
 	}
 	first, _ := s.Read(ctx, 0, 1)
 	if len(first) != 1 || first[0].Seq != 21 {
@@ -47,8 +48,8 @@ func TestRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, held, err = s.retain(ctx, now)
-	if err != nil || n != 31 || held != "" { // records 20..49 and event 0
-		t.Fatalf("retain = %d, %q, %v; want 31", n, held, err)
+	if err != nil || n != 31 || held.sink != "" { // records 20..49 and event 0
+		t.Fatalf("retain = %d, %+v, %v; want 31", n, held, err)
 	}
 	left, _ := s.Read(ctx, 0, 1000)
 	if len(left) != 51 || left[0].Record.RecordID != testRecord(50).RecordID || left[50].Event == nil || left[0].Seq != 52 {
@@ -216,5 +217,38 @@ func TestFutureTimesExpire(t *testing.T) {
 	n, _, err := s.retain(ctx, t0.Add(maxTimeAfter+time.Hour+time.Minute))
 	if err != nil || n != 6 {
 		t.Fatalf("retain = %d, %v; want all 6 entries expired", n, err)
+	}
+}
+
+// TestRetentionHeldByRemovedOutput: the cursor of an output that no longer
+// runs (a store reopened without it) still holds retention back, says so,
+// and lets go once it is forgotten (xrdmon outputs --forget).
+func TestRetentionHeldByRemovedOutput(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "store.db")
+	s, _ := openTest(t, func(o *Options) { o.Path = path; o.Retention = time.Hour })
+	ctx := context.Background()
+	if err := s.Append(ctx, testRecords(0, 20), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetCursor(ctx, "old-output", 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = openTest(t, func(o *Options) { o.Path = path; o.Retention = time.Hour })
+	now := t0.Add(48 * time.Hour)
+	if _, held, err := s.retain(ctx, now); err != nil || held != (holder{"old-output", false}) {
+		t.Fatalf("held by %+v, %v; want old-output, not running", held, err)
+	}
+	cs, err := s.Reader.Cursors(ctx)
+	if err != nil || len(cs) != 1 || cs[0].Sink != "old-output" || cs[0].Seq != 5 || cs[0].Updated.IsZero() {
+		t.Fatalf("cursors %+v, %v", cs, err)
+	}
+	if err := s.DeleteCursor(ctx, "old-output"); err != nil {
+		t.Fatal(err)
+	}
+	if n, held, err := s.retain(ctx, now); err != nil || n != 20 || held.sink != "" {
+		t.Fatalf("after forgetting: %d deleted, held by %+v, %v", n, held, err)
 	}
 }

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/config"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+const outputsSynopsis = "[--store.path DIR] [--forget NAME]\n\n" +
+	"Lists where each reader of the store's log is: every output (its cursor\n" +
+	"name), and the rollups; how many entries it is behind and when it last\n" +
+	"moved. Retention never deletes what one of them has not passed, so the\n" +
+	"cursor of an output removed from the configuration holds the log back\n" +
+	"for ever (collect logs it): --forget NAME removes that cursor. Listing is\n" +
+	"safe while a collector runs; --forget needs the collector stopped."
+
+// runOutputs implements `xrdmon outputs`.
+func runOutputs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("outputs", outputsSynopsis, stderr)
+	dir := fs.String("store.path", config.Default().Store.Path, "`DIR`ectory of the store (as collect's store.path)")
+	forget := fs.String("forget", "", "remove the cursor of the output `NAME` (the collector stopped)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	path := filepath.Join(*dir, store.DBFile)
+	if *forget != "" {
+		return forgetOutput(ctx, path, *forget, stdout)
+	}
+	r, err := store.OpenReader(path)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer r.Close()
+	cs, err := r.Cursors(ctx)
+	if err != nil {
+		return err
+	}
+	last, err := r.HighWater(ctx)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "CURSOR\tPASSED\tBEHIND\tMOVED")
+	for _, c := range cs {
+		fmt.Fprintf(w, "%q\t%d\t%d\t%s\n", c.Sink, c.Seq, max(last-c.Seq, 0), c.Updated.Format(time.RFC3339))
+	}
+	return w.Flush()
+}
+
+// forgetOutput removes the cursor of output name from the store at path.
+func forgetOutput(ctx context.Context, path, name string, stdout io.Writer) error {
+	if name == store.RollupCursor {
+		return fmt.Errorf("%q is the rollups' cursor, not an output's: turn the rollups off (rollup.enabled) instead", name)
+	}
+	o := store.DefaultOptions()
+	o.Path = path
+	o.Retention = 0 // open only to edit the cursors: no retention pass
+	st, err := store.Open(o, nil, nil)
+	if errors.Is(err, store.ErrLocked) {
+		return fmt.Errorf("stop the collector first: %w", err)
+	}
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+	if _, ok := st.Sinks()[name]; !ok {
+		return fmt.Errorf("no cursor %q in the store (xrdmon outputs lists them)", name)
+	}
+	if err := st.DeleteCursor(ctx, name); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "forgot the cursor %q: retention no longer waits for it\n", name)
+	return nil
+}
