@@ -355,7 +355,13 @@ func (l *Linker) addRedirects(evs []record.Event) {
 			continue
 		}
 		var d redirectData
-		if json.Unmarshal(e.Data, &d) != nil || d.ClientHost == "" || d.Path == "" {
+		if e.Redirect != nil { // made in this process: what Data says
+			r := e.Redirect
+			d = redirectData{Op: r.Op, Path: r.Path, User: r.User, ClientHost: r.ClientHost, WindowS: r.WindowS}
+		} else if json.Unmarshal(e.Data, &d) != nil {
+			continue
+		}
+		if d.ClientHost == "" || d.Path == "" {
 			continue
 		}
 		switch d.Op {

@@ -316,3 +316,48 @@ func TestLinkerLazyOpens(t *testing.T) {
 		})
 	}
 }
+
+// TestLinkerTypedRedirects: a redirect event made in this process carries
+// what the linker reads (Event.Redirect); linking from it gives what
+// decoding its data gives (events read back from a store or from the
+// cluster's shared redirects have only the data).
+func TestLinkerTypedRedirects(t *testing.T) {
+	typed := func(evs []record.Event) []record.Event {
+		out := slices.Clone(evs)
+		for i := range out {
+			var d redirectData
+			if err := json.Unmarshal(out[i].Data, &d); err != nil {
+				t.Fatal(err)
+			}
+			out[i].Redirect = &record.RedirectLink{Op: d.Op, Path: d.Path, User: d.User, ClientHost: d.ClientHost, WindowS: d.WindowS}
+			out[i].Data = []byte("not read")
+		}
+		return out
+	}
+	steps := []linkStep{
+		{now: 101, evs: []record.Event{
+			redirEvent(t, 100, 101, "openr", "wn1", "alice", "/store/a?x=1"),
+			redirEventW(t, "192.0.2.101", 101, 0, 101, "openr", "wn1", "alice", "/store/a"),
+			redirEvent(t, 101, 101, "stat", "wn1", "alice", "/store/a"),
+		}},
+		{now: 104, opens: []Open{linkOpenOf(1, 103, 104, "wn1", "alice", "/store/a")}},
+		{now: 201, opens: []Open{linkOpenOf(2, 200, 201, "wn2", "bob", "/store/b")}},
+		{now: 250, evs: []record.Event{redirEventW(t, "192.0.2.100", 170, 60, 250, "openw", "wn2", "bob", "/store/b")}},
+		{now: 400, recs: []record.Record{recOf(1, 103, 400), recOf(2, 200, 400)}},
+	}
+	want, _ := runLinker(t, steps, false)
+	for i := range steps {
+		steps[i].evs = typed(steps[i].evs)
+	}
+	got, _ := runLinker(t, steps, true)
+	if len(got) != 2 || len(want) != 2 {
+		t.Fatalf("%d and %d records", len(got), len(want))
+	}
+	for id, w := range want {
+		g := got[id]
+		if g.RedirectHops != w.RedirectHops || g.RedirectDelayMS != w.RedirectDelayMS || g.RedirectDelayMaxMS != w.RedirectDelayMaxMS || w.RedirectHops == 0 {
+			t.Errorf("file %d: typed %d hops [%d, %d], decoded %d [%d, %d]", id, g.RedirectHops, g.RedirectDelayMS, g.RedirectDelayMaxMS,
+				w.RedirectHops, w.RedirectDelayMS, w.RedirectDelayMaxMS)
+		}
+	}
+}

@@ -60,6 +60,19 @@ type Event struct {
 	// decoding Data. It is never stored nor sent, and is valid only while
 	// the event's maker keeps the record (the commit that appends it).
 	Snapshot *Record `json:"-"`
+
+	// Redirect, on a redirect event made in this process, is what the
+	// redirect linker reads of Data, so that it does not decode it. It is
+	// never stored nor sent.
+	Redirect *RedirectLink `json:"-"`
+}
+
+// RedirectLink is what links a redirect to the open it led to: the
+// operation, the client (host and user name, as the redirector knows it),
+// the path, and the timing window the redirect fell in (seconds).
+type RedirectLink struct {
+	Op, Path, User, ClientHost string
+	WindowS                    int64
 }
 
 // TypeEvent types a raw event (see Event.Raw) with ParseEvent and reports
