@@ -47,8 +47,8 @@ type ClusterConfig struct {
 // DefaultClusterConfig returns the defaults: off, schema xrdmon.
 func DefaultClusterConfig() ClusterConfig { return ClusterConfig{Schema: DefaultOptions().Schema} }
 
-// ErrFenced is returned by ClusterStore.PutState when another collector
-// holds the shard now.
+// ErrFenced is returned by ClusterStore.PutState and Append when this
+// collector no longer holds the shard (another may hold it now).
 var ErrFenced = errors.New("the shard's lease was taken over by another collector")
 
 // Lease is this process's hold on one shard.
@@ -57,6 +57,7 @@ type Lease struct {
 	Epoch  int64
 	schema string
 	conn   *pgx.Conn
+	pid    uint32 // the lease connection's backend, which holds the lock
 	lost   chan struct{}
 	stop   context.CancelFunc
 	done   chan struct{}
@@ -116,7 +117,7 @@ func AcquireLease(ctx context.Context, url, schema, shard, holder string, interv
 		}
 	}
 	s := pgx.Identifier{schema}.Sanitize()
-	l := &Lease{Shard: shard, schema: schema, conn: conn, lost: make(chan struct{}), done: make(chan struct{})}
+	l := &Lease{Shard: shard, schema: schema, conn: conn, pid: conn.PgConn().PID(), lost: make(chan struct{}), done: make(chan struct{})}
 	err = conn.QueryRow(ctx, `INSERT INTO `+s+`.shard_leases (shard, epoch, holder, acquired) VALUES ($1, 1, $2, now())
 		ON CONFLICT (shard) DO UPDATE SET epoch = shard_leases.epoch + 1, holder = EXCLUDED.holder, acquired = now()
 		RETURNING epoch`, shard, holder).Scan(&l.Epoch)
@@ -209,6 +210,46 @@ func (l *Lease) watch(ctx context.Context, interval time.Duration) {
 // take the shard; this one must stop.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
+// lostYet reports whether Lost is closed.
+func (l *Lease) lostYet() bool {
+	select {
+	case <-l.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// fence checks, in tx, that this lease still holds the shard: the shard's
+// epoch is the lease's (read FOR SHARE: a new holder's increment waits for
+// tx) and the lease's session still holds the advisory lock (a session
+// PostgreSQL ended has released it, whether or not anyone took the shard
+// yet). Otherwise it returns a permanent ErrFenced: what this collector
+// made since it lost the shard is the next holder's to make again, from
+// the last checkpoint, in order.
+func (l *Lease) fence(ctx context.Context, tx pgx.Tx) error {
+	if l.lostYet() {
+		return fmt.Errorf("%w: %w (the lease's connection broke)", store.ErrPermanent, ErrFenced)
+	}
+	var epoch int64
+	var held bool
+	err := tx.QueryRow(ctx, `SELECT l.epoch, EXISTS (SELECT 1 FROM pg_locks k, (SELECT hashtextextended($3, 0) AS h) x
+			WHERE k.pid = $2 AND k.locktype = 'advisory' AND k.granted AND k.objsubid = 1
+			  AND k.classid = ((x.h >> 32) & 4294967295)::oid AND k.objid = (x.h & 4294967295)::oid)
+		FROM `+pgx.Identifier{l.schema}.Sanitize()+`.shard_leases l WHERE l.shard = $1 FOR SHARE OF l`,
+		l.Shard, int32(l.pid), leaseKey(l.schema, l.Shard)).Scan(&epoch, &held)
+	if err != nil {
+		return fmt.Errorf("read the lease: %w", err)
+	}
+	if epoch != l.Epoch {
+		return fmt.Errorf("%w: %w (epoch %d, ours %d)", store.ErrPermanent, ErrFenced, epoch, l.Epoch)
+	}
+	if !held {
+		return fmt.Errorf("%w: %w (the lease's session has ended)", store.ErrPermanent, ErrFenced)
+	}
+	return nil
+}
+
 // Release gives the shard up (the lock goes with the connection).
 func (l *Lease) Release() {
 	l.stop()
@@ -254,16 +295,27 @@ func NewClusterStore(local LocalStore, lease *Lease, url, schema string, log *sl
 	if err != nil {
 		return nil, err
 	}
+	w.fence = lease.fence
 	return &ClusterStore{local: local, lease: lease, log: log, w: w}, nil
 }
 
-// Append writes recs and evs to the local store, then to PostgreSQL (a
-// redelivery's duplicates are dropped there). A row PostgreSQL refuses is
-// logged and left to the local store's outputs (the PostgreSQL output sets
-// it aside); anything else fails the commit, which the pipeline retries.
+// Append writes recs and evs to PostgreSQL (a redelivery's duplicates are
+// dropped there), in a transaction fenced by the lease (ErrFenced,
+// permanent, once another collector may hold the shard), then to the local
+// store. A row PostgreSQL refuses is logged and left to the local store's
+// outputs (the PostgreSQL output sets it aside); anything else fails the
+// commit, which the pipeline retries (PostgreSQL drops what it has
+// already).
 func (c *ClusterStore) Append(ctx context.Context, recs []record.Record, evs []record.Event) error {
-	if err := c.local.Append(ctx, recs, evs); err != nil {
+	if err := c.appendShared(ctx, recs, evs); err != nil {
 		return err
+	}
+	return c.local.Append(ctx, recs, evs)
+}
+
+func (c *ClusterStore) appendShared(ctx context.Context, recs []record.Record, evs []record.Event) error {
+	if c.lease.lostYet() {
+		return fmt.Errorf("cluster store: records: %w: %w", store.ErrPermanent, ErrFenced)
 	}
 	batch := make([]store.Entry, 0, len(recs)+len(evs))
 	for i := range recs {
@@ -304,12 +356,8 @@ func (c *ClusterStore) PutState(ctx context.Context, key string, blob []byte) er
 	}
 	s := pgx.Identifier{c.lease.schema}.Sanitize()
 	err := pgx.BeginFunc(ctx, c.w.conn, func(tx pgx.Tx) error {
-		var epoch int64
-		if err := tx.QueryRow(ctx, `SELECT epoch FROM `+s+`.shard_leases WHERE shard = $1 FOR SHARE`, c.lease.Shard).Scan(&epoch); err != nil {
-			return fmt.Errorf("read the lease: %w", err)
-		}
-		if epoch != c.lease.Epoch {
-			return fmt.Errorf("%w: %w (epoch %d, ours %d)", store.ErrPermanent, ErrFenced, epoch, c.lease.Epoch)
+		if err := c.lease.fence(ctx, tx); err != nil {
+			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO `+s+`.shard_state (shard, key, epoch, state, updated) VALUES ($1, $2, $3, $4, now())
 			ON CONFLICT (shard, key) DO UPDATE SET epoch = EXCLUDED.epoch, state = EXCLUDED.state, updated = now()`,

@@ -145,6 +145,54 @@ func TestClusterStoreFencing(t *testing.T) {
 	if got, _ := sb.GetState(ctx, "correlate/0-of-1"); string(got) != "state of b" {
 		t.Errorf("checkpoint %q after the fenced write", got)
 	}
+	// Nor does a fenced holder add records: what it made since it lost the
+	// shard, the next holder makes again from the checkpoint (issue 29: a
+	// stale holder's partial beside the next holder's complete record).
+	err = sa.Append(ctx, testRecords(20, 10), nil)
+	if !errors.Is(err, ErrFenced) || !errors.Is(err, store.ErrPermanent) {
+		t.Fatalf("a fenced holder's records: %v", err)
+	}
+	if n := query[int64](t, u, `SELECT count(*) FROM `+schema+`.records`); n != 20 {
+		t.Errorf("%d records in PostgreSQL after a fenced holder's append, want 20", n)
+	}
+}
+
+// TestClusterStoreFencedWhenSessionEnds: PostgreSQL ends the holder's lease
+// session (an outage, pg_terminate_backend) and nobody has taken the shard
+// yet: the holder's records and checkpoints are refused all the same, for
+// good, from the moment the lock is gone.
+func TestClusterStoreFencedWhenSessionEnds(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	ctx := context.Background()
+	a, err := acquire(t, u, schema, "s0", "a", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	sa, err := NewClusterStore(sinktest.OpenStore(t), a, u, schema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sa.Close()
+	if err := sa.Append(ctx, testRecords(0, 5), nil); err != nil {
+		t.Fatal(err)
+	}
+	if !query[bool](t, u, `SELECT pg_terminate_backend($1)`, int32(a.pid)) {
+		t.Fatal("lease session not terminated")
+	}
+	waitFor(t, func() bool {
+		return query[int64](t, u, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, int32(a.pid)) == 0
+	})
+	for _, err := range []error{sa.Append(ctx, testRecords(5, 5), nil), sa.PutState(ctx, "correlate/0-of-1", []byte("x"))} {
+		if !errors.Is(err, ErrFenced) || !errors.Is(err, store.ErrPermanent) {
+			t.Errorf("a holder whose lease session ended: %v", err)
+		}
+	}
+	if n := query[int64](t, u, `SELECT count(*) FROM `+schema+`.records`); n != 5 {
+		t.Errorf("%d records in PostgreSQL, want 5", n)
+	}
 }
 
 // freezer is a loopback TCP proxy to PostgreSQL that can stop forwarding
@@ -264,5 +312,15 @@ func TestLeaseFrozenConnection(t *testing.T) {
 	case <-a.Lost():
 	case <-time.After(30 * time.Second):
 		t.Error("the frozen holder did not learn it lost the shard")
+	}
+}
+
+// waitFor polls cond every 10 ms for up to 10 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in time")
+		}
 	}
 }
