@@ -86,7 +86,7 @@ func AcquireLease(ctx context.Context, url, schema, shard, holder string, interv
 	if err != nil {
 		return nil, fmt.Errorf("lease: connect: %w", err)
 	}
-	keepAliveOnServer(ctx, conn, log)
+	keepAliveOnServer(ctx, conn, 10*interval, log)
 	if err := migrate(ctx, conn, schema); err != nil {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("lease: %w", err)
@@ -140,12 +140,19 @@ var leaseKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, I
 // keepAliveOnServer sets the server's side of the lease connection alike:
 // PostgreSQL releases the advisory lock only when it ends the session, and
 // with its default keepalives (tcp_keepalives_idle 7200 s on Linux) a
-// session whose client vanished without a reset lives for hours. Settings
-// the server refuses (an older version, a pooler) are logged and skipped:
-// endSilentHolder still frees the shard.
-func keepAliveOnServer(ctx context.Context, conn *pgx.Conn, log *slog.Logger) {
+// session whose client vanished without a reset lives for hours. And it
+// sets idle_session_timeout to silent (PostgreSQL 14 and later): the
+// holder runs a statement every poll interval (watch), so a session idle
+// for longer is a holder that stopped (a dead machine, a frozen process
+// whose kernel still answers the keepalives), and the server ends it
+// itself, without waiting for a standby's endSilentHolder (which needs
+// the right to end another session). Settings the server refuses (an
+// older version, a pooler) are logged and skipped: endSilentHolder still
+// frees the shard.
+func keepAliveOnServer(ctx context.Context, conn *pgx.Conn, silent time.Duration, log *slog.Logger) {
 	for _, set := range []string{"SET tcp_keepalives_idle = 10", "SET tcp_keepalives_interval = 5",
-		"SET tcp_keepalives_count = 3", "SET tcp_user_timeout = 30000"} {
+		"SET tcp_keepalives_count = 3", "SET tcp_user_timeout = 30000",
+		fmt.Sprintf("SET idle_session_timeout = %d", silent.Milliseconds())} {
 		if _, err := conn.Exec(ctx, set); err != nil {
 			log.Debug("Lease connection setting refused", "setting", set, "err", err)
 		}

@@ -315,6 +315,40 @@ func TestLeaseFrozenConnection(t *testing.T) {
 	}
 }
 
+// TestLeaseFrozenSessionEndedByServer: a holder freezes (its connection
+// neither forwards nor resets, as a stopped machine's) and no standby is
+// there to end its session: PostgreSQL ends it by itself
+// (idle_session_timeout, 10 poll intervals), so the lock, and the shard,
+// are free for whoever comes next, whatever its rights.
+func TestLeaseFrozenSessionEndedByServer(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	pu, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := pu.Host
+	if pu.Port() == "" {
+		target = net.JoinHostPort(pu.Hostname(), "5432")
+	}
+	f := newFreezer(t, target)
+	via := *pu
+	via.Host = f.ln.Addr().String()
+	a, err := acquire(t, via.String(), schema, "frozen-alone", "a", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	if n := query[int64](t, u, `SELECT count(*) FROM pg_settings WHERE name = 'idle_session_timeout'`); n == 0 {
+		t.Skip("the server has no idle_session_timeout (PostgreSQL before 14)")
+	}
+	close(f.frozen)
+	waitFor(t, func() bool {
+		return query[int64](t, u, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, int32(a.pid)) == 0
+	})
+}
+
 // waitFor polls cond every 10 ms for up to 10 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
