@@ -4,6 +4,7 @@ package crash
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	neturl "net/url"
@@ -11,8 +12,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,9 +41,9 @@ func TestClusterFailover(t *testing.T) {
 	bc.startMembers()
 	published := bc.publish(clusterWorkload())
 
-	took0 := bc.failover("machine 0 killed", 2*time.Second, func() { bc.killMachine(0) })
+	took0 := bc.failover("machine 0 killed", 40000, func() { bc.killMachine(0) })
 	left0 := bc.waiting()
-	took1 := bc.failover("machine 1 killed", 1500*time.Millisecond, func() { bc.killMachine(1) })
+	took1 := bc.failover("machine 1 killed", 90000, func() { bc.killMachine(1) })
 	left1 := bc.waiting()
 	truth := <-published
 	if left0 == 0 || left1 == 0 {
@@ -70,10 +73,10 @@ func TestClusterPostgresOutage(t *testing.T) {
 	cfg.Duration = 100 * time.Minute // long enough for both incidents to land mid-stream
 	published := bc.publish(cfg)
 
-	outage := bc.failover("PostgreSQL outage", 2*time.Second, func() { bc.postgresOutage(3 * time.Second) })
+	outage := bc.failover("PostgreSQL outage", 40000, func() { bc.postgresOutage(3 * time.Second) })
 	left0 := bc.waiting()
 	var blocked time.Duration
-	mid := bc.failover("kill in a checkpoint", time.Second, func() { blocked = bc.killInCheckpoint(2) })
+	mid := bc.failover("kill in a checkpoint", 150000, func() { blocked = bc.killInCheckpoint(2) })
 	left1 := bc.waiting()
 	truth := <-published
 	if left0 == 0 || left1 == 0 {
@@ -82,6 +85,57 @@ func TestClusterPostgresOutage(t *testing.T) {
 	res := bc.finish(truth)
 	t.Logf("RESULT cluster outage: every shard active again %s after PostgreSQL ended the sessions and refused connections for 3 s (%d messages waiting then); %s after a kill in a checkpoint (blocked %s on the row lock; %d waiting); leases %s; restarts %d",
 		outage.Round(time.Millisecond), left0, mid.Round(time.Millisecond), blocked.Round(time.Millisecond), left1, res.leases, bc.restarts())
+}
+
+// TestClusterFrozenHolder: the holder of shard 0 stops dead (SIGSTOP: its
+// sockets stay open and its kernel still answers, as behind a partition
+// or on a machine that hangs; no reset, no keepalive failure). PostgreSQL
+// ends its silent lease session (idle_session_timeout), a standby takes
+// the lease, and consumes once the broker has dropped the frozen
+// holder's connection (heartbeats) and requeued what it held. The frozen
+// holder, resumed, finds itself fenced and stops; the records are still
+// the clean run's, field for field. This measures what a dead machine
+// costs a shard (docs/scale-out.md).
+func TestClusterFrozenHolder(t *testing.T) {
+	bc := newBusCluster(t)
+	bc.startMembers()
+	published := bc.publish(clusterWorkload())
+	var frozen *collector
+	var frozenAt time.Time
+	took := bc.failover("holder frozen", 40000, func() {
+		frozen, frozenAt = bc.active(0), time.Now()
+		if frozen == nil {
+			t.Fatal("shard 0 has no holder")
+		}
+		if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var consuming time.Duration
+	if !waitFor(3*time.Minute, 20*time.Millisecond, func() bool {
+		c := bc.active(0)
+		if c == nil {
+			return false
+		}
+		m, err := c.metrics()
+		return err == nil && m["xrdmon_amqp_connected"] == 1
+	}) {
+		t.Fatal("the new holder of shard 0 never consumed")
+	}
+	consuming = time.Since(frozenAt)
+	left := bc.waiting()
+	if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-frozen.done:
+	case <-time.After(time.Minute):
+		t.Error("the resumed holder did not stop within a minute")
+	}
+	truth := <-published
+	res := bc.finish(truth)
+	t.Logf("RESULT cluster frozen holder: lease taken over %s after the holder froze, the queue consumed again after %s (%d messages waiting then); the resumed holder exited with %v; leases %s",
+		took.Round(time.Millisecond), consuming.Round(time.Millisecond), left, frozen.err, res.leases)
 }
 
 // clusterWorkload is the stream of the cluster tests: 200 servers, their
@@ -106,6 +160,7 @@ func clusterWorkload() loadgen.Config {
 type busCluster struct {
 	t                         *testing.T
 	url, pgURL, dbURL, dbName string
+	hostPort                  string
 	schema                    string
 	shards, machines          int
 	busFlags                  []string
@@ -134,12 +189,12 @@ func newBusCluster(t *testing.T) *busCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hostPort := pu.Host
+	bc.hostPort = pu.Host
 	if pu.Port() == "" {
-		hostPort += ":5432"
+		bc.hostPort += ":5432"
 	}
 	// A database of the test's own: the outage refuses connections to it.
-	bc.dbURL = newDatabase(t, base, hostPort)
+	bc.dbURL = newDatabase(t, base, bc.hostPort)
 	du, _ := neturl.Parse(bc.dbURL)
 	bc.dbName = strings.TrimPrefix(du.Path, "/")
 	ctx := context.Background()
@@ -182,12 +237,13 @@ type member struct {
 	mu     sync.Mutex
 	c      *collector
 	down   bool
+	downCh chan struct{} // closed with down
 	starts int
 	done   chan struct{}
 }
 
 func (bc *busCluster) startMember(m, s int) *member {
-	mb := &member{bc: bc, m: m, s: s, dir: bc.t.TempDir(), done: make(chan struct{})}
+	mb := &member{bc: bc, m: m, s: s, dir: bc.t.TempDir(), downCh: make(chan struct{}), done: make(chan struct{})}
 	c, err := mb.launch()
 	if err != nil {
 		bc.t.Fatal(err)
@@ -210,10 +266,15 @@ func (mb *member) launch() (*collector, error) {
 func (mb *member) supervise() {
 	defer close(mb.done)
 	for {
-		<-mb.cur().done
+		select {
+		case <-mb.cur().done:
+		case <-mb.downCh:
+			return
+		}
 		for {
-			time.Sleep(time.Second)
-			if mb.isDown() {
+			select {
+			case <-time.After(time.Second):
+			case <-mb.downCh:
 				return
 			}
 			c, err := mb.launch()
@@ -252,7 +313,10 @@ func (mb *member) isDown() bool {
 // stops it (SIGTERM, within 30 s).
 func (mb *member) takeDown(kill bool) error {
 	mb.mu.Lock()
-	mb.down = true
+	if !mb.down {
+		mb.down = true
+		close(mb.downCh)
+	}
 	mb.mu.Unlock()
 	var err error
 	if c := mb.cur(); c.running() {
@@ -309,11 +373,14 @@ func (bc *busCluster) restarts() int {
 	return n
 }
 
+// readyClient does not wait for a frozen collector.
+var readyClient = http.Client{Timeout: 2 * time.Second}
+
 func ready(c *collector) bool {
 	if !c.running() {
 		return false
 	}
-	resp, err := http.Get("http://" + c.http + "/readyz")
+	resp, err := readyClient.Get("http://" + c.http + "/readyz")
 	if err != nil {
 		return false
 	}
@@ -347,10 +414,14 @@ func (bc *busCluster) waiting() int {
 	return n
 }
 
-// failover waits after, runs the incident, and returns how long until
-// every shard had an active collector again.
-func (bc *busCluster) failover(what string, after time.Duration, incident func()) time.Duration {
-	time.Sleep(after)
+// failover waits until after messages have been published (the clean
+// run's queue holds every message, consumed only at the end), runs the
+// incident, and returns how long until every shard had an active
+// collector again.
+func (bc *busCluster) failover(what string, after int, incident func()) time.Duration {
+	if !waitFor(5*time.Minute, 10*time.Millisecond, func() bool { return queueDepth(bc.t, bc.url, bc.clean) >= after }) {
+		bc.t.Fatalf("%d messages not published within 5 minutes", after)
+	}
 	start := time.Now()
 	incident()
 	if !waitFor(90*time.Second, 20*time.Millisecond, func() bool {
@@ -486,12 +557,12 @@ func (bc *busCluster) finish(truth *loadgen.Truth) clusterResult {
 	}
 
 	// The clean run: one collector, no cluster, no incident, on the same
-	// messages, loading the PostgreSQL output into a schema of its own.
+	// messages, loading its PostgreSQL output into a database of its own.
 	cleanDir := t.TempDir()
-	cleanSchema := "clean"
+	cleanURL := newDatabase(t, bc.pgURL, bc.hostPort)
 	cc := startCollector(t, cleanDir, filepath.Join(bc.logDir, "clean.log"), "--listen.udp=", "--amqp_input.enabled=true",
 		"--amqp_input.url="+bc.url, "--amqp_input.queue="+bc.clean, "--amqp_input.exchange=-", "--correlate.shards=2",
-		"--outputs.postgres.enabled=true", "--outputs.postgres.url="+bc.dbURL, "--outputs.postgres.schema="+cleanSchema)
+		"--outputs.postgres.enabled=true", "--outputs.postgres.url="+cleanURL)
 	waitDrained(t, cc, bc.url, bc.clean, 5*time.Minute)
 	if !waitFor(2*time.Minute, 100*time.Millisecond, func() bool {
 		return cc.metric(`xrdmon_sink_backlog_records{sink="postgres"}`) == 0
@@ -510,7 +581,7 @@ func (bc *busCluster) finish(truth *loadgen.Truth) clusterResult {
 	if lostRecs != 0 || extra != 0 {
 		t.Errorf("records: clean run %d, cluster %d: %d missing (e.g. %s), %d extra (e.g. %s)", len(cleanRecs), len(got), lostRecs, ex, extra, ex2)
 	}
-	pgDiffer := bc.compareTables(cleanSchema, len(cleanRecs))
+	pgDiffer := bc.compareTables(cleanURL, len(cleanRecs))
 	made, madeDiffer := bc.compareStores(cleanRecs)
 
 	var leases string
@@ -536,52 +607,77 @@ var (
 )
 
 // compareTables compares every column of every row of the cluster's
-// records table with the clean run's (in cleanSchema, loaded by its
-// PostgreSQL output), by record_id, but skippedColumns. It returns a
-// summary of the differences (failing the test for any).
-func (bc *busCluster) compareTables(cleanSchema string, want int) string {
+// records table with the clean run's (in the database at cleanURL, loaded
+// by its PostgreSQL output), by record_id, but skippedColumns. It returns
+// a summary of the differences (failing the test for any).
+func (bc *busCluster) compareTables(cleanURL string, want int) string {
 	t := bc.t
+	cluster, clean := pgRows(t, bc.dbURL), pgRows(t, cleanURL)
+	if len(clean) != want {
+		t.Fatalf("the clean run's table holds %d records, its store %d", len(clean), want)
+	}
+	var cols []string
+	for _, r := range clean {
+		for col := range r {
+			if !skippedColumns[col] && col != "record_id" {
+				cols = append(cols, col)
+			}
+		}
+		break
+	}
+	sort.Strings(cols)
+	byCol := map[string]int{}
+	for id, k := range cluster {
+		c, ok := clean[id]
+		if !ok {
+			continue // counted by the caller
+		}
+		for _, col := range cols {
+			if !reflect.DeepEqual(k[col], c[col]) {
+				if byCol[col]++; byCol[col] == 1 {
+					t.Errorf("column %s differs from the clean run (e.g. %s: cluster %v, clean %v)", col, id, k[col], c[col])
+				}
+			}
+		}
+	}
+	if len(byCol) == 0 {
+		return fmt.Sprintf("%d columns, none differs; skipped: received", len(cols))
+	}
+	t.Errorf("rows unlike the clean run's, by column: %v", byCol)
+	return fmt.Sprintf("%d columns, differing: %v", len(cols), byCol)
+}
+
+// pgRows reads the records table of the database at u (schema xrdmon),
+// every column, by record_id.
+func pgRows(t testing.TB, u string) map[string]map[string]any {
+	t.Helper()
 	ctx := context.Background()
-	c, err := pgx.Connect(ctx, bc.dbURL)
+	c, err := pgx.Connect(ctx, u)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	var n int
-	if err := c.QueryRow(ctx, "SELECT count(*) FROM "+cleanSchema+".records").Scan(&n); err != nil || n != want {
-		t.Fatalf("the clean run's table holds %d records (%v), its store %d", n, err, want)
-	}
-	rows, err := c.Query(ctx, `SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'records' ORDER BY ordinal_position`, bc.schema)
+	rows, err := c.Query(ctx, "SELECT record_id, to_jsonb(r)::text FROM xrdmon.records r")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	defer rows.Close()
+	out := map[string]map[string]any{}
+	for rows.Next() {
+		var id, js string
+		if err := rows.Scan(&id, &js); err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(js), &m); err != nil {
+			t.Fatal(err)
+		}
+		out[id] = m
+	}
+	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	var compared []string
-	var differ []string
-	for _, col := range cols {
-		if skippedColumns[col] || col == "record_id" {
-			continue
-		}
-		compared = append(compared, col)
-		q := pgx.Identifier{col}.Sanitize()
-		var d int
-		if err := c.QueryRow(ctx, "SELECT count(*) FROM "+bc.schema+".records k JOIN "+cleanSchema+".records c USING (record_id) WHERE k."+q+" IS DISTINCT FROM c."+q).Scan(&d); err != nil {
-			t.Fatalf("compare %s: %v", col, err)
-		}
-		if d > 0 {
-			var id, kv, cv string
-			_ = c.QueryRow(ctx, "SELECT record_id, k."+q+"::text, c."+q+"::text FROM "+bc.schema+".records k JOIN "+cleanSchema+".records c USING (record_id) WHERE k."+q+" IS DISTINCT FROM c."+q+" LIMIT 1").Scan(&id, &kv, &cv)
-			t.Errorf("column %s differs from the clean run in %d records (e.g. %s: cluster %q, clean %q)", col, d, id, kv, cv)
-			differ = append(differ, fmt.Sprintf("%s %d", col, d))
-		}
-	}
-	if len(differ) == 0 {
-		return fmt.Sprintf("%d columns, none differs; skipped: received", len(compared))
-	}
-	return fmt.Sprintf("%d columns, differing: %s", len(compared), strings.Join(differ, ", "))
+	return out
 }
 
 // compareStores compares every record each holder made (its local store;
