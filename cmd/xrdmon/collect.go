@@ -130,6 +130,11 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	if cfg.Cluster.Enabled {
 		cs, l, err := clusterStore(ctx, cfg, st, log)
 		if err != nil {
+			if ctx.Err() != nil {
+				// A standby stopped while it waited: a clean stop.
+				log.Info("Stopped while waiting for the shard's lease", "shard", cfg.AMQPInput.Queue)
+				return nil
+			}
 			return err
 		}
 		defer l.Release()
