@@ -160,7 +160,8 @@ func keepAliveOnServer(ctx context.Context, conn *pgx.Conn, silent time.Duration
 }
 
 // endSilentHolder ends the session that holds the shard's lock when it has
-// run no statement within ttl: a live holder pings its lease connection
+// run no statement within ttl (a session running one, e.g. a new holder
+// waiting for a row lock to take the epoch, is not silent): a live holder pings its lease connection
 // every interval (watch), so a silent one is frozen — its machine stopped
 // or partitioned behind something that neither forwards nor resets the
 // connection, and no keepalive reaches the server. Whatever the frozen
@@ -174,7 +175,7 @@ func endSilentHolder(ctx context.Context, conn *pgx.Conn, schema, shard string, 
 		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 		  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 		  AND l.classid = ((k.k >> 32) & 4294967295)::oid AND l.objid = (k.k & 4294967295)::oid
-		  AND a.state_change < now() - make_interval(secs => $2)`,
+		  AND a.state <> 'active' AND a.state_change < now() - make_interval(secs => $2)`,
 		leaseKey(schema, shard), ttl.Seconds()).Scan(&pid)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
@@ -266,6 +267,12 @@ func (l *Lease) Release() {
 	_ = l.conn.Close(ctx)
 }
 
+// idleInTransaction bounds how long a cluster collector's writer may leave
+// a transaction idle (it never does so, alive: its statements follow each
+// other at once); 10 s, the silence a lease tolerates at the collector's
+// 1 s poll interval.
+const idleInTransaction = 10 * time.Second
+
 // LocalStore is what a ClusterStore keeps locally: the pipeline's store
 // interface (store.Store).
 type LocalStore interface {
@@ -303,6 +310,11 @@ func NewClusterStore(local LocalStore, lease *Lease, url, schema string, log *sl
 		return nil, err
 	}
 	w.fence = lease.fence
+	// A holder that stops dead inside a transaction (a frozen machine)
+	// would keep its row lock on the shard's lease, and the next holder
+	// could never take the epoch: the server ends such a transaction after
+	// the silence the lease tolerates.
+	w.cfg.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(idleInTransaction.Milliseconds())
 	return &ClusterStore{local: local, lease: lease, log: log, w: w}, nil
 }
 

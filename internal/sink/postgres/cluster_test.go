@@ -349,6 +349,82 @@ func TestLeaseFrozenSessionEndedByServer(t *testing.T) {
 	})
 }
 
+// TestLeaseNextHolderWaitsForFrozenTransaction: the old holder froze
+// inside a transaction that holds the lease's row (its writer's fence), so
+// the next holder, which got the lock, waits to take the epoch. Another
+// standby must not take that wait for silence and end it (issue 29: the
+// standbys ended each other's sessions in turn, for minutes); the frozen
+// transaction is the one the server ends, and the writer's sessions are
+// set for it (idle_in_transaction_session_timeout).
+func TestLeaseNextHolderWaitsForFrozenTransaction(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	ctx := context.Background()
+	a, err := acquire(t, u, schema, "s0", "a", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := NewClusterStore(sinktest.OpenStore(t), a, u, schema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sa.Close()
+	if err := sa.PutState(ctx, "k", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	var timeout string
+	if err := sa.w.conn.QueryRow(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&timeout); err != nil || timeout != "10s" {
+		t.Errorf("the writer's idle_in_transaction_session_timeout: %q, %v; want 10s", timeout, err)
+	}
+	// a's frozen writer: a transaction holding the lease's row.
+	frozen, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Close(ctx)
+	tx, err := frozen.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT epoch FROM `+schema+`.shard_leases WHERE shard = 's0' FOR SHARE`); err != nil {
+		t.Fatal(err)
+	}
+	a.Release()
+	got := make(chan error, 1)
+	var b *Lease
+	go func() {
+		var err error
+		b, err = acquire(t, u, schema, "s0", "b", 30*time.Second)
+		got <- err
+	}()
+	// b holds the lock and waits for the row; c waits 10 poll intervals
+	// (500 ms) and more beside it.
+	waitFor(t, func() bool {
+		return query[int64](t, u, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'xrdmon lease s0' AND wait_event_type = 'Lock'`) == 1
+	})
+	c, err := acquire(t, u, schema, "s0", "c", 1500*time.Millisecond)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		if c != nil {
+			c.Release()
+		}
+		t.Fatalf("a standby beside a holder taking the epoch: %v, want to be kept waiting", err)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("b's acquisition ended while the row was locked: %v", err)
+	default:
+	}
+	_ = tx.Rollback(ctx) // the server ends the frozen transaction
+	if err := <-got; err != nil {
+		t.Fatalf("b: %v", err)
+	}
+	defer b.Release()
+	if b.Epoch != a.Epoch+1 {
+		t.Errorf("epoch %d after %d", b.Epoch, a.Epoch)
+	}
+}
+
 // waitFor polls cond every 10 ms for up to 10 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
