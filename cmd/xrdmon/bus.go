@@ -31,7 +31,7 @@ func runBus(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	def := bus.DefaultTopology()
 	url := fs.String("url", os.Getenv("XRDMON_BUS_URL"), "broker `URL` (amqp:// or amqps://; default $XRDMON_BUS_URL)")
 	tokenFile := fs.String("token-file", "", "`FILE` holding a JWT used as the password, re-read at every connect")
-	shards := fs.Int("shards", def.Shards, "shard queues (`N`); a collector consumes one or more of them")
+	shards := fs.Int("shards", def.Shards, "shard queues (`N`); a collector consumes one of them (run one collector per shard on a machine that serves several: deploy/xrdmon@.service)")
 	exchange := fs.String("exchange", def.Exchange, "the consistent-hash `exchange`")
 	prefix := fs.String("queue-prefix", def.QueuePrefix, "`prefix` of the shard queues' names (prefix00, prefix01, ...)")
 	from := fs.String("from", def.From, "the shoveler's `exchange`")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/loadgen"
+	"github.com/xrdmon/xrdmon/internal/sink/postgres"
 	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
@@ -195,4 +196,53 @@ func TestClusterFailoverKeepsState(t *testing.T) {
 		t.Errorf("lease epoch %d (%v), want 2: a, then b", epoch, err)
 	}
 	t.Logf("%d messages, %d records; %v files open when a stopped and b took the shard over", len(msgs), got, openAtFailover)
+}
+
+// TestClusterStandbyStopsCleanly: a standby stopped (SIGTERM) while it
+// waits for its shard's lease ends cleanly, not as a failure (systemd
+// would count a failure, and a template unit's instances all wait so).
+func TestClusterStandbyStopsCleanly(t *testing.T) {
+	amqpURL, pgURL := testenv.AMQPURL(t), testenv.PostgresURL(t)
+	ctx := context.Background()
+	schema := strings.ReplaceAll(testenv.Uniq("xrdmon_standby"), "-", "_")
+	queue := testenv.Uniq("xrdmon-standby-shard")
+	pg, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = pg.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		pg.Close(ctx)
+	})
+	holder, err := postgres.AcquireLease(ctx, pgURL, schema, queue, "holder", 50*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	cfg := config.Default()
+	cfg.Listen.UDP = ""
+	cfg.AMQPInput.Enabled, cfg.AMQPInput.URL, cfg.AMQPInput.Queue, cfg.AMQPInput.Exchange = true, amqpURL, queue, "-"
+	cfg.Cluster.Enabled, cfg.Cluster.URL, cfg.Cluster.Schema, cfg.Cluster.Holder = true, pgURL, schema, "standby"
+	cfg.Store.Path, cfg.HTTP.Address, cfg.DNS.Enabled = t.TempDir(), "", false
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- collect(sctx, cfg, slog.New(slog.DiscardHandler)) }()
+	// Waiting: its lease connection polls.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		var n int
+		if err := pg.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", "xrdmon lease "+queue).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 2 { // the holder's and the standby's
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the standby never waited for the lease")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("a standby stopped while waiting: %v, want a clean stop", err)
+	}
 }

@@ -130,6 +130,11 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	if cfg.Cluster.Enabled {
 		cs, l, err := clusterStore(ctx, cfg, st, log)
 		if err != nil {
+			if ctx.Err() != nil {
+				// A standby stopped while it waited: a clean stop.
+				log.Info("Stopped while waiting for the shard's lease", "shard", cfg.AMQPInput.Queue)
+				return nil
+			}
 			return err
 		}
 		defer l.Release()
@@ -191,6 +196,9 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 			case <-ctx.Done():
 				return nil
 			case <-lease.Lost():
+				// Give the input back at once: the next holder gets what
+				// this one held, first and in order (docs/scale-out.md).
+				abandonSources(sources)
 				return fmt.Errorf("lost the lease of shard %s (PostgreSQL connection broken): stopping, so that another collector can take it over", lease.Shard)
 			}
 		}})
@@ -316,7 +324,7 @@ func newSources(cfg *config.Config, importing bool, log *slog.Logger, reg promet
 			return nil, closeAll, fmt.Errorf("file input: %w", err)
 		}
 		log.Info("Importing captures; the live inputs are not opened", "files", len(fcfg.Paths))
-		return []component{{"file_input", f.Run}}, closeAll, nil
+		return []component{{"file_input", f.Run, nil}}, closeAll, nil
 	}
 	for _, l := range []struct {
 		name, addr, what string
@@ -334,16 +342,22 @@ func newSources(cfg *config.Config, importing bool, log *slog.Logger, reg promet
 		}
 		closers = append(closers, u.Close)
 		log.Info("Listening for "+l.what, "udp", u.LocalAddr().String())
-		sources = append(sources, component{l.name, func(ctx context.Context, out chan<- *source.Batch) error { return u.Run(ctx, out) }})
+		sources = append(sources, component{l.name, func(ctx context.Context, out chan<- *source.Batch) error { return u.Run(ctx, out) }, nil})
 	}
 	if cfg.AMQPInput.Enabled {
 		acfg := cfg.AMQPInput
 		acfg.Filter = cfg.Listen.Filter()
+		if cfg.Cluster.Enabled {
+			// Take the shard over only once the previous holder's
+			// deliveries are back in the queue (bounded: a frozen holder's
+			// connection goes within the broker's heartbeat).
+			acfg.HandoverWait = handoverWait
+		}
 		src, err := amqpsrc.New(acfg, log.With("component", "amqp_input"), reg)
 		if err != nil {
 			return nil, closeAll, fmt.Errorf("amqp input: %w", err)
 		}
-		sources = append(sources, component{"amqp_input", src.Run})
+		sources = append(sources, component{"amqp_input", src.Run, src.Abandon})
 	}
 	if cfg.STOMPInput.Enabled {
 		scfg := cfg.STOMPInput
@@ -352,7 +366,7 @@ func newSources(cfg *config.Config, importing bool, log *slog.Logger, reg promet
 		if err != nil {
 			return nil, closeAll, fmt.Errorf("stomp input: %w", err)
 		}
-		sources = append(sources, component{"stomp_input", src.Run})
+		sources = append(sources, component{"stomp_input", src.Run, nil})
 	}
 	if len(sources) == 0 {
 		return nil, closeAll, errNoInput
@@ -464,6 +478,9 @@ func runPipeline(ctx context.Context, stop context.CancelFunc, pipe *pipeline.Pi
 	}()
 	if err := pipe.Run(runCtx, batches); err != nil {
 		fail(fmt.Errorf("pipeline: %w", err))
+		// Nothing the sources still hold will be acknowledged: give it
+		// back now rather than after their drain timeout.
+		abandonSources(sources)
 	}
 	stop()
 	wg.Wait()
@@ -518,7 +535,23 @@ type sourceRun func(ctx context.Context, out chan<- *source.Batch) error
 type component struct {
 	name string
 	run  sourceRun
+	// abandon, if set, makes run give back what it holds unacknowledged
+	// at once and return (amqp.AMQP.Abandon).
+	abandon func()
 }
+
+// abandonSources abandons the sources that can be.
+func abandonSources(sources []component) {
+	for _, s := range sources {
+		if s.abandon != nil {
+			s.abandon()
+		}
+	}
+}
+
+// handoverWait bounds how long a cluster collector that took a shard over
+// waits for the previous holder's consumer to go (amqp.Config.HandoverWait).
+const handoverWait = 2 * time.Minute
 
 // output is a sink (or a background service) with a name for messages.
 type output struct {

@@ -75,7 +75,12 @@ func TestSystemdUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, text := range map[string][]byte{"xrdmon.service": unit, "xrdmon-router.service": router} {
+	member, err := os.ReadFile("../../deploy/xrdmon@.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The template is verified as an instance (systemd-analyze wants one).
+	for name, text := range map[string][]byte{"xrdmon.service": unit, "xrdmon-router.service": router, "xrdmon@00.service": member} {
 		path := filepath.Join(t.TempDir(), name)
 		if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(text), "/usr/bin/xrdmon", self)), 0o644); err != nil {
 			t.Fatal(err)
@@ -83,5 +88,38 @@ func TestSystemdUnit(t *testing.T) {
 		if out, err := exec.Command(analyze, "verify", path).CombinedOutput(); err != nil || len(out) > 0 {
 			t.Errorf("systemd-analyze verify %s: %v\n%s", name, err, out)
 		}
+	}
+}
+
+// TestSystemdTemplateUnit: the template unit for several collectors on one
+// machine gives each instance (a shard number) its own queue, HTTP port,
+// holder name and store, through variables the configuration reads over
+// deploy/xrdmon-cluster.yaml.
+func TestSystemdTemplateUnit(t *testing.T) {
+	unit, err := os.ReadFile("../../deploy/xrdmon@.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.NewReplacer("%i", "03", "%H", "node7").Replace(string(unit))
+	env := []string{"XRDMON_CLUSTER_URL=postgres://xrdmon@db.example.org/accounting"}
+	var args []string
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, "Environment="); ok {
+			env = append(env, v)
+		}
+		if v, ok := strings.CutPrefix(line, "ExecStart="); ok {
+			args = strings.Fields(v)
+		}
+	}
+	if len(args) < 4 || args[1] != "collect" || args[3] != "/etc/xrdmon/xrdmon-cluster.yaml" ||
+		!strings.Contains(text, "--store.path /var/lib/xrdmon/03") || !strings.Contains(text, "StateDirectory=xrdmon/03") {
+		t.Fatalf("the template does not run the cluster configuration on a store of the instance's own: %q", args)
+	}
+	cfg, err := Load("../../deploy/xrdmon-cluster.yaml", env, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AMQPInput.Queue != "xrdmon.shard.03" || cfg.HTTP.Address != ":9903" || cfg.Cluster.Holder != "node7/03" {
+		t.Errorf("instance 03: queue %q, http %q, holder %q", cfg.AMQPInput.Queue, cfg.HTTP.Address, cfg.Cluster.Holder)
 	}
 }

@@ -240,7 +240,7 @@ type Store struct {
 	// running are the sinks that have asked for or moved their cursor
 	// since Open: those of this process. A cursor that is not is an
 	// output's that no longer runs (removed from the configuration).
-	running map[string]bool
+	running  map[string]bool
 	full     atomic.Bool // logged state of ErrFull, for transition logs
 	pageSize int64
 	lock     *lockFile // the one writer's lock, released by closeDBs

@@ -106,6 +106,16 @@ type collector struct {
 // HTTP. The process is SIGKILLed at the end of the test if still running.
 func startCollector(t testing.TB, storeDir, logPath string, flags ...string) *collector {
 	t.Helper()
+	c, err := startCollectorErr(t, storeDir, logPath, flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startCollectorErr is startCollector returning its failure (for a
+// goroutine that restarts collectors as systemd would).
+func startCollectorErr(t testing.TB, storeDir, logPath string, flags ...string) (*collector, error) {
 	c := &collector{t: t, http: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), log: logPath, done: make(chan struct{})}
 	args := append([]string{"collect",
 		"--http.address=" + c.http,
@@ -116,7 +126,7 @@ func startCollector(t testing.TB, storeDir, logPath string, flags ...string) *co
 	}, flags...)
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	fmt.Fprintf(lf, "### %s start %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
 	c.cmd = exec.Command(xrdmonBin, args...)
@@ -124,7 +134,7 @@ func startCollector(t testing.TB, storeDir, logPath string, flags ...string) *co
 	c.start = time.Now()
 	if err := c.cmd.Start(); err != nil {
 		lf.Close()
-		t.Fatalf("start collector: %v", err)
+		return nil, fmt.Errorf("start collector: %w", err)
 	}
 	go func() {
 		c.err = c.cmd.Wait()
@@ -136,17 +146,18 @@ func startCollector(t testing.TB, storeDir, logPath string, flags ...string) *co
 	for {
 		select {
 		case <-c.done:
-			t.Fatalf("collector exited at start (%v); log:\n%s", c.err, tail(logPath, 30))
+			return nil, fmt.Errorf("collector exited at start (%v); log:\n%s", c.err, tail(logPath, 30))
 		default:
 		}
 		if resp, err := http.Get("http://" + c.http + "/healthz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return c
+				return c, nil
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("collector not serving HTTP after 30s; log:\n%s", tail(logPath, 30))
+			c.kill()
+			return nil, fmt.Errorf("collector not serving HTTP after 30s; log:\n%s", tail(logPath, 30))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -47,8 +47,8 @@ type ClusterConfig struct {
 // DefaultClusterConfig returns the defaults: off, schema xrdmon.
 func DefaultClusterConfig() ClusterConfig { return ClusterConfig{Schema: DefaultOptions().Schema} }
 
-// ErrFenced is returned by ClusterStore.PutState when another collector
-// holds the shard now.
+// ErrFenced is returned by ClusterStore.PutState and Append when this
+// collector no longer holds the shard (another may hold it now).
 var ErrFenced = errors.New("the shard's lease was taken over by another collector")
 
 // Lease is this process's hold on one shard.
@@ -57,6 +57,7 @@ type Lease struct {
 	Epoch  int64
 	schema string
 	conn   *pgx.Conn
+	pid    uint32 // the lease connection's backend, which holds the lock
 	lost   chan struct{}
 	stop   context.CancelFunc
 	done   chan struct{}
@@ -85,7 +86,7 @@ func AcquireLease(ctx context.Context, url, schema, shard, holder string, interv
 	if err != nil {
 		return nil, fmt.Errorf("lease: connect: %w", err)
 	}
-	keepAliveOnServer(ctx, conn, log)
+	keepAliveOnServer(ctx, conn, 10*interval, log)
 	if err := migrate(ctx, conn, schema); err != nil {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("lease: %w", err)
@@ -116,7 +117,7 @@ func AcquireLease(ctx context.Context, url, schema, shard, holder string, interv
 		}
 	}
 	s := pgx.Identifier{schema}.Sanitize()
-	l := &Lease{Shard: shard, schema: schema, conn: conn, lost: make(chan struct{}), done: make(chan struct{})}
+	l := &Lease{Shard: shard, schema: schema, conn: conn, pid: conn.PgConn().PID(), lost: make(chan struct{}), done: make(chan struct{})}
 	err = conn.QueryRow(ctx, `INSERT INTO `+s+`.shard_leases (shard, epoch, holder, acquired) VALUES ($1, 1, $2, now())
 		ON CONFLICT (shard) DO UPDATE SET epoch = shard_leases.epoch + 1, holder = EXCLUDED.holder, acquired = now()
 		RETURNING epoch`, shard, holder).Scan(&l.Epoch)
@@ -139,12 +140,19 @@ var leaseKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, I
 // keepAliveOnServer sets the server's side of the lease connection alike:
 // PostgreSQL releases the advisory lock only when it ends the session, and
 // with its default keepalives (tcp_keepalives_idle 7200 s on Linux) a
-// session whose client vanished without a reset lives for hours. Settings
-// the server refuses (an older version, a pooler) are logged and skipped:
-// endSilentHolder still frees the shard.
-func keepAliveOnServer(ctx context.Context, conn *pgx.Conn, log *slog.Logger) {
+// session whose client vanished without a reset lives for hours. And it
+// sets idle_session_timeout to silent (PostgreSQL 14 and later): the
+// holder runs a statement every poll interval (watch), so a session idle
+// for longer is a holder that stopped (a dead machine, a frozen process
+// whose kernel still answers the keepalives), and the server ends it
+// itself, without waiting for a standby's endSilentHolder (which needs
+// the right to end another session). Settings the server refuses (an
+// older version, a pooler) are logged and skipped: endSilentHolder still
+// frees the shard.
+func keepAliveOnServer(ctx context.Context, conn *pgx.Conn, silent time.Duration, log *slog.Logger) {
 	for _, set := range []string{"SET tcp_keepalives_idle = 10", "SET tcp_keepalives_interval = 5",
-		"SET tcp_keepalives_count = 3", "SET tcp_user_timeout = 30000"} {
+		"SET tcp_keepalives_count = 3", "SET tcp_user_timeout = 30000",
+		fmt.Sprintf("SET idle_session_timeout = %d", silent.Milliseconds())} {
 		if _, err := conn.Exec(ctx, set); err != nil {
 			log.Debug("Lease connection setting refused", "setting", set, "err", err)
 		}
@@ -152,7 +160,8 @@ func keepAliveOnServer(ctx context.Context, conn *pgx.Conn, log *slog.Logger) {
 }
 
 // endSilentHolder ends the session that holds the shard's lock when it has
-// run no statement within ttl: a live holder pings its lease connection
+// run no statement within ttl (a session running one, e.g. a new holder
+// waiting for a row lock to take the epoch, is not silent): a live holder pings its lease connection
 // every interval (watch), so a silent one is frozen — its machine stopped
 // or partitioned behind something that neither forwards nor resets the
 // connection, and no keepalive reaches the server. Whatever the frozen
@@ -166,7 +175,7 @@ func endSilentHolder(ctx context.Context, conn *pgx.Conn, schema, shard string, 
 		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 		  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 		  AND l.classid = ((k.k >> 32) & 4294967295)::oid AND l.objid = (k.k & 4294967295)::oid
-		  AND a.state_change < now() - make_interval(secs => $2)`,
+		  AND a.state <> 'active' AND a.state_change < now() - make_interval(secs => $2)`,
 		leaseKey(schema, shard), ttl.Seconds()).Scan(&pid)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
@@ -209,6 +218,46 @@ func (l *Lease) watch(ctx context.Context, interval time.Duration) {
 // take the shard; this one must stop.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
+// lostYet reports whether Lost is closed.
+func (l *Lease) lostYet() bool {
+	select {
+	case <-l.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// fence checks, in tx, that this lease still holds the shard: the shard's
+// epoch is the lease's (read FOR SHARE: a new holder's increment waits for
+// tx) and the lease's session still holds the advisory lock (a session
+// PostgreSQL ended has released it, whether or not anyone took the shard
+// yet). Otherwise it returns a permanent ErrFenced: what this collector
+// made since it lost the shard is the next holder's to make again, from
+// the last checkpoint, in order.
+func (l *Lease) fence(ctx context.Context, tx pgx.Tx) error {
+	if l.lostYet() {
+		return fmt.Errorf("%w: %w (the lease's connection broke)", store.ErrPermanent, ErrFenced)
+	}
+	var epoch int64
+	var held bool
+	err := tx.QueryRow(ctx, `SELECT l.epoch, EXISTS (SELECT 1 FROM pg_locks k, (SELECT hashtextextended($3, 0) AS h) x
+			WHERE k.pid = $2 AND k.locktype = 'advisory' AND k.granted AND k.objsubid = 1
+			  AND k.classid = ((x.h >> 32) & 4294967295)::oid AND k.objid = (x.h & 4294967295)::oid)
+		FROM `+pgx.Identifier{l.schema}.Sanitize()+`.shard_leases l WHERE l.shard = $1 FOR SHARE OF l`,
+		l.Shard, int32(l.pid), leaseKey(l.schema, l.Shard)).Scan(&epoch, &held)
+	if err != nil {
+		return fmt.Errorf("read the lease: %w", err)
+	}
+	if epoch != l.Epoch {
+		return fmt.Errorf("%w: %w (epoch %d, ours %d)", store.ErrPermanent, ErrFenced, epoch, l.Epoch)
+	}
+	if !held {
+		return fmt.Errorf("%w: %w (the lease's session has ended)", store.ErrPermanent, ErrFenced)
+	}
+	return nil
+}
+
 // Release gives the shard up (the lock goes with the connection).
 func (l *Lease) Release() {
 	l.stop()
@@ -217,6 +266,12 @@ func (l *Lease) Release() {
 	defer cancel()
 	_ = l.conn.Close(ctx)
 }
+
+// idleInTransaction bounds how long a cluster collector's writer may leave
+// a transaction idle (it never does so, alive: its statements follow each
+// other at once); 10 s, the silence a lease tolerates at the collector's
+// 1 s poll interval.
+const idleInTransaction = 10 * time.Second
 
 // LocalStore is what a ClusterStore keeps locally: the pipeline's store
 // interface (store.Store).
@@ -255,16 +310,32 @@ func NewClusterStore(local LocalStore, lease *Lease, url, schema string, log *sl
 	if err != nil {
 		return nil, err
 	}
+	w.fence = lease.fence
+	// A holder that stops dead inside a transaction (a frozen machine)
+	// would keep its row lock on the shard's lease, and the next holder
+	// could never take the epoch: the server ends such a transaction after
+	// the silence the lease tolerates.
+	w.cfg.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(idleInTransaction.Milliseconds())
 	return &ClusterStore{local: local, lease: lease, log: log, w: w, feed: redirectFeed{seen: map[string]uint64{}}}, nil
 }
 
-// Append writes recs and evs to the local store, then to PostgreSQL (a
-// redelivery's duplicates are dropped there). A row PostgreSQL refuses is
-// logged and left to the local store's outputs (the PostgreSQL output sets
-// it aside); anything else fails the commit, which the pipeline retries.
+// Append writes recs and evs to PostgreSQL (a redelivery's duplicates are
+// dropped there), in a transaction fenced by the lease (ErrFenced,
+// permanent, once another collector may hold the shard), then to the local
+// store. A row PostgreSQL refuses is logged and left to the local store's
+// outputs (the PostgreSQL output sets it aside); anything else fails the
+// commit, which the pipeline retries (PostgreSQL drops what it has
+// already).
 func (c *ClusterStore) Append(ctx context.Context, recs []record.Record, evs []record.Event) error {
-	if err := c.local.Append(ctx, recs, evs); err != nil {
+	if err := c.appendShared(ctx, recs, evs); err != nil {
 		return err
+	}
+	return c.local.Append(ctx, recs, evs)
+}
+
+func (c *ClusterStore) appendShared(ctx context.Context, recs []record.Record, evs []record.Event) error {
+	if c.lease.lostYet() {
+		return fmt.Errorf("cluster store: records: %w: %w", store.ErrPermanent, ErrFenced)
 	}
 	batch := make([]store.Entry, 0, len(recs)+len(evs))
 	for i := range recs {
@@ -310,12 +381,8 @@ func (c *ClusterStore) PutState(ctx context.Context, key string, blob []byte) er
 	}
 	s := pgx.Identifier{c.lease.schema}.Sanitize()
 	err := pgx.BeginFunc(ctx, c.w.conn, func(tx pgx.Tx) error {
-		var epoch int64
-		if err := tx.QueryRow(ctx, `SELECT epoch FROM `+s+`.shard_leases WHERE shard = $1 FOR SHARE`, c.lease.Shard).Scan(&epoch); err != nil {
-			return fmt.Errorf("read the lease: %w", err)
-		}
-		if epoch != c.lease.Epoch {
-			return fmt.Errorf("%w: %w (epoch %d, ours %d)", store.ErrPermanent, ErrFenced, epoch, c.lease.Epoch)
+		if err := c.lease.fence(ctx, tx); err != nil {
+			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO `+s+`.shard_state (shard, key, epoch, state, updated) VALUES ($1, $2, $3, $4, now())
 			ON CONFLICT (shard, key) DO UPDATE SET epoch = EXCLUDED.epoch, state = EXCLUDED.state, updated = now()`,

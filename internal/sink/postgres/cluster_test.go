@@ -145,6 +145,54 @@ func TestClusterStoreFencing(t *testing.T) {
 	if got, _ := sb.GetState(ctx, "correlate/0-of-1"); string(got) != "state of b" {
 		t.Errorf("checkpoint %q after the fenced write", got)
 	}
+	// Nor does a fenced holder add records: what it made since it lost the
+	// shard, the next holder makes again from the checkpoint (issue 29: a
+	// stale holder's partial beside the next holder's complete record).
+	err = sa.Append(ctx, testRecords(20, 10), nil)
+	if !errors.Is(err, ErrFenced) || !errors.Is(err, store.ErrPermanent) {
+		t.Fatalf("a fenced holder's records: %v", err)
+	}
+	if n := query[int64](t, u, `SELECT count(*) FROM `+schema+`.records`); n != 20 {
+		t.Errorf("%d records in PostgreSQL after a fenced holder's append, want 20", n)
+	}
+}
+
+// TestClusterStoreFencedWhenSessionEnds: PostgreSQL ends the holder's lease
+// session (an outage, pg_terminate_backend) and nobody has taken the shard
+// yet: the holder's records and checkpoints are refused all the same, for
+// good, from the moment the lock is gone.
+func TestClusterStoreFencedWhenSessionEnds(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	ctx := context.Background()
+	a, err := acquire(t, u, schema, "s0", "a", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	sa, err := NewClusterStore(sinktest.OpenStore(t), a, u, schema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sa.Close()
+	if err := sa.Append(ctx, testRecords(0, 5), nil); err != nil {
+		t.Fatal(err)
+	}
+	if !query[bool](t, u, `SELECT pg_terminate_backend($1)`, int32(a.pid)) {
+		t.Fatal("lease session not terminated")
+	}
+	waitFor(t, func() bool {
+		return query[int64](t, u, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, int32(a.pid)) == 0
+	})
+	for _, err := range []error{sa.Append(ctx, testRecords(5, 5), nil), sa.PutState(ctx, "correlate/0-of-1", []byte("x"))} {
+		if !errors.Is(err, ErrFenced) || !errors.Is(err, store.ErrPermanent) {
+			t.Errorf("a holder whose lease session ended: %v", err)
+		}
+	}
+	if n := query[int64](t, u, `SELECT count(*) FROM `+schema+`.records`); n != 5 {
+		t.Errorf("%d records in PostgreSQL, want 5", n)
+	}
 }
 
 // freezer is a loopback TCP proxy to PostgreSQL that can stop forwarding
@@ -264,5 +312,125 @@ func TestLeaseFrozenConnection(t *testing.T) {
 	case <-a.Lost():
 	case <-time.After(30 * time.Second):
 		t.Error("the frozen holder did not learn it lost the shard")
+	}
+}
+
+// TestLeaseFrozenSessionEndedByServer: a holder freezes (its connection
+// neither forwards nor resets, as a stopped machine's) and no standby is
+// there to end its session: PostgreSQL ends it by itself
+// (idle_session_timeout, 10 poll intervals), so the lock, and the shard,
+// are free for whoever comes next, whatever its rights.
+func TestLeaseFrozenSessionEndedByServer(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	pu, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := pu.Host
+	if pu.Port() == "" {
+		target = net.JoinHostPort(pu.Hostname(), "5432")
+	}
+	f := newFreezer(t, target)
+	via := *pu
+	via.Host = f.ln.Addr().String()
+	a, err := acquire(t, via.String(), schema, "frozen-alone", "a", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	if n := query[int64](t, u, `SELECT count(*) FROM pg_settings WHERE name = 'idle_session_timeout'`); n == 0 {
+		t.Skip("the server has no idle_session_timeout (PostgreSQL before 14)")
+	}
+	close(f.frozen)
+	waitFor(t, func() bool {
+		return query[int64](t, u, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, int32(a.pid)) == 0
+	})
+}
+
+// TestLeaseNextHolderWaitsForFrozenTransaction: the old holder froze
+// inside a transaction that holds the lease's row (its writer's fence), so
+// the next holder, which got the lock, waits to take the epoch. Another
+// standby must not take that wait for silence and end it (issue 29: the
+// standbys ended each other's sessions in turn, for minutes); the frozen
+// transaction is the one the server ends, and the writer's sessions are
+// set for it (idle_in_transaction_session_timeout).
+func TestLeaseNextHolderWaitsForFrozenTransaction(t *testing.T) {
+	u := testURL(t)
+	t.Parallel()
+	schema := testSchema(t, u)
+	ctx := context.Background()
+	a, err := acquire(t, u, schema, "s0", "a", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := NewClusterStore(sinktest.OpenStore(t), a, u, schema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sa.Close()
+	if err := sa.PutState(ctx, "k", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	var timeout string
+	if err := sa.w.conn.QueryRow(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&timeout); err != nil || timeout != "10s" {
+		t.Errorf("the writer's idle_in_transaction_session_timeout: %q, %v; want 10s", timeout, err)
+	}
+	// a's frozen writer: a transaction holding the lease's row.
+	frozen, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Close(ctx)
+	tx, err := frozen.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT epoch FROM `+schema+`.shard_leases WHERE shard = 's0' FOR SHARE`); err != nil {
+		t.Fatal(err)
+	}
+	a.Release()
+	got := make(chan error, 1)
+	var b *Lease
+	go func() {
+		var err error
+		b, err = acquire(t, u, schema, "s0", "b", 30*time.Second)
+		got <- err
+	}()
+	// b holds the lock and waits for the row; c waits 10 poll intervals
+	// (500 ms) and more beside it.
+	waitFor(t, func() bool {
+		return query[int64](t, u, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'xrdmon lease s0' AND wait_event_type = 'Lock'`) == 1
+	})
+	c, err := acquire(t, u, schema, "s0", "c", 1500*time.Millisecond)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		if c != nil {
+			c.Release()
+		}
+		t.Fatalf("a standby beside a holder taking the epoch: %v, want to be kept waiting", err)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("b's acquisition ended while the row was locked: %v", err)
+	default:
+	}
+	_ = tx.Rollback(ctx) // the server ends the frozen transaction
+	if err := <-got; err != nil {
+		t.Fatalf("b: %v", err)
+	}
+	defer b.Release()
+	if b.Epoch != a.Epoch+1 {
+		t.Errorf("epoch %d after %d", b.Epoch, a.Epoch)
+	}
+}
+
+// waitFor polls cond every 10 ms for up to 10 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in time")
+		}
 	}
 }

@@ -43,6 +43,10 @@ type writer struct {
 	recs []*record.Record
 	evs  []*record.Event
 	copy copyBuf
+
+	// fence, when set, runs first in every load's transaction; its error
+	// fails the load (a cluster collector's lease check, Lease.fence).
+	fence func(ctx context.Context, tx pgx.Tx) error
 }
 
 func newWriter(url string, opts Options, log *slog.Logger) (*writer, error) {
@@ -188,6 +192,11 @@ func (w *writer) loadTx(ctx context.Context, staged bool) error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after Commit
+	if w.fence != nil {
+		if err := w.fence(ctx, tx); err != nil {
+			return err
+		}
+	}
 	skipped := false
 	if len(w.recs) > 0 {
 		w.copy.reset()

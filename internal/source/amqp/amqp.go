@@ -66,6 +66,15 @@ type Config struct {
 	// DrainTimeout is how long Run, once cancelled, keeps the connection
 	// open for the pipeline to acknowledge the batches it holds.
 	DrainTimeout time.Duration `yaml:"-"`
+	// HandoverWait, when positive, makes each session wait (up to that
+	// long) until the queue has no consumer before it consumes: a
+	// collector taking a shard over (cluster mode) then starts only after
+	// the previous holder's channel is closed and its unacknowledged
+	// deliveries are back in the queue, ahead of the newer messages, so a
+	// server's messages keep their order across the handover. After the
+	// wait it consumes all the same (with single active consumer the
+	// broker still keeps the order), and says so.
+	HandoverWait time.Duration `yaml:"-"`
 	// Filter is the allow-list and address map applied to the shoveler's
 	// "remote" (the listen section's).
 	Filter source.FilterConfig `yaml:"-"`
@@ -106,6 +115,10 @@ type AMQP struct {
 	netConn atomic.Pointer[net.Conn] // the current connection's socket, for tests
 
 	loggedInvalid time.Time // when an invalid message was last logged (Run's goroutine)
+
+	abandon     chan struct{} // closed by Abandon
+	waiting     atomic.Bool   // in awaitHandover, the queue having a consumer (tests)
+	abandonOnce sync.Once
 
 	received   prometheus.Counter
 	invalid    *prometheus.CounterVec
@@ -156,7 +169,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 	if err != nil {
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
-	a := &AMQP{cfg: cfg, log: log, filter: filter, pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket)}
+	a := &AMQP{cfg: cfg, log: log, filter: filter, abandon: make(chan struct{}), pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket)}
 	a.dialer, err = amqpconn.NewDialer(cfg.Config, amqpconn.Options{
 		Name: "input",
 		Wrap: func(c net.Conn) net.Conn { a.netConn.Store(&c); return c },
@@ -192,10 +205,19 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 
 // Run consumes until ctx is cancelled, reconnecting with backoff whenever
 // the connection or channel is lost, and returns nil. After cancellation it
-// stops consuming and waits up to DrainTimeout for the batches it handed out
-// to be acknowledged before it closes the connection. Batches sent before a
-// reconnect can no longer be acknowledged (Ack returns ErrStaleAck); the
-// broker redelivers their messages, so the pipeline may see them twice.
+// stops reading deliveries and waits up to DrainTimeout for the batches it
+// handed out to be acknowledged before it closes the connection (or until
+// Abandon). Batches sent before a reconnect can no longer be acknowledged
+// (Ack returns ErrStaleAck); the broker redelivers their messages, so the
+// pipeline may see them twice.
+//
+// The consumer is never cancelled while the channel stays open: what the
+// source holds unacknowledged goes back to the queue when the channel
+// closes, and with single active consumer the broker activates the next
+// consumer only then, so the next one gets those messages first, in their
+// order, before any newer one. (A cancelled consumer whose channel stayed
+// open would let the next consumer start on newer messages while the older
+// ones wait for the channel to close.)
 func (a *AMQP) Run(ctx context.Context, out chan<- *source.Batch) error {
 	bo := backoff.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
 	first := true
@@ -207,7 +229,7 @@ func (a *AMQP) Run(ctx context.Context, out chan<- *source.Batch) error {
 		start := time.Now()
 		err := a.session(ctx, out)
 		a.connected.Set(0)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || a.abandoned() {
 			return nil
 		}
 		if errors.Is(err, errTokenChanged) {
@@ -223,8 +245,27 @@ func (a *AMQP) Run(ctx context.Context, out chan<- *source.Batch) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-a.abandon:
+			return nil
 		case <-time.After(wait):
 		}
+	}
+}
+
+// Abandon makes Run give back at once every delivery it holds: it closes
+// the connection without waiting for the batches handed out (their Acks
+// fail, the broker requeues their messages) and returns. A collector that
+// lost its shard's lease, or whose pipeline ended, abandons its input, so
+// that the next holder of the shard gets those messages, first and in
+// order, without waiting for DrainTimeout.
+func (a *AMQP) Abandon() { a.abandonOnce.Do(func() { close(a.abandon) }) }
+
+func (a *AMQP) abandoned() bool {
+	select {
+	case <-a.abandon:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -254,6 +295,13 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 		select {
 		case <-ctx.Done():
 			c.stop()
+			return nil
+		case <-a.abandon:
+			if c.b != nil {
+				c.b.Free()
+				c.b = nil
+			}
+			a.log.Info("AMQP input abandoned: unacknowledged deliveries go back to the queue", "batches", c.tr.outstanding())
 			return nil
 		case err := <-c.closed:
 			if err == nil {
@@ -349,6 +397,9 @@ func (c *consumer) flush() error {
 	case <-c.ctx.Done():
 		pb.Free()
 		return c.ctx.Err()
+	case <-c.a.abandon:
+		pb.Free()
+		return errors.New("abandoned")
 	}
 }
 
@@ -358,6 +409,7 @@ func (c *consumer) flush() error {
 func (c *consumer) stop() {
 	if c.b != nil {
 		c.b.Free()
+		c.b = nil
 	}
 	c.a.drain(c.tr, c.closed)
 }
@@ -423,11 +475,58 @@ func (a *AMQP) consume(ctx context.Context, conn *amqp.Connection) (*amqp.Channe
 			return nil, nil, fmt.Errorf("bind queue %s to %s: %w", a.cfg.Queue, a.cfg.Exchange, err)
 		}
 	}
-	deliveries, err := ch.ConsumeWithContext(ctx, a.cfg.Queue, "", false, false, false, false, nil)
+	if err := a.awaitHandover(ctx, ch); err != nil {
+		return nil, nil, err
+	}
+	// Not ConsumeWithContext: a cancelled context would cancel the
+	// consumer while the channel stays open for the drain (Run).
+	deliveries, err := ch.Consume(a.cfg.Queue, "", false, false, false, false, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("consume %s: %w", a.cfg.Queue, err)
 	}
 	return ch, deliveries, nil
+}
+
+// awaitHandover waits, when HandoverWait is set, until the queue has no
+// consumer (the previous holder's channel is closed and what it held is
+// back in the queue), at most HandoverWait.
+func (a *AMQP) awaitHandover(ctx context.Context, ch *amqp.Channel) error {
+	if a.cfg.HandoverWait <= 0 {
+		return nil
+	}
+	start := time.Now()
+	deadline := start.Add(a.cfg.HandoverWait)
+	logged := false
+	defer a.waiting.Store(false)
+	for {
+		q, err := ch.QueueDeclarePassive(a.cfg.Queue, true, false, false, false, nil)
+		if err != nil {
+			return fmt.Errorf("inspect queue %s: %w", a.cfg.Queue, err)
+		}
+		if q.Consumers == 0 {
+			if logged {
+				a.log.Info("The queue's previous consumer is gone; consuming", "queue", a.cfg.Queue, "waited", time.Since(start).Round(time.Millisecond))
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			a.log.Warn("The queue still has a consumer; consuming all the same (single active consumer keeps the order)",
+				"queue", a.cfg.Queue, "consumers", q.Consumers, "waited", time.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		a.waiting.Store(true)
+		if !logged {
+			a.log.Info("Waiting for the queue's previous consumer to go, so that what it held is delivered first", "queue", a.cfg.Queue, "consumers", q.Consumers)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.abandon:
+			return errors.New("abandoned")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // drain waits, after a cancellation, until the pipeline has acknowledged
@@ -444,6 +543,9 @@ func (a *AMQP) drain(tr *tracker, closed <-chan *amqp.Error) {
 			a.log.Warn("AMQP batches not acknowledged before shutdown; they will be redelivered", "batches", tr.outstanding())
 			return
 		case <-closed:
+			return
+		case <-a.abandon:
+			a.log.Info("AMQP input abandoned while draining: unacknowledged deliveries go back to the queue", "batches", tr.outstanding())
 			return
 		case <-tick.C:
 		}

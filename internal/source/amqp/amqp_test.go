@@ -300,3 +300,99 @@ func TestOversizedMessageRejected(t *testing.T) {
 		t.Errorf("queue holds %d messages: the oversized one was not acknowledged", q)
 	}
 }
+
+// TestHandoverKeepsOrder: a consumer that stops (or is abandoned) while it
+// holds unacknowledged deliveries gives them back before the next consumer
+// of the queue gets anything, so the next one sees every message in the
+// order published: with single active consumer by the broker's choice (the
+// first consumer is never cancelled while its channel is open), and on a
+// plain queue by HandoverWait (the next one waits until the queue has no
+// consumer).
+func TestHandoverKeepsOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sac  bool
+		wait time.Duration
+	}{
+		{"single_active_consumer", true, 0},
+		{"handover_wait", false, time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url, ch, name := broker(t)
+			var args amqp.Table
+			if tc.sac {
+				args = amqp.Table{"x-single-active-consumer": true}
+			}
+			if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+				t.Fatal(err)
+			}
+			const n = 600
+			for i := range n {
+				if err := ch.Publish("", name, false, false, amqp.Publishing{Body: envelope(i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			base := Config{Config: amqpconn.Config{URL: url}, Queue: name, Exchange: "-", SingleActiveConsumer: tc.sac,
+				Prefetch: 100, BatchSize: 10}
+			// The old holder: takes what the broker sends ahead, acknowledges
+			// nothing, and is stopped with a drain that would last a minute.
+			old := base
+			old.DrainTimeout = time.Minute
+			a := run(t, old, nil)
+			held := map[string]int{}
+			a.take(t, 100, false, held)
+			a.cancel()
+
+			next := base
+			next.HandoverWait = tc.wait
+			b := run(t, next, nil)
+			defer b.stop(t)
+			if tc.sac {
+				// Both consumers registered: the next one waits its turn.
+				waitFor(t, func() bool {
+					q, err := ch.QueueDeclarePassive(name, true, false, false, false, args)
+					return err == nil && q.Consumers == 2
+				})
+			} else {
+				// The next one waits for the queue to have no consumer.
+				waitFor(t, func() bool { return testutil.ToFloat64(b.a.connected) == 0 && b.a.waiting.Load() })
+			}
+			select {
+			case bt := <-b.out:
+				t.Fatalf("the next consumer got %d messages while the old one held deliveries", len(bt.Packets))
+			case <-time.After(200 * time.Millisecond):
+			}
+			// The old holder is abandoned (its lease lost): what it held goes
+			// back to the queue at once, before the next consumer starts.
+			a.a.Abandon()
+			if err := <-a.done; err != nil {
+				t.Fatalf("old holder's Run: %v", err)
+			}
+			last := -1
+			seen := 0
+			timeout := time.After(60 * time.Second)
+			for seen < n {
+				select {
+				case bt := <-b.out:
+					for _, p := range bt.Packets {
+						var i int
+						if _, err := fmt.Sscanf(string(p.Data), "datagram-%d", &i); err != nil {
+							t.Fatalf("datagram %q: %v", p.Data, err)
+						}
+						if i <= last {
+							t.Fatalf("after the handover, message %d came after message %d", i, last)
+						}
+						last = i
+						seen++
+					}
+					if err := bt.Ack(); err != nil {
+						t.Fatalf("ack: %v", err)
+					}
+					bt.Free()
+				case <-timeout:
+					t.Fatalf("the next consumer got %d of %d messages", seen, n)
+				}
+			}
+		})
+	}
+}
