@@ -361,3 +361,19 @@ func TestLinkerTypedRedirects(t *testing.T) {
 		}
 	}
 }
+
+// TestLinkerLazyBounded: before any redirect, the opens kept lazily hold
+// at most a quarter of the byte bound, whatever their rate.
+func TestLinkerLazyBounded(t *testing.T) {
+	const maxBytes = 1 << 20
+	l := NewLinker(time.Minute, time.Hour, maxBytes)
+	for i := range 20000 {
+		l.Link(nil, nil, []Open{linkOpenOf(uint32(i), int64(i/100), int64(i/100), fmt.Sprint("host", i), "u", "/q")}, time.Unix(int64(i/100), 0), false)
+		if l.bytes > maxBytes/lazyShare+lazyCost(&l.lazy[len(l.lazy)-1]) {
+			t.Fatalf("after %d opens: %d bytes, a quarter of the bound is %d", i, l.bytes, maxBytes/lazyShare)
+		}
+	}
+	if l.Stats().Forgotten == 0 || len(l.opens) != 0 {
+		t.Errorf("%d forgotten, %d indexed", l.Stats().Forgotten, len(l.opens))
+	}
+}
