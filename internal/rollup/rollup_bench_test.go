@@ -22,20 +22,9 @@ import (
 func BenchmarkRollupMinute(b *testing.B) {
 	for _, n := range []int{1_000, 10_000, 100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("series=%d", n), func(b *testing.B) {
-			o := store.DefaultOptions()
-			o.Path = filepath.Join(b.TempDir(), "xrdmon.db")
-			o.Retention = 0
-			st, err := store.Open(o, nil, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
 			cfg := DefaultConfig()
 			cfg.MaxHeadBytes = 1 << 40
-			bl, err := New(cfg, st, nil, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
+			bl := benchBuilder(b, cfg)
 			recs := make([]record.Record, n)
 			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 			for i := range recs {
@@ -155,19 +144,7 @@ func BenchmarkRollupRecordNewSeries(b *testing.B) {
 func BenchmarkRollupFlushInterval(b *testing.B) {
 	for _, per := range []int{1, 2, 6} {
 		b.Run(fmt.Sprintf("flushes_per_min=%d", per), func(b *testing.B) {
-			o := store.DefaultOptions()
-			o.Path = filepath.Join(b.TempDir(), "xrdmon.db")
-			o.Retention = 0
-			st, err := store.Open(o, nil, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			cfg := DefaultConfig()
-			bl, err := New(cfg, st, nil, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
+			bl := benchBuilder(b, DefaultConfig())
 			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 			recs := benchRecords(60000, t0)
 			ctx := context.Background()
@@ -191,4 +168,22 @@ func BenchmarkRollupFlushInterval(b *testing.B) {
 			b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Milliseconds())/float64(b.N), "cpu-ms/minute")
 		})
 	}
+}
+
+// benchBuilder returns a builder of cfg on a real store of its own.
+func benchBuilder(b *testing.B, cfg Config) *Builder {
+	b.Helper()
+	o := store.DefaultOptions()
+	o.Path = filepath.Join(b.TempDir(), "xrdmon.db")
+	o.Retention = 0
+	st, err := store.Open(o, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	bl, err := New(cfg, st, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bl
 }
