@@ -16,7 +16,7 @@ import (
 const outputsSynopsis = "[--store.path DIR] [--forget NAME]\n\n" +
 	"Lists where each reader of the store's log is: every output (its cursor\n" +
 	"name), and the rollups; how many entries it is behind and when it last\n" +
-	"moved. Retention never deletes what one of them has not passed, so the\n" +
+	"moved (the rollups' cursor moves when they flush). Retention never deletes what one of them has not passed, so the\n" +
 	"cursor of an output removed from the configuration holds the log back\n" +
 	"for ever (collect logs it): --forget NAME removes that cursor. Listing is\n" +
 	"safe while a collector runs; --forget needs the collector stopped."
