@@ -143,6 +143,13 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	}
 	pipe, err := pipeline.New(ctx, popts, pstore, namer, log.With("component", "pipeline"), reg)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped while restoring the checkpoint (a cluster member
+			// that had just taken a shard over, say): a clean stop, the
+			// next holder restores it again.
+			log.Info("Stopped while restoring the checkpoint", "err", err)
+			return nil
+		}
 		return fmt.Errorf("start pipeline: %w", err)
 	}
 	// Sources are created (and bound) now, so a bad address fails the start.

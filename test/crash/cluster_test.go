@@ -543,7 +543,7 @@ func (bc *busCluster) finish(truth *loadgen.Truth) clusterResult {
 		for s := range bc.shards {
 			if mb := bc.members[m][s]; !mb.isDown() {
 				if err := mb.takeDown(false); err != nil {
-					t.Errorf("stop machine %d shard %d: %v", m, s, err)
+					t.Errorf("stop machine %d shard %d: %v; its log ends:\n%s", m, s, err, tail(mb.cur().log, 30))
 				}
 			}
 		}
