@@ -51,7 +51,7 @@ type key struct{ server, site, vo string }
 
 // cell holds one series' counts.
 type cell struct {
-	read, written, transfers uint64
+	read, readv, written, transfers uint64
 	partial                  [numReasons]uint64
 	redirects                uint64
 	cacheHit, cacheMiss      uint64
@@ -99,7 +99,7 @@ type Monitor struct {
 }
 
 type descs struct {
-	read, written, transfers, partial, redirects, cacheHit, cacheMiss *prometheus.Desc
+	read, readv, written, transfers, partial, redirects, cacheHit, cacheMiss *prometheus.Desc
 	open, heard, silent, usual                                        *prometheus.Desc
 }
 
@@ -118,7 +118,8 @@ func New(reg prometheus.Registerer, now func() time.Time) (*Monitor, error) {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	m.descs = descs{
-		read:      d("xrdmon_monitored_read_bytes_total", "Bytes read by clients (read and readv), from the transfer records, by server, site and VO.", ssv...),
+		read:      d("xrdmon_monitored_read_bytes_total", "Bytes read by clients with read() (vector reads are readv_bytes: docs/records.md), from the transfer records, by server, site and VO.", ssv...),
+		readv:     d("xrdmon_monitored_readv_bytes_total", "Bytes read by clients with readv() (vector reads), from the transfer records, by server, site and VO.", ssv...),
 		written:   d("xrdmon_monitored_written_bytes_total", "Bytes written by clients, from the transfer records, by server, site and VO.", ssv...),
 		transfers: d("xrdmon_monitored_transfers_total", "Transfers (file accesses) ended, complete or partial, by server, site and VO.", ssv...),
 		partial:   d("xrdmon_monitored_partial_transfers_total", "Transfers ended as partial records, by server, site, VO and reason.", append(ssv, "reason")...),
@@ -198,7 +199,8 @@ func (m *Monitor) Observe(recs [][]record.Record, evs []record.Event, act []corr
 		for i := range chunk {
 			r := &chunk[i]
 			c := m.cellOf(serverLabel(r.ServerHost, r.ServerIP), r.Site, r.VO)
-			c.read += uint64(max(0, r.ReadBytes)) + uint64(max(0, r.ReadvBytes))
+			c.read += uint64(max(0, r.ReadBytes))
+			c.readv += uint64(max(0, r.ReadvBytes))
 			c.written += uint64(max(0, r.WriteBytes))
 			c.transfers++
 			if r.Reason != record.Complete {
@@ -252,7 +254,7 @@ func member(data, k []byte) uint64 {
 // Describe sends the descriptors of every family.
 func (m *Monitor) Describe(ch chan<- *prometheus.Desc) {
 	d := &m.descs
-	for _, x := range []*prometheus.Desc{d.read, d.written, d.transfers, d.partial, d.redirects, d.cacheHit, d.cacheMiss, d.open, d.heard, d.usual, d.silent} {
+	for _, x := range []*prometheus.Desc{d.read, d.readv, d.written, d.transfers, d.partial, d.redirects, d.cacheHit, d.cacheMiss, d.open, d.heard, d.usual, d.silent} {
 		ch <- x
 	}
 }
@@ -283,6 +285,7 @@ func (m *Monitor) collect(ch chan<- prometheus.Metric) {
 	for k, c := range m.cells {
 		if c.transfers > 0 {
 			counter(d.read, c.read, k.server, k.site, k.vo)
+			counter(d.readv, c.readv, k.server, k.site, k.vo)
 			counter(d.written, c.written, k.server, k.site, k.vo)
 			counter(d.transfers, c.transfers, k.server, k.site, k.vo)
 			for i, n := range c.partial {

@@ -36,10 +36,14 @@ func TestCounters(t *testing.T) {
 			Data: []byte(`{"lfn":"/x\",\"b_hit\":99","remotes":["a\",\"b_miss\":5"],"b_hit":1000,"b_miss":24,"b_bypass":0}`)},
 	}, nil)
 	want := `
-# HELP xrdmon_monitored_read_bytes_total Bytes read by clients (read and readv), from the transfer records, by server, site and VO.
+# HELP xrdmon_monitored_read_bytes_total Bytes read by clients with read() (vector reads are readv_bytes: docs/records.md), from the transfer records, by server, site and VO.
 # TYPE xrdmon_monitored_read_bytes_total counter
-xrdmon_monitored_read_bytes_total{server="a.example.org",site="S1",vo="cms"} 152
-xrdmon_monitored_read_bytes_total{server="b.example.org",site="S2",vo="atlas"} 11
+xrdmon_monitored_read_bytes_total{server="a.example.org",site="S1",vo="cms"} 150
+xrdmon_monitored_read_bytes_total{server="b.example.org",site="S2",vo="atlas"} 10
+# HELP xrdmon_monitored_readv_bytes_total Bytes read by clients with readv() (vector reads), from the transfer records, by server, site and VO.
+# TYPE xrdmon_monitored_readv_bytes_total counter
+xrdmon_monitored_readv_bytes_total{server="a.example.org",site="S1",vo="cms"} 2
+xrdmon_monitored_readv_bytes_total{server="b.example.org",site="S2",vo="atlas"} 1
 # HELP xrdmon_monitored_partial_transfers_total Transfers ended as partial records, by server, site, VO and reason.
 # TYPE xrdmon_monitored_partial_transfers_total counter
 xrdmon_monitored_partial_transfers_total{reason="disconnect",server="b.example.org",site="S2",vo="atlas"} 1
@@ -58,7 +62,7 @@ xrdmon_monitored_cache_hit_bytes_total{server="192.0.2.8",site="S1"} 1000
 # TYPE xrdmon_monitored_cache_miss_bytes_total counter
 xrdmon_monitored_cache_miss_bytes_total{server="192.0.2.8",site="S1"} 24
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "xrdmon_monitored_read_bytes_total", "xrdmon_monitored_partial_transfers_total",
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "xrdmon_monitored_read_bytes_total", "xrdmon_monitored_readv_bytes_total", "xrdmon_monitored_partial_transfers_total",
 		"xrdmon_monitored_transfers_total", "xrdmon_monitored_redirects_total", "xrdmon_monitored_cache_hit_bytes_total", "xrdmon_monitored_cache_miss_bytes_total"); err != nil {
 		t.Error(err)
 	}
