@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -125,6 +126,24 @@ func Cell(s string) string {
 // duration_seconds is the transfer's duration (end - start, seconds).
 var recordColumns = []string{"end", "server", "site", "user", "vo", "client", "path", "read_bytes", "readv_bytes", "write_bytes", "duration_seconds", "reason"}
 
+// recordTexts are the indices of the columns that hold texts (from
+// packets, or a reason), not numbers or times: the cells CSV neutralises.
+var recordTexts = columnIndices(recordColumns, "server", "site", "user", "vo", "client", "path", "reason")
+
+// columnIndices returns the indices of names in columns; a name that is
+// not a column is a programming error.
+func columnIndices(columns []string, names ...string) []int {
+	out := make([]int, len(names))
+	for i, n := range names {
+		j := slices.Index(columns, n)
+		if j < 0 {
+			panic("report: no column " + n)
+		}
+		out[i] = j
+	}
+	return out
+}
+
 // Widths of a table's text columns (runes): longer texts are cut in the
 // middle (…), so that a listing fits a terminal; CSV and JSON are exact.
 var recordWidths = map[int]int{1: 28, 2: 16, 3: 20, 4: 10, 5: 28, 6: 56}
@@ -198,7 +217,7 @@ func (rw *RecordWriter) Write(r *record.Record) error {
 		return err
 	case CSV:
 		v := recordValues(r, false)
-		for _, i := range [...]int{1, 2, 3, 4, 5, 6, 10} { // the texts from packets
+		for _, i := range recordTexts {
 			v[i] = Cell(v[i])
 		}
 		return rw.cw.Write(v)

@@ -48,7 +48,7 @@ func TestText(t *testing.T) {
 // terminal control bytes (issue 25: =HYPERLINK(...) as a user name, a path
 // that retitles and clears the terminal), in records and in reports.
 func TestCSVCells(t *testing.T) {
-	r := record.Record{User: `=HYPERLINK("http://evil.example","x")`, Site: "+SITE", VO: "-vo", ClientName: "@cmd",
+	r := record.Record{User: `=HYPERLINK("http://evil.example","x")`, ServerHost: "=srv", Site: "+SITE", VO: "-vo", ClientName: "@cmd",
 		Path: "/store/\x1b]0;pwned\x07\x1b[2J", Reason: record.Timeout, ReadBytes: 5, End: time.Unix(1767225600, 0)}
 	var buf bytes.Buffer
 	rw := NewRecordWriter(&buf, CSV)
@@ -74,6 +74,12 @@ func TestCSVCells(t *testing.T) {
 				t.Errorf("cell %q", c)
 			}
 		}
+	}
+	if got := rows[1][1]; got != "'=srv" {
+		t.Errorf("server cell %q", got)
+	}
+	if got := rows[1][11]; got != "timeout" {
+		t.Errorf("reason cell %q", got)
 	}
 	if got := rows[1][3]; got != `'=HYPERLINK("http://evil.example","x")` {
 		t.Errorf("user cell %q", got)
