@@ -79,6 +79,11 @@ type Options struct {
 	QueueWait     time.Duration
 	// Timeout bounds the work of one query (default 30 s).
 	Timeout time.Duration
+	// WriteStall bounds how long one write of an answer may wait for the
+	// client to read (default 5 s): a client that stops reading loses its
+	// connection then, and its query slot is free again, long before the
+	// server's write timeout for the whole answer.
+	WriteStall time.Duration
 	// ListenHost is the host of the listen address (http.address). With
 	// no Token, only requests naming a loopback host, an IP address or
 	// ListenHost in their Host header are served (DNS rebinding).
@@ -91,6 +96,7 @@ const (
 	DefaultMaxPoints    = 200_000
 	DefaultQueueWait    = 2 * time.Second
 	DefaultTimeout      = 30 * time.Second
+	DefaultWriteStall   = 5 * time.Second
 )
 
 // Rollups is what the API reads rollups from (rollup.Builder).
@@ -133,6 +139,9 @@ func New(recs Records, opts Options, log *slog.Logger) *API {
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
+	}
+	if opts.WriteStall <= 0 {
+		opts.WriteStall = DefaultWriteStall
 	}
 	a := &API{recs: recs, opts: opts, log: log, mux: http.NewServeMux(), slots: make(chan struct{}, opts.MaxConcurrent)}
 	a.mux.HandleFunc("GET "+Prefix+"records", a.records)
@@ -181,8 +190,34 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { <-a.slots }()
 	ctx, cancel := context.WithTimeout(r.Context(), a.opts.Timeout)
 	defer cancel()
-	a.mux.ServeHTTP(w, r.WithContext(ctx))
+	sw := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), stall: a.opts.WriteStall}
+	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.WriteTimeout > 0 {
+		sw.end = time.Now().Add(srv.WriteTimeout) // the server's bound of the whole answer stays
+	}
+	a.mux.ServeHTTP(sw, r.WithContext(ctx))
 }
+
+// stallWriter gives each write of an answer stall to complete (within
+// end, the server's bound of the whole answer, if any): the slot of a query whose client stopped
+// reading is freed after stall, not after the server's write timeout.
+type stallWriter struct {
+	http.ResponseWriter
+	rc    *http.ResponseController
+	stall time.Duration
+	end   time.Time
+}
+
+func (s *stallWriter) Write(p []byte) (int, error) {
+	d := time.Now().Add(s.stall)
+	if !s.end.IsZero() && d.After(s.end) {
+		d = s.end
+	}
+	_ = s.rc.SetWriteDeadline(d) // a writer without deadlines (a test's recorder) writes as before
+	return s.ResponseWriter.Write(p)
+}
+
+// Unwrap gives http.ResponseController the connection's writer.
+func (s *stallWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // acquire takes a query slot, waiting at most QueueWait.
 func (a *API) acquire(ctx context.Context) bool {

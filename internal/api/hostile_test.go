@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -195,5 +197,52 @@ func TestPageBytes(t *testing.T) {
 	}
 	if code != 200 || json.Unmarshal(body, &page) != nil || len(page.Events) == 0 || len(page.Events) > 30 || page.Next == "" {
 		t.Errorf("%d: %d events, next %q", code, len(page.Events), page.Next)
+	}
+}
+
+// TestStalledReaderFreesSlot: a client that asks for a large answer and
+// never reads it holds its query slot only until one write has waited
+// WriteStall, not for the server's write timeout: with one slot, the next
+// query is served soon after, where it was answered 503 for as long as the
+// stalled client kept its connection.
+func TestStalledReaderFreesSlot(t *testing.T) {
+	srv := httptest.NewServer(New(&fakeRecords{}, Options{Rollups: fakeRollups{100, 1999}, MaxConcurrent: 1,
+		QueueWait: time.Millisecond, WriteStall: 300 * time.Millisecond}, nil))
+	defer srv.Close()
+	// About 30 MB of answer, far more than the sockets buffer.
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "GET /api/v1/rollups?by=user&from=34h&step=1m HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// The stalled query holds the slot for a while (others get 503),
+	// then loses its connection and the slot is free.
+	start := time.Now()
+	saw503 := false
+	for {
+		code, _ := get(t, srv, "/api/v1/events?limit=1")
+		if code == http.StatusOK {
+			break
+		}
+		if code != http.StatusServiceUnavailable {
+			t.Fatalf("query: %d", code)
+		}
+		saw503 = true
+		if time.Since(start) > 20*time.Second {
+			t.Fatal("the slot of a client that never reads was not freed in 20 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !saw503 {
+		t.Log("the stalled query ended before the first check (a fast machine); the slot is free as it should be")
+	}
+	// The stalled client's connection was cut, not its answer completed.
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, _ := io.Copy(io.Discard, conn)
+	if n >= 25<<20 {
+		t.Errorf("the stalled client got the whole answer (%d bytes): its writes were not bounded", n)
 	}
 }
