@@ -3,8 +3,8 @@ package rollup
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
