@@ -4,30 +4,46 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
-const deadLettersSynopsis = "[--store.path DIR] [--sink NAME]\n\n" +
+const deadLettersSynopsis = "[--store.path DIR] [--sink NAME] [--delete IDS|all]\n\n" +
 	"Lists the entries an output's destination refused for good (a row PostgreSQL\n" +
 	"rejects, a message over the broker's size limit), which the output set aside\n" +
-	"instead of retrying: one JSON line each, with the sink, the entry's log\n" +
-	"position, the destination's reason and the entry in the native schema\n" +
-	"(docs/records.md). Safe while a collector runs on the store."
+	"instead of retrying: one JSON line each, with its id, the sink, the entry's\n" +
+	"log position, the destination's reason and the entry in the native schema\n" +
+	"(docs/records.md). Safe while a collector runs on the store.\n\n" +
+	"Once you have dealt with them (sent them again by other means, or decided\n" +
+	"to drop them), --delete removes the dead letters of the ids listed\n" +
+	"(comma-separated), or all of them (of --sink, if given); it needs the\n" +
+	"collector stopped. Until then they stay, and count in the store's size."
 
 // runDeadLetters implements `xrdmon deadletters`.
 func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("deadletters", deadLettersSynopsis, stderr)
 	dir := fs.String("store.path", config.Default().Store.Path, "`DIR`ectory of the store (as collect's store.path)")
 	sink := fs.String("sink", "", "only the dead letters of this output (`NAME`, e.g. postgres)")
+	del := fs.String("delete", "", "remove the dead letters of these `IDS` (comma-separated), or all (of --sink); the collector stopped")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	r, err := store.OpenReader(filepath.Join(*dir, "xrdmon.db"))
+	if *del != "" {
+		ids, err := deadLetterIDs(*del)
+		if err != nil {
+			fmt.Fprintf(stderr, "xrdmon deadletters: --delete: %v\n", err)
+			return errUsage
+		}
+		return deleteDeadLetters(ctx, filepath.Join(*dir, store.DBFile), *sink, ids, stdout)
+	}
+	r, err := store.OpenReader(filepath.Join(*dir, store.DBFile))
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -56,4 +72,42 @@ func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer
 			after = d.ID
 		}
 	}
+}
+
+// deadLetterIDs parses --delete: "all" (nil) or comma-separated ids.
+func deadLetterIDs(v string) ([]int64, error) {
+	if v == "all" {
+		return nil, nil
+	}
+	ids := []int64{}
+	for f := range strings.SplitSeq(v, ",") {
+		id, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil || id <= 0 {
+			return nil, fmt.Errorf("%q: want all or ids as listed (comma-separated)", f)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// deleteDeadLetters removes the dead letters ids (nil: all) of sink from
+// the store at path, which no collector may hold.
+func deleteDeadLetters(ctx context.Context, path, sink string, ids []int64, stdout io.Writer) error {
+	o := store.DefaultOptions()
+	o.Path = path
+	o.Retention = 0 // open only to delete: no retention pass
+	st, err := store.Open(o, nil, nil)
+	if errors.Is(err, store.ErrLocked) {
+		return fmt.Errorf("stop the collector first: %w", err)
+	}
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+	n, err := st.DeleteDeadLetters(ctx, sink, ids)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "deleted %d dead letters\n", n)
+	return nil
 }

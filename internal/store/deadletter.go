@@ -85,16 +85,34 @@ func (r *Reader) DeadLetters(ctx context.Context, sink string, after int64, limi
 	return out, nil
 }
 
-// DeleteDeadLetter removes a dead letter (after an operator replayed or
-// dismissed it); a missing id is not an error.
-func (s *Store) DeleteDeadLetter(ctx context.Context, id int64) error {
+// DeleteDeadLetters removes dead letters once an operator has dealt with
+// them (sent them again, or dismissed them: xrdmon deadletters --delete):
+// those of ids, or with ids nil every one of sink ("": of every sink).
+// It returns how many it removed; a missing id is not an error.
+func (s *Store) DeleteDeadLetters(ctx context.Context, sink string, ids []int64) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return fmt.Errorf("delete dead letter: %w", ErrClosed)
+		return 0, fmt.Errorf("delete dead letters: %w", ErrClosed)
 	}
-	if _, err := s.wc.ExecContext(ctx, `DELETE FROM dead_letters WHERE id = ?`, id); err != nil {
-		return fmt.Errorf("delete dead letter %d: %w", id, err)
+	if ids == nil {
+		res, err := s.wc.ExecContext(ctx, `DELETE FROM dead_letters WHERE ? = '' OR sink = ?`, sink, sink)
+		if err != nil {
+			return 0, fmt.Errorf("delete dead letters: %w", err)
+		}
+		return res.RowsAffected()
 	}
-	return nil
+	var n int64
+	for _, id := range ids {
+		res, err := s.wc.ExecContext(ctx, `DELETE FROM dead_letters WHERE id = ? AND (? = '' OR sink = ?)`, id, sink, sink)
+		if err != nil {
+			return n, fmt.Errorf("delete dead letter %d: %w", id, err)
+		}
+		k, err := res.RowsAffected()
+		if err != nil {
+			return n, fmt.Errorf("delete dead letter %d: %w", id, err)
+		}
+		n += k
+	}
+	return n, nil
 }
