@@ -52,9 +52,9 @@ type key struct{ server, site, vo string }
 // cell holds one series' counts.
 type cell struct {
 	read, readv, written, transfers uint64
-	partial                  [numReasons]uint64
-	redirects                uint64
-	cacheHit, cacheMiss      uint64
+	partial                         [numReasons]uint64
+	redirects                       uint64
+	cacheHit, cacheMiss             uint64
 }
 
 var reasons = record.Reasons
@@ -100,7 +100,7 @@ type Monitor struct {
 
 type descs struct {
 	read, readv, written, transfers, partial, redirects, cacheHit, cacheMiss *prometheus.Desc
-	open, heard, silent, usual                                        *prometheus.Desc
+	open, heard, silent, usual                                               *prometheus.Desc
 }
 
 // New returns a Monitor registered on reg (nil: not registered), judging
