@@ -59,15 +59,9 @@ func forgetOutput(ctx context.Context, path, name string, stdout io.Writer) erro
 	if name == store.RollupCursor {
 		return fmt.Errorf("%q is the rollups' cursor, not an output's: turn the rollups off (rollup.enabled) instead", name)
 	}
-	o := store.DefaultOptions()
-	o.Path = path
-	o.Retention = 0 // open only to edit the cursors: no retention pass
-	st, err := store.Open(o, nil, nil)
-	if errors.Is(err, store.ErrLocked) {
-		return fmt.Errorf("stop the collector first: %w", err)
-	}
+	st, err := openStopped(path)
 	if err != nil {
-		return fmt.Errorf("open store: %w", err)
+		return err
 	}
 	defer st.Close()
 	if _, ok := st.Sinks()[name]; !ok {
@@ -78,4 +72,21 @@ func forgetOutput(ctx context.Context, path, name string, stdout io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "forgot the cursor %q: retention no longer waits for it\n", name)
 	return nil
+}
+
+// openStopped opens the store at path to edit what only an operator
+// changes (cursors, dead letters): with no collector running on it (its
+// lock), and without a retention pass.
+func openStopped(path string) (*store.Store, error) {
+	o := store.DefaultOptions()
+	o.Path = path
+	o.Retention = 0
+	st, err := store.Open(o, nil, nil)
+	if errors.Is(err, store.ErrLocked) {
+		return nil, fmt.Errorf("stop the collector first: %w", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return st, nil
 }

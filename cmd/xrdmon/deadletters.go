@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -93,15 +92,9 @@ func deadLetterIDs(v string) ([]int64, error) {
 // deleteDeadLetters removes the dead letters ids (nil: all) of sink from
 // the store at path, which no collector may hold.
 func deleteDeadLetters(ctx context.Context, path, sink string, ids []int64, stdout io.Writer) error {
-	o := store.DefaultOptions()
-	o.Path = path
-	o.Retention = 0 // open only to delete: no retention pass
-	st, err := store.Open(o, nil, nil)
-	if errors.Is(err, store.ErrLocked) {
-		return fmt.Errorf("stop the collector first: %w", err)
-	}
+	st, err := openStopped(path)
 	if err != nil {
-		return fmt.Errorf("open store: %w", err)
+		return err
 	}
 	defer st.Close()
 	n, err := st.DeleteDeadLetters(ctx, sink, ids)
