@@ -1,7 +1,9 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -88,5 +90,28 @@ func TestLinkerStateFraming(t *testing.T) {
 	b := joinLinkerState(l, f)
 	if gl, gf := splitLinkerState(b[:len(linkerFeedMagic)+3]); gl != nil || gf != nil {
 		t.Errorf("truncated frame split %q %q", gl, gf)
+	}
+}
+
+// A redirect checkpoint is written compressed and read back the same; one
+// written before compression is read as it is; a damaged one is an error
+// (the linker starts empty, loudly), not a panic.
+func TestLinkerStatePacked(t *testing.T) {
+	l := joinLinkerState([]byte("XRDMLNK2"+strings.Repeat("xrootd.example.org/store/user/alice/file.root", 1000)), []byte("XRDMFEED1 feed"))
+	packed := packLinkerState(l)
+	if len(packed) >= len(l)/4 {
+		t.Errorf("packed %d bytes of %d", len(packed), len(l))
+	}
+	for _, c := range []struct {
+		name string
+		in   []byte
+	}{{"packed", packed}, {"plain (an older checkpoint)", l}} {
+		got, err := unpackLinkerState(c.in)
+		if err != nil || !bytes.Equal(got, l) {
+			t.Errorf("%s: %v, %d bytes", c.name, err, len(got))
+		}
+	}
+	if _, err := unpackLinkerState(packed[:len(packed)-10]); err == nil {
+		t.Error("a truncated packed checkpoint read without error")
 	}
 }

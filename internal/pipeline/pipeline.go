@@ -42,6 +42,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrdmon/xrdmon/internal/backoff"
@@ -262,6 +263,11 @@ func (p *Pipeline) restoreLinker(ctx context.Context) error {
 	}
 	if err != nil {
 		return fmt.Errorf("read redirect checkpoint: %w", err)
+	}
+	blob, err = unpackLinkerState(blob)
+	if err != nil {
+		p.log.Warn("Redirect checkpoint unreadable; redirects seen before the restart will not be linked", "err", err, "bytes", len(blob))
+		return nil
 	}
 	blob, feed := splitLinkerState(blob)
 	if p.feed != nil && feed != nil {
@@ -752,7 +758,7 @@ func (p *Pipeline) write(ctx context.Context, br *barrier) error {
 		if p.feed != nil {
 			blob = joinLinkerState(blob, p.feed.RedirectFeedState())
 		}
-		if err := p.store.PutState(ctx, p.linkerKey(), blob); err != nil {
+		if err := p.store.PutState(ctx, p.linkerKey(), packLinkerState(blob)); err != nil {
 			return fmt.Errorf("checkpoint redirect linker: %w", err)
 		}
 	}
@@ -799,6 +805,33 @@ func joinLinkerState(l, f []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(l)))
 	b = append(b, l...)
 	return append(b, f...)
+}
+
+// linkerPackedMagic starts a redirect checkpoint compressed with S2: with
+// redirectors reporting, the linker holds the redirects and opens of a
+// few windows (megabytes of host names, users and paths that repeat),
+// written at every checkpoint, to PostgreSQL too in a cluster.
+const linkerPackedMagic = "XRDMLKS2"
+
+// packLinkerState compresses a redirect checkpoint.
+func packLinkerState(b []byte) []byte {
+	out := make([]byte, len(linkerPackedMagic), len(linkerPackedMagic)+s2.MaxEncodedLen(len(b)))
+	copy(out, linkerPackedMagic)
+	z := s2.Encode(out[len(out):cap(out)], b)
+	return out[:len(out)+len(z)]
+}
+
+// unpackLinkerState undoes packLinkerState; a checkpoint written before
+// compression is returned as it is.
+func unpackLinkerState(b []byte) ([]byte, error) {
+	if !bytes.HasPrefix(b, []byte(linkerPackedMagic)) {
+		return b, nil
+	}
+	out, err := s2.Decode(nil, b[len(linkerPackedMagic):])
+	if err != nil {
+		return nil, fmt.Errorf("decompress redirect checkpoint: %w", err)
+	}
+	return out, nil
 }
 
 // splitLinkerState splits a redirect checkpoint into the linker's state
