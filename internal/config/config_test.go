@@ -245,6 +245,7 @@ func TestTestdata(t *testing.T) {
 			`outputs.stomp.url: stomp url: scheme "http": want stomp or stomp+ssl`,
 			"outputs.stomp.destinations: at least one destination is required",
 			"outputs.stomp.records_per_message: must be >= 1",
+			"outputs.stomp.gracc_flavour: must be python or go",
 		},
 		"no-input.bad.yaml":    {"listen.udp: empty and amqp_input.enabled and stomp_input.enabled are false: there is no input"},
 		"duplicate.bad.yaml":   {"dns.ttl (line 3): duplicate key"},

@@ -32,6 +32,12 @@ func GRACCEncoder(flavour string) (func(dst []byte, r *Record) []byte, error) {
 	return nil, errUnknownFlavour(flavour)
 }
 
+// ValidGRACCFlavour reports whether flavour names a GRACC document
+// ("python" or "go"), the rule of every output's gracc_flavour.
+func ValidGRACCFlavour(flavour string) bool {
+	return flavour == GRACCPython || flavour == GRACCGo
+}
+
 type errUnknownFlavour string
 
 func (e errUnknownFlavour) Error() string {

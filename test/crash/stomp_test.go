@@ -17,8 +17,8 @@ import (
 
 // TestKill9STOMP is TestKill9 over the STOMP input, the WLCG side of the
 // bus: the collector consumes the shoveler's messages through RabbitMQ's
-// STOMP plugin (client-individual acknowledgements after the checkpoint)
-// and is killed with SIGKILL at random (seeded) moments, restarted each
+// STOMP plugin (acknowledged in `client` mode, one cumulative ACK per
+// batch, after the checkpoint) and is killed with SIGKILL at random (seeded) moments, restarted each
 // time on the same store; the records it ends up with are exactly those of
 // a run without kills, and loadgen's truth. Its STOMP output, read from a
 // queue, carries every record at least once. Only the collector process is

@@ -12,7 +12,7 @@ func (c Config) Validate() error {
 	p.Sub("", c.ValidateBroker(c.Enabled))
 	p.Check(!c.Enabled || c.Exchanges.any(), "exchanges", "at least one exchange is required when outputs.amqp.enabled")
 	p.Check(c.RecordsPerMessage >= 1, "records_per_message", "must be >= 1")
-	p.Check(c.GRACCFlavour == record.GRACCPython || c.GRACCFlavour == record.GRACCGo, "gracc_flavour", "must be python or go")
+	p.Check(record.ValidGRACCFlavour(c.GRACCFlavour), "gracc_flavour", "must be python or go")
 	return p.Err()
 }
 

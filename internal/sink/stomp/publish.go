@@ -27,6 +27,7 @@ type publisher struct {
 	dialer *stompconn.Dialer
 	log    *slog.Logger
 	perMsg int
+	gracc  func(dst []byte, r *record.Record) []byte // the GRACC flavour's appender
 
 	conn *stomp.Conn
 	tx   *stomp.Transaction // the transaction of the batch being sent
@@ -58,7 +59,11 @@ func newPublisher(cfg Config, opts Options, log *slog.Logger) (*publisher, error
 	if err != nil {
 		return nil, err
 	}
-	return &publisher{cfg: cfg, opts: opts, dialer: d, log: log, perMsg: max(cfg.RecordsPerMessage, 1)}, nil
+	gracc, err := record.GRACCEncoder(cfg.GRACCFlavour)
+	if err != nil {
+		return nil, err
+	}
+	return &publisher{cfg: cfg, opts: opts, dialer: d, log: log, perMsg: max(cfg.RecordsPerMessage, 1), gracc: gracc}, nil
 }
 
 func (p *publisher) destination(k kind) string {
@@ -187,13 +192,14 @@ func (p *publisher) sendBatch(batch []store.Entry) error {
 		switch {
 		case e.Record != nil:
 			r := e.Record
-			if p.cfg.Destinations.WLCG != "" && p.opts.WLCG.Match(r) {
+			wlcg := p.cfg.Destinations.WLCG != "" && p.opts.WLCG.Match(r)
+			if wlcg {
 				if err := p.add(kindWLCG, "wlcg", r.RecordID, func(b []byte) []byte { return record.AppendWLCG(b, r) }); err != nil {
 					return err
 				}
 			}
-			if p.cfg.Destinations.Records != "" {
-				if err := p.add(kindRecords, "gracc", r.RecordID, func(b []byte) []byte { return record.AppendGRACC(b, r) }); err != nil {
+			if p.cfg.Destinations.Records != "" && !(wlcg && p.cfg.WLCGOnly) {
+				if err := p.add(kindRecords, "gracc", r.RecordID, func(b []byte) []byte { return p.gracc(b, r) }); err != nil {
 					return err
 				}
 			}

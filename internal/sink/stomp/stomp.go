@@ -30,7 +30,8 @@
 //
 //	what                          destination (key)     body
 //	record matching WLCGMatcher   destinations.wlcg     WLCG JSON (record.AppendWLCG)
-//	record                        destinations.records  GRACC JSON (record.AppendGRACC)
+//	record (a WLCG one: not with   destinations.records  GRACC JSON (Config.GRACCFlavour: record.AppendGRACC or AppendGRACCGo)
+//	  Config.WLCGOnly)
 //	event                         destinations.events   native event JSON (record.AppendEventJSON)
 //
 // Every SEND has the headers persistent:true, content-type (Config),
@@ -71,6 +72,14 @@ type Config struct {
 	// MaxMessageBytes refuses (sets aside as a dead letter) a message
 	// whose body is larger.
 	MaxMessageBytes units.ByteSize `yaml:"max_message_bytes" help:"largest message body sent; a larger one is set aside as a dead letter"`
+	// GRACCFlavour is the document records go out as to the records
+	// destination: record.GRACCPython or record.GRACCGo (as
+	// outputs.amqp's).
+	GRACCFlavour string `yaml:"gracc_flavour" help:"GRACC document of records: python (the Python xrootd-monitoring-collector's) or go (the shoveler's collector mode)"`
+	// WLCGOnly sends a record that matches the WLCG rules only to the
+	// WLCG destination, as both OSG collectors do; false (the default)
+	// sends it to both destinations.
+	WLCGOnly bool `yaml:"wlcg_only" help:"send records matching the WLCG rules only to the wlcg destination (as the OSG collectors do), not also to records"`
 }
 
 // Destinations names the destination of each kind of message. An empty
@@ -83,13 +92,15 @@ type Destinations struct {
 
 // DefaultConfig returns the defaults: no destination (the broker's
 // operators assign them), one record per message, application/json,
-// 1 MiB messages at most; not enabled.
+// 1 MiB messages at most, the python GRACC document, WLCG records to
+// both destinations; not enabled.
 func DefaultConfig() Config {
 	return Config{
 		Config:            stompconn.Config{Heartbeat: units.Duration(stompconn.DefaultHeartbeat)},
 		RecordsPerMessage: 1,
 		ContentType:       "application/json",
 		MaxMessageBytes:   1 << 20,
+		GRACCFlavour:      record.GRACCPython,
 	}
 }
 

@@ -41,12 +41,14 @@ func TestSTOMP(t *testing.T) {
 			cleanup: func(dest string) { deleteRabbitQueue(amqpURL, dest) }}
 		t.Run("Send", func(t *testing.T) { testSend(t, b, 1) })
 		t.Run("SendPacked", func(t *testing.T) { testSend(t, b, 7) })
+		t.Run("GoFlavourWLCGOnly", func(t *testing.T) { testGoFlavourWLCGOnly(t, b) })
 		t.Run("Refused", func(t *testing.T) { testRefused(t, b) })
 	})
 	t.Run("activemq", func(t *testing.T) {
 		a := testenv.StartActiveMQ(t, true)
 		b := broker{name: "activemq", conn: stompconn.Config{URL: a.URL, Heartbeat: units.Duration(time.Second)}}
 		t.Run("Send", func(t *testing.T) { testSend(t, b, 1) })
+		t.Run("GoFlavourWLCGOnly", func(t *testing.T) { testGoFlavourWLCGOnly(t, b) })
 		t.Run("Refused", func(t *testing.T) { testRefused(t, b) })
 		t.Run("TLSClientCertificate", func(t *testing.T) {
 			c := a.Certs
@@ -278,6 +280,53 @@ func testSend(t *testing.T, b broker, perMsg int) {
 	}
 	if len(seen) != n+nWLCG {
 		t.Fatalf("%d distinct records, want %d", len(seen), n+nWLCG)
+	}
+}
+
+// testGoFlavourWLCGOnly: with gracc_flavour go the records destination
+// gets the shoveler collector's document (record.AppendGRACCGo), and with
+// wlcg_only a record matching the WLCG rules goes to the WLCG destination
+// only, as the OSG collectors route it: each record arrives exactly once,
+// on one destination, in its format.
+func testGoFlavourWLCGOnly(t *testing.T, b broker) {
+	d := Destinations{WLCG: uniqueQueue(t, b, "wlcg"), Records: uniqueQueue(t, b, "records")}
+	cons := consume(t, b, d.WLCG, d.Records)
+	st := sinktest.OpenStore(t)
+	const n = 300
+	recs := testRecords(0, n)
+	if err := st.Append(context.Background(), recs, nil); err != nil {
+		t.Fatal(err)
+	}
+	opts := fastOptions()
+	cfg := DefaultConfig()
+	cfg.Config, cfg.Destinations, cfg.GRACCFlavour, cfg.WLCGOnly = b.conn, d, record.GRACCGo, true
+	s, err := NewWithOptions(cfg, opts, st, sinktest.Discard(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinktest.RunSink(t, s)
+	nWLCG := (n + 2) / 3
+	sinktest.WaitFor(t, "every record on one destination", 60*time.Second, func() bool {
+		return cons.distinct(d.WLCG) == nWLCG && cons.distinct(d.Records) == n-nWLCG
+	})
+	sinktest.WaitFor(t, "cursor at end", 10*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
+	want := map[string]string{} // body -> destination
+	for i := range recs {
+		if i%3 == 0 {
+			want[string(record.AppendWLCG(nil, &recs[i]))] = d.WLCG
+		} else {
+			want[string(record.AppendGRACCGo(nil, &recs[i]))] = d.Records
+		}
+	}
+	for _, m := range cons.snapshot() {
+		for _, e := range m.entries {
+			if dest, ok := want[string(e)]; !ok || dest != m.dest {
+				t.Fatalf("on %s, expected on %q: %.300s", m.dest, dest, e)
+			}
+		}
+	}
+	if cons.entries(d.Records) > n-nWLCG+opts.BatchSize {
+		t.Errorf("%d GRACC entries for %d records", cons.entries(d.Records), n-nWLCG)
 	}
 }
 
