@@ -85,6 +85,11 @@ type Certs struct {
 // StartActiveMQ starts a private ActiveMQ broker (skipping the test, or
 // failing it in CI, when Debian's activemq package is not installed) and
 // stops it at the end of the test. Starting takes several seconds (a JVM).
+// Its destinations page in up to 20,000 messages (the STOMP input's
+// prefetch, as docs/stomp.md asks of a broker), and its memory limit is
+// 60 % of its 256 MiB heap: a queue nobody consumes makes it hold its
+// producers back (flow control) rather than run out of heap, which it
+// did with 100,000 paged in.
 func StartActiveMQ(tb testing.TB, withTLS bool) *ActiveMQ {
 	tb.Helper()
 	if _, err := os.Stat(ActiveMQJar); err != nil {
@@ -117,9 +122,10 @@ func StartActiveMQ(tb testing.TB, withTLS bool) *ActiveMQ {
   <broker xmlns="http://activemq.apache.org/schema/core" useJmx="false" brokerName="xrdmontest" dataDirectory="%[1]s/data" schedulerSupport="false" advisorySupport="false">
     <persistenceAdapter><kahaDB directory="%[1]s/data/kahadb"/></persistenceAdapter>
     <destinationPolicy><policyMap><policyEntries>
-      <policyEntry queue=">" maxPageSize="100000"/>
-      <policyEntry topic=">" maxPageSize="100000"/>
+      <policyEntry queue=">" maxPageSize="20000"/>
+      <policyEntry topic=">" maxPageSize="20000"/>
     </policyEntries></policyMap></destinationPolicy>
+    <systemUsage><systemUsage><memoryUsage><memoryUsage percentOfJvmHeap="60"/></memoryUsage></systemUsage></systemUsage>
     %[2]s
     <transportConnectors>%[3]s</transportConnectors>
   </broker>
