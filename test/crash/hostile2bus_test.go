@@ -53,15 +53,7 @@ func TestHostileInputRoundTwoRouterOversized(t *testing.T) {
 	t.Cleanup(func() { _ = router.Process.Kill(); _ = router.Wait(); lf.Close() })
 	r := &collector{t: t, cmd: router, http: httpAddr}
 
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// Ten messages of 16 MB (over the collector's bound of

@@ -244,15 +244,7 @@ func TestKill9(t *testing.T) {
 // with "#", deleted at the end of the test.
 func declareOutput(t *testing.T, url, exchange, queue string) {
 	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, url)
 	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -423,15 +423,7 @@ func checkEvents(t testing.TB, got map[string]bool, truth *loadgen.Truth) {
 func publish(t testing.TB, url string, cfg loadgen.Config, queues ...string) *loadgen.Truth {
 	t.Helper()
 	exchange := testenv.Uniq("xrdmon-crash-in")
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, url)
 	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -460,18 +452,26 @@ func publish(t testing.TB, url string, cfg loadgen.Config, queues ...string) *lo
 	return truth
 }
 
-// declareBound declares a durable queue bound to exchange.
-func declareBound(t testing.TB, url, exchange, queue string) {
+// amqpChannel returns a channel on a connection of its own to url, both
+// closed at the end of the test.
+func amqpChannel(t testing.TB, url string) *amqp.Channel {
 	t.Helper()
 	conn, err := amqp.Dial(url)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("amqp dial: %v", err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ch
+}
+
+// declareBound declares a durable queue bound to exchange.
+func declareBound(t testing.TB, url, exchange, queue string) {
+	t.Helper()
+	ch := amqpChannel(t, url)
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/xrdmon/xrdmon/internal/loadgen"
 	"github.com/xrdmon/xrdmon/internal/testenv"
 )
@@ -156,15 +154,7 @@ func TestKill9STOMP(t *testing.T) {
 // declareQueue declares a durable queue, deleted at the end of the test.
 func declareQueue(t *testing.T, url, queue string) {
 	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, url)
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
