@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -68,24 +69,8 @@ func (r *Reader) QueryEvents(ctx context.Context, q EventQuery) ([]record.Event,
 	if q.Newest {
 		order = " ORDER BY max_ns DESC, first_seq DESC"
 	}
-	rows, err := r.rdb.QueryContext(ctx, "SELECT first_seq, min_ns, max_ns FROM blocks WHERE "+strings.Join(cond, " AND ")+order, args...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("query events: %w", err)
-	}
-	var cands []blockCand
-	for rows.Next() {
-		var c blockCand
-		if err := rows.Scan(&c.first, &c.minNs, &c.maxNs); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("query events: %w", err)
-		}
-		if q.After.beyond(q.Newest, c.minNs, c.maxNs) {
-			continue
-		}
-		cands = append(cands, c)
-	}
-	err = rows.Err()
-	rows.Close()
+	cands, err := r.candidates(ctx, "SELECT first_seq, min_ns, max_ns FROM blocks WHERE "+strings.Join(cond, " AND ")+order, args, q.After, q.Newest,
+		func(rows *sql.Rows, c *blockCand) (bool, error) { return true, rows.Scan(&c.first, &c.minNs, &c.maxNs) })
 	if err != nil {
 		return nil, nil, fmt.Errorf("query events: %w", err)
 	}

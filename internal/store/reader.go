@@ -286,36 +286,21 @@ func (r *Reader) QueryPage(ctx context.Context, q Query) ([]record.Record, *Posi
 		return nil, nil, nil
 	}
 	query, args := querySQL(q, &plan)
-	rows, err := r.rdb.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("query records: %w", err)
-	}
-	var cands []blockCand
-	for rows.Next() {
-		var c blockCand
+	cands, err := r.candidates(ctx, query, args, q.After, q.Newest, func(rows *sql.Rows, c *blockCand) (bool, error) {
 		var names []byte
 		var isPosted bool
 		if err := rows.Scan(&c.first, &c.minNs, &c.maxNs, &isPosted, &names); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("query records: %w", err)
+			return false, err
 		}
-		if !isPosted { // not posted yet: check its names here
-			ids, err := decodeIDs(names)
-			if err != nil {
-				rows.Close()
-				return nil, nil, fmt.Errorf("query records: block %d: %w", c.first, err)
-			}
-			if !plan.has(ids) {
-				continue
-			}
+		if isPosted { // its postings matched in the query
+			return true, nil
 		}
-		if q.After.beyond(q.Newest, c.minNs, c.maxNs) {
-			continue
+		ids, err := decodeIDs(names) // not posted yet: check its names here
+		if err != nil {
+			return false, fmt.Errorf("block %d: %w", c.first, err)
 		}
-		cands = append(cands, c)
-	}
-	err = rows.Err()
-	rows.Close()
+		return plan.has(ids), nil
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("query records: %w", err)
 	}
@@ -337,6 +322,30 @@ func (r *Reader) QueryPage(ctx context.Context, q Query) ([]record.Record, *Posi
 
 // blockCand is a block that may hold entries a listing wants.
 type blockCand struct{ first, minNs, maxNs int64 }
+
+// candidates runs query, whose rows are blocks, and returns those that
+// scan (which reads a row into c, and may look at more of its columns)
+// keeps and that a listing continued after after can still need.
+func (r *Reader) candidates(ctx context.Context, query string, args []any, after *Position, newest bool,
+	scan func(rows *sql.Rows, c *blockCand) (bool, error)) ([]blockCand, error) {
+	rows, err := r.rdb.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var cands []blockCand
+	for rows.Next() {
+		var c blockCand
+		keep, err := scan(rows, &c)
+		if err != nil {
+			return nil, err
+		}
+		if keep && !after.beyond(newest, c.minNs, c.maxNs) {
+			cands = append(cands, c)
+		}
+	}
+	return cands, rows.Err()
+}
 
 // scan visits the blocks cands in the listing's order and adds to pg the
 // entries of kind that decode says match (it decodes data into its
