@@ -51,10 +51,8 @@ func (c Config) Options(acknowledged bool) Options {
 	switch {
 	case c.CheckpointInterval > 0:
 		o.CheckpointInterval = c.CheckpointInterval.D()
-	case acknowledged:
-		o.CheckpointInterval = 2 * time.Second
-	default:
-		o.CheckpointInterval = 30 * time.Second
+	case !acknowledged: // else DefaultOptions' (2 s)
+		o.CheckpointInterval = unackedCheckpointInterval
 	}
 	o.Correlate = c.Correlate(o.Shards)
 	if c.RedirectWindow > 0 {
@@ -92,6 +90,11 @@ func (c Config) Correlate(n int) correlate.Config {
 	}
 	return cc
 }
+
+// unackedCheckpointInterval is the checkpoint interval of a collector
+// whose input is not acknowledged (UDP only): a checkpoint bounds what a
+// restart makes again, and costs CPU.
+const unackedCheckpointInterval = 30 * time.Second
 
 // shardCount is the default number of shards.
 func shardCount() int { return runtime.GOMAXPROCS(0) }
