@@ -632,18 +632,24 @@ func TestDashboard(t *testing.T) {
 		}
 		// Item 10: link in and out apart, and operations, each summing to
 		// the increase the servers' own counters report.
-		var linkIn, linkOut, opens int64
+		var linkIn, linkOut, opens, errs int64
 		for _, sv := range truth.Servers {
 			if sv.Summary != nil {
 				linkIn += sv.Summary.Increase["link.in"]
 				linkOut += sv.Summary.Increase["link.out"]
 				opens += sv.Summary.Increase["xrootd.ops.open"]
+				errs += sv.Summary.Increase["xrootd.err"]
 			}
+		}
+		// Errors (the forced closes loadgen's servers count), summed as
+		// the servers' own counters report them.
+		if got := attr(t, "#c-err", "data-sum"); got != errs || errs == 0 {
+			t.Errorf("errors chart sums %d, truth %d (more than none)", got, errs)
 		}
 		if in, out, ops := attr(t, "#c-link-in", "data-sum"), attr(t, "#c-link", "data-sum"), attr(t, "#c-ops", "data-sum"); in != linkIn || out != linkOut || ops != opens || opens == 0 {
 			t.Errorf("link in %d, out %d, opens %d; truth %d, %d, %d", in, out, ops, linkIn, linkOut, opens)
 		}
-		for _, id := range []string{"c-conn", "c-threads", "c-link-in", "c-link"} {
+		for _, id := range []string{"c-conn", "c-threads", "c-link-in", "c-link", "c-disk", "c-space"} {
 			servers, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.getElementById('`+id+`').dataset.series)`))
 			if err != nil {
 				t.Fatal(err)

@@ -327,6 +327,9 @@ func (r *run) tick(s *server) {
 	r.schedule(r.now+cfg.FStat.Milliseconds(), evTick, int32(s.idx), 0)
 }
 
+// ossTotal is the size of a simulated server's data path and space.
+const ossTotal = 100_000_000_000_000
+
 // sendSummary sends the server's xrd.report summary (XML, as XrdStats
 // writes it) and adds its increases to the truth; false when the run must
 // stop.
@@ -337,12 +340,12 @@ func (r *run) sendSummary(s *server) bool {
 	s.sumAt = r.now
 	tl := &r.tally[s.idx]
 	if tl.summary == nil {
-		tl.summary = &SummaryTruth{Increase: map[string]int64{"link.in": 0, "link.out": 0, "xrootd.ops.open": 0}}
-		s.sumPrev = [3]int64{-1, -1, -1}
+		tl.summary = &SummaryTruth{Increase: map[string]int64{"link.in": 0, "link.out": 0, "xrootd.ops.open": 0, "xrootd.err": 0}}
+		s.sumPrev = [4]int64{-1, -1, -1, -1}
 	}
-	cur := [3]int64{s.sumIn, s.sumOut, s.sumOpens}
+	cur := [4]int64{s.sumIn, s.sumOut, s.sumOpens, s.sumErr}
 	if s.sumPrev[0] >= 0 {
-		for i, name := range [3]string{"link.in", "link.out", "xrootd.ops.open"} {
+		for i, name := range [4]string{"link.in", "link.out", "xrootd.ops.open", "xrootd.err"} {
 			tl.summary.Increase[name] += cur[i] - s.sumPrev[i]
 		}
 	}
@@ -352,12 +355,17 @@ func (r *run) sendSummary(s *server) bool {
 	start := len(r.arena)
 	r.arena = fmt.Appendf(r.arena, `<statistics tod="%d" ver="%s" src="%s:1094" tos="%d" pgm="xrootd" ins="anon" pid="%d" site="%s">`+
 		`<stats id="link"><num>%d</num><maxn>%d</maxn><tot>%d</tot><in>%d</in><out>%d</out><ctime>0</ctime><tmo>0</tmo><stall>0</stall><sfps>0</sfps></stats>`+
-		`<stats id="xrootd"><num>%d</num><ops><open>%d</open></ops></stats>`+
+		`<stats id="xrootd"><num>%d</num><ops><open>%d</open></ops><err>%d</err></stats>`+
+		// One data path, and one space that holds what was written (an
+		// XCache's cache space), of 100 TB.
+		`<stats id="oss" v="2"><paths>1<stats id="0"><lp>"/data"</lp><rp>"/data"</rp><tot>%d</tot><free>%d</free><ino>100000000</ino><ifr>90000000</ifr></stats></paths>`+
+		`<space>1<stats id="0"><name>public</name><tot>%d</tot><free>%d</free><maxf>%d</maxf><fsn>1</fsn><usg>%d</usg></stats></space></stats>`+
 		// The scheduler (XrdScheduler): a thread per active link beside an
 		// idle pool of 8, as a busy server shows it.
 		`<stats id="sched"><jobs>%d</jobs><inq>0</inq><maxinq>0</maxinq><threads>%d</threads><idle>8</idle><tcr>%d</tcr><tde>0</tde><tlimr>0</tlimr></stats>`+
 		`<stats id="sgen"><as>1</as><et>0</et><toe>%d</toe></stats></statistics>`,
-		tod, verXrootd, s.host.s, s.stod, s.pid, s.site.s, s.sumOpen, r.cfg.Clients, s.sumOpens, s.sumIn, s.sumOut, s.sumOpens, s.sumOpens,
+		tod, verXrootd, s.host.s, s.stod, s.pid, s.site.s, s.sumOpen, r.cfg.Clients, s.sumOpens, s.sumIn, s.sumOut, s.sumOpens, s.sumOpens, s.sumErr,
+		ossTotal, max(ossTotal-s.sumIn, 0), ossTotal, max(ossTotal-s.sumIn, 0), max(ossTotal-s.sumIn, 0), s.sumIn,
 		s.sumOpens, 8+s.sumOpen, 8+s.sumOpen, tod)
 	r.emit(s, domSum, r.arena[start:])
 	return true

@@ -170,7 +170,8 @@ type server struct {
 	identAt  int64
 	// the summary counters (Config.SummaryInterval), of this process
 	sumAt, sumIn, sumOut, sumOpens int64
-	sumPrev                        [3]int64 // in, out, opens at the last summary; -1: none yet
+	sumErr                         int64    // forced closes: the server's xrootd.err
+	sumPrev                        [4]int64 // in, out, opens, errors at the last summary; -1: none yet
 	sumOpen                        int64    // files open
 
 	fb     packet.FStreamBuilder
@@ -479,6 +480,9 @@ func (r *run) closeFile(c *client, forced bool) {
 	}
 	s.fb.Close(packet.FileClose{FileID: a.fileID, Forced: forced, Read: rd, Readv: rv, Write: wr, HasOps: true, Ops: ops, HasSSQ: true, SSQ: ssq})
 	s.sumOut, s.sumIn, s.sumOpen = s.sumOut+rd+rv, s.sumIn+wr, s.sumOpen-1
+	if forced {
+		s.sumErr++
+	}
 	a.fr, a.fv, a.fw, a.closedAt, a.forced, a.closed = rd, rv, wr, r.now, forced, true
 	s.ops = append(s.ops, fop{kind: opClose, acc: ai})
 	c.state, c.acc = stSession, -1
@@ -558,9 +562,9 @@ func (r *run) restart(s *server) {
 	s.pid++
 	// A new process counts from zero; its first summary's values are
 	// increases since the start.
-	s.sumIn, s.sumOut, s.sumOpens, s.sumOpen = 0, 0, 0, 0
+	s.sumIn, s.sumOut, s.sumOpens, s.sumOpen, s.sumErr = 0, 0, 0, 0, 0
 	if s.sumPrev[0] >= 0 {
-		s.sumPrev = [3]int64{}
+		s.sumPrev = [4]int64{}
 	}
 	s.pseqMain, s.pseqF = 0, 0
 	s.g[0].pseq, s.g[1].pseq = 1, 1

@@ -111,7 +111,7 @@ type ServerTruth struct {
 // SummaryTruth is what a server's summaries must add up to.
 type SummaryTruth struct {
 	Reports  int              `json:"reports"`
-	Increase map[string]int64 `json:"increase"` // link.in, link.out, xrootd.ops.open
+	Increase map[string]int64 `json:"increase"` // link.in, link.out, xrootd.ops.open, xrootd.err
 }
 
 // UserTruth is the byte tally of one user name (Record.User).

@@ -487,7 +487,7 @@
     const q = { from: String(w.from), to: String(w.to) };
     const [sum, act] = await Promise.all([
       api('summary', { ...q, name: ['link.num', 'sched.threads', 'link.in', 'link.out', 'xrootd.ops.open', 'xrootd.ops.rd', 'xrootd.ops.wr',
-        'xrootd.err', 'ofs.err'].concat([0, 1, 2, 3].map((i) => `oss.paths.${i}.free`)).join(',') }),
+        'xrootd.err', 'ofs.err'].concat([0, 1, 2, 3].flatMap((i) => [`oss.paths.${i}.free`, `oss.space.${i}.usg`])).join(',') }),
       api('activity', q),
     ]);
     const per = (name, get) => align((sum.servers || []).map((s) => {
@@ -516,9 +516,13 @@
       return { label, values: one.xs.map((_, i) => one.series.reduce((a, s) => (s.values[i] === null ? a : (a ?? 0) + s.values[i]), null)) };
     });
     chart('c-ops', opsX, ops, fmt.per, { range, sum: deltas(['xrootd.ops.open']), empty: 'no operation counters in the summaries' });
-    const er = per(['xrootd.err', 'ofs.err'], (p) => p.rate); chart('c-err', er.xs, er.series, fmt.per, { range, empty: 'no error counters in the summaries' });
+    const er = per(['xrootd.err', 'ofs.err'], (p) => p.rate);
+    chart('c-err', er.xs, er.series, fmt.per, { range, sum: deltas(['xrootd.err', 'ofs.err']), empty: 'no error counters in the summaries' });
     const dk = per(['oss.paths.0.free', 'oss.paths.1.free', 'oss.paths.2.free', 'oss.paths.3.free'], (p) => p.last);
     chart('c-disk', dk.xs, dk.series, fmt.bytes, { range, empty: 'no oss.paths in the summaries (xrd.report … all)' });
+    // Space used (oss.space usg): on an XCache, the cache's disk.
+    const sp = per(['oss.space.0.usg', 'oss.space.1.usg', 'oss.space.2.usg', 'oss.space.3.usg'], (p) => p.last);
+    chart('c-space', sp.xs, sp.series, fmt.bytes, { range, empty: 'no oss.space in the summaries (xrd.report … all)' });
     // The tables: sums over every event of the range, made by the
     // collector (/activity); "newest" only where it had to stop.
     const note = act.complete ? '' : ` (the newest ${act.events.toLocaleString('en')} events)`;
