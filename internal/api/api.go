@@ -194,7 +194,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.WriteTimeout > 0 {
 		sw.end = time.Now().Add(srv.WriteTimeout) // the server's bound of the whole answer stays
 	}
-	a.mux.ServeHTTP(sw, r.WithContext(ctx))
+	a.mux.ServeHTTP(sw, r.WithContext(ctx)) // net/http clears the deadline before the connection's next request
 }
 
 // stallWriter gives each write of an answer stall to complete (within

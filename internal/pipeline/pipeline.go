@@ -264,9 +264,9 @@ func (p *Pipeline) restoreLinker(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read redirect checkpoint: %w", err)
 	}
-	blob, err = unpackLinkerState(blob)
-	if err != nil {
-		p.log.Warn("Redirect checkpoint unreadable; redirects seen before the restart will not be linked", "err", err, "bytes", len(blob))
+	packed := blob
+	if blob, err = unpackLinkerState(packed); err != nil {
+		p.log.Warn("Redirect checkpoint unreadable; redirects seen before the restart will not be linked", "err", err, "bytes", len(packed))
 		return nil
 	}
 	blob, feed := splitLinkerState(blob)
