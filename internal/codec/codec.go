@@ -182,6 +182,14 @@ func (d *Dec) Float64LE() float64 {
 	return 0
 }
 
+// Uint32LE reads 4 bytes, little-endian.
+func (d *Dec) Uint32LE() uint32 {
+	if b := d.Bytes(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
 // Uint64LE reads 8 bytes, little-endian.
 func (d *Dec) Uint64LE() uint64 {
 	if b := d.Bytes(8); b != nil {

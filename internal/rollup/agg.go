@@ -73,21 +73,24 @@ func (a *Agg) apply(d *delta) int64 {
 
 // size estimates the bytes a holds in memory.
 func (a *Agg) size() int {
-	return 160 + 8*len(a.Users.small) + 12*(len(a.Duration.b)+len(a.Size.b)) + a.Users.hllBytes()
+	return 160 + 4*len(a.Users.small) + 12*(len(a.Duration.b)+len(a.Size.b)) + a.Users.hllBytes()
 }
 
-// Users counts distinct identities: exactly up to smallUsers of them (2 KiB
-// of hashes), then with a dense HyperLogLog sketch of precision 12 (4 KiB,
-// about 1.6 % standard error). Dense because inserting into a sparse
-// sketch costs ten times more, and a series past smallUsers distinct users
-// is rare: at most one in smallUsers of the users' own series.
+// Users counts distinct identities: exactly up to smallUsers of them, by
+// 32-bit hashes (4 KiB at most: a collision among a thousand users has a
+// chance of one in 8,000), then with a dense HyperLogLog sketch of
+// precision 12 (4 KiB, about 1.6 % standard error). Dense because
+// inserting into a sparse sketch costs ten times more, and a series past
+// smallUsers distinct users in one bucket is rare. The exact set is as
+// large as the sketch: of a busy minute's total (a few hundred users) it
+// stores a fraction of a sketch's bytes.
 type Users struct {
-	small []uint64 // sorted hashes, while at most smallUsers
+	small []uint32 // sorted hashes, while at most smallUsers
 	hll   *hyperloglog.Sketch
 }
 
 const (
-	smallUsers   = 256
+	smallUsers   = 1024
 	hllPrecision = 12
 )
 
@@ -96,32 +99,59 @@ func newSketch() *hyperloglog.Sketch {
 	return sk
 }
 
-// Add counts the identity with hash h.
-func (u *Users) Add(h uint64) { u.add(h) }
+// Add counts the identity with hash h (hashIdentity).
+func (u *Users) Add(h uint32) { u.add(h) }
 
 // add counts the identity with hash h and returns the bytes u grew by.
-func (u *Users) add(h uint64) int {
+func (u *Users) add(h uint32) int {
 	if u.hll != nil {
-		u.hll.InsertHash(h)
+		u.hll.InsertHash(spread(h))
 		return 0
 	}
-	i, found := slices.BinarySearch(u.small, h)
+	i, found := searchUsers(u.small, h)
 	if found {
 		return 0
 	}
 	if len(u.small) < smallUsers {
 		u.small = slices.Insert(u.small, i, h)
-		return 8
+		return 4
 	}
 	u.promote()
-	u.hll.InsertHash(h)
-	return u.hllBytes() - 8*smallUsers
+	u.hll.InsertHash(spread(h))
+	return u.hllBytes() - 4*smallUsers
+}
+
+// spread returns a 64-bit hash of the 32-bit hash h for the sketch, whose
+// registers take the top bits: the finalizer of MurmurHash3, a bijection.
+func spread(h uint32) uint64 {
+	x := uint64(h)
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+// searchUsers is slices.BinarySearch, by a scan when small is short (as
+// most series' sets are: the sets of series by user or by dir hold a user
+// or two), where a scan's predictable branches beat a search's.
+func searchUsers(small []uint32, h uint32) (int, bool) {
+	if len(small) > 16 {
+		return slices.BinarySearch(small, h)
+	}
+	for i, x := range small {
+		if x >= h {
+			return i, x == h
+		}
+	}
+	return len(small), false
 }
 
 func (u *Users) promote() {
 	u.hll = newSketch()
 	for _, x := range u.small {
-		u.hll.InsertHash(x)
+		u.hll.InsertHash(spread(x))
 	}
 	u.small = nil
 }
@@ -337,7 +367,8 @@ func (h *Hist) Quantile(q float64) float64 {
 //
 //	uvarint  read, readv, write, transfers, partial
 //	uvarint  n, then n pairs (reason index, count) of the non-zero PartialBy
-//	byte     users kind: 0 exact (uvarint n, n × 8-byte hash), 1 HLL (uvarint len, sketch)
+//	byte     users kind: 0 exact (uvarint n, n × 4-byte hash; 8-byte
+//	         before part version 4), 1 HLL (uvarint len, sketch)
 //	hist     duration, size: uvarint n, n × (varint index delta, uvarint count)
 //	uvarint  duration sum, milliseconds (part version 2; 0 in version 1)
 
@@ -366,7 +397,7 @@ func appendAgg(b []byte, a *Agg) []byte {
 		b = append(b, 0)
 		b = binary.AppendUvarint(b, uint64(len(a.Users.small)))
 		for _, h := range a.Users.small {
-			b = binary.LittleEndian.AppendUint64(b, h)
+			b = binary.LittleEndian.AppendUint32(b, h)
 		}
 	}
 	b = appendHist(b, &a.Duration)
@@ -414,12 +445,18 @@ func (d *decoder) agg(a *Agg) {
 	}
 	switch d.Byte() {
 	case 0:
-		n := d.Count(8)
-		for range n {
-			a.Users.small = append(a.Users.small, d.Uint64LE())
+		if d.version < 4 { // 64-bit hashes: their low halves are today's
+			for range d.Count(8) {
+				a.Users.small = append(a.Users.small, uint32(d.Uint64LE()))
+			}
+		} else {
+			for range d.Count(4) {
+				a.Users.small = append(a.Users.small, d.Uint32LE())
+			}
 		}
 		if d.Err() == nil && !slices.IsSorted(a.Users.small) {
 			slices.Sort(a.Users.small)
+			a.Users.small = slices.Compact(a.Users.small)
 		}
 	case 1:
 		sk := d.UvarintBytes()
@@ -457,7 +494,7 @@ func (d *decoder) hist(h *Hist) {
 }
 
 // hashIdentity hashes an identity for Users.
-func hashIdentity(s string) uint64 { return xxhash.Sum64String(s) }
+func hashIdentity(s string) uint32 { return uint32(xxhash.Sum64String(s)) }
 
 // numReasons is len(record.Reasons): the partial reasons PartialBy counts.
 const numReasons = 6

@@ -208,7 +208,7 @@ func (b *Builder) Restore(ctx context.Context) error {
 // batches dropped before a fed one (fillGap), and the whole rest of it
 // when that fails or no batch comes (one came before the restore, the
 // input went quiet); it flushes every FlushInterval, and early when the head
-// passes MaxHeadBytes.
+// passes a third of MaxHeadBytes.
 func (b *Builder) Run(ctx context.Context) error {
 	if err := b.Restore(ctx); err != nil {
 		return err
@@ -230,10 +230,13 @@ func (b *Builder) Run(ctx context.Context) error {
 	}
 	behind := true
 	for {
-		// The head is bounded: while it is full and the flush that empties
-		// it runs, nothing more is summed (the fed queue fills, then drops,
-		// and those entries are read from the log later).
-		full := flushDone != nil && b.headFull()
+		// The head is bounded: a flush starts when it passes a third of
+		// MaxHeadBytes, and while that flush runs the new head may grow to
+		// two thirds (a flush of a stream whose time runs fast takes longer
+		// than summing a head's worth), so that both stay within
+		// MaxHeadBytes. Past it nothing more is summed: the fed queue
+		// fills, then drops, and those entries are read from the log later.
+		full := flushDone != nil && b.headOver(2)
 		if behind && !full {
 			n, err := b.readLog(ctx)
 			if err != nil && ctx.Err() == nil {
@@ -302,7 +305,7 @@ func (b *Builder) drainFeed() {
 func (b *Builder) fillGap(ctx context.Context, fb *feedBatch) bool {
 	for {
 		b.mu.Lock()
-		cursor, ok := b.cursor, b.restored && b.headBytes < int64(b.cfg.MaxHeadBytes)
+		cursor, ok := b.cursor, b.restored && b.headBytes < 2*b.flushAt()
 		b.mu.Unlock()
 		if !ok {
 			return false
@@ -332,11 +335,19 @@ func (b *Builder) readLog(ctx context.Context) (int, error) {
 	return len(entries), nil
 }
 
-func (b *Builder) headFull() bool {
+// headFull reports whether the head has passed flushAt: time to flush.
+func (b *Builder) headFull() bool { return b.headOver(1) }
+
+// headOver reports whether the head holds n times flushAt or more.
+func (b *Builder) headOver(n int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.headBytes >= int64(b.cfg.MaxHeadBytes)
+	return b.headBytes >= n*b.flushAt()
 }
+
+// flushAt is the head's size that makes a flush due: a third of
+// MaxHeadBytes (see Run).
+func (b *Builder) flushAt() int64 { return max(int64(b.cfg.MaxHeadBytes)/3, 1) }
 
 // CatchUp applies the whole log after the cursor and flushes: what a
 // stopped builder does to be current (tests, replay, xrdmon report on a
@@ -475,7 +486,7 @@ type delta struct {
 	read, readv, write int64
 	closed             bool // a record: counts a transfer, a user, its duration and size
 	reason             int  // reasonIndex (-1: complete)
-	user               uint64
+	user               uint32
 	ms                 int64
 	dur, size          int16
 }
@@ -553,7 +564,7 @@ func openSize(k *record.AccessKey) int64 { return int64(96 + len(k.ServerIP)) }
 type slab struct {
 	aggs  []Agg
 	keys  []byte
-	users []uint64
+	users []uint32
 	hists []hbucket
 }
 
@@ -567,7 +578,7 @@ const (
 func (s *slab) agg() *Agg {
 	if len(s.aggs) == cap(s.aggs) {
 		s.aggs = make([]Agg, 0, slabAggs)
-		s.users = make([]uint64, 0, slabAggs*slabSmall)
+		s.users = make([]uint32, 0, slabAggs*slabSmall)
 		s.hists = make([]hbucket, 0, 2*slabAggs*slabSmall)
 	}
 	s.aggs = s.aggs[:len(s.aggs)+1]
@@ -622,7 +633,7 @@ type lastSeries struct {
 // aggOverhead is the bytes of a new series in the head besides its key:
 // the Agg, the room for users and buckets the slab gives it, and its map
 // slot.
-const aggOverhead = int64(unsafe.Sizeof(Agg{})) + slabSmall*8 + 2*slabSmall*int64(unsafe.Sizeof(hbucket{})) + 64
+const aggOverhead = int64(unsafe.Sizeof(Agg{})) + slabSmall*4 + 2*slabSmall*int64(unsafe.Sizeof(hbucket{})) + 64
 
 // add applies d to every series of r in the minute of time t. It
 // allocates only for a series the minute does not hold yet.
@@ -920,12 +931,12 @@ func (b *Builder) expireOpen(wm int64) {
 	b.m.openBytes.Set(float64(b.openBytes))
 }
 
-// Part encoding (version 3), in sections by spec (the builder stores
+// Part encoding (version 4), in sections by spec (the builder stores
 // one section per part, a part per spec, so that a query reads only its
 // spec's series):
 //
 //	byte    0 (an S2 block, the older formats, never starts with 0)
-//	byte    version (3)
+//	byte    version (4; version 3, still read, has 8-byte user hashes)
 //	uvarint number of sections, then per section, in spec order:
 //	uvarint spec length, spec, uvarint length, S2-compressed series:
 //	  uvarint number of series, then per series in key order:
@@ -935,7 +946,7 @@ func (b *Builder) expireOpen(wm int64) {
 // S2-compressed block: a version byte, then the series as above;
 // version 1 has no duration sum.
 
-const partVersion = 3
+const partVersion = 4
 
 // encodeParts returns the stored parts of m: one per spec, each in the
 // format above with one section.
@@ -1066,7 +1077,8 @@ func sectionsOf(data []byte, prefix string) ([]section, error) {
 		return []section{{v, d.Rest()}}, d.Err()
 	}
 	d := decoder{Dec: codec.NewDec(data[1:])}
-	if v := d.Byte(); d.Err() == nil && v != partVersion {
+	v := d.Byte()
+	if d.Err() == nil && v != 3 && v != partVersion {
 		return nil, fmt.Errorf("%w: part version %d", errCorrupt, v)
 	}
 	spec, whole := strings.CutSuffix(prefix, "\x00")
@@ -1085,7 +1097,7 @@ func sectionsOf(data []byte, prefix string) ([]section, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", errCorrupt, err)
 		}
-		out = append(out, section{partVersion, raw})
+		out = append(out, section{v, raw})
 	}
 	return out, d.Err()
 }

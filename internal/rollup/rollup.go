@@ -39,7 +39,7 @@ type Config struct {
 	RetentionHour   units.Duration `yaml:"retention_hour" help:"1-hour buckets older than this are deleted; 0 keeps them forever"`
 	RetentionDay    units.Duration `yaml:"retention_day" help:"1-day buckets older than this are deleted; 0 keeps them forever"`
 	FlushInterval   units.Duration `yaml:"flush_interval" help:"how often the sums held in memory are written to the store"`
-	MaxHeadBytes    units.ByteSize `yaml:"max_head_bytes" help:"the sums held in memory are written early past this size"`
+	MaxHeadBytes    units.ByteSize `yaml:"max_head_bytes" help:"bound of the sums held in memory, those being written included (they are written early past a third of it)"`
 	MaxOpenBytes    units.ByteSize `yaml:"max_open_bytes" help:"bound of the table of bytes counted so far for open transfers; beyond it a transfer's bytes count at its close"`
 }
 

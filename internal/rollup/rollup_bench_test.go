@@ -212,7 +212,7 @@ func BenchmarkRollupFastClock(b *testing.B) {
 		r.RecordID = strconv.Itoa(i)
 		bl.mu.Lock()
 		bl.applyRecord(r)
-		full := bl.headBytes >= int64(bl.cfg.MaxHeadBytes)
+		full := bl.headBytes >= bl.flushAt()
 		bl.mu.Unlock()
 		if full {
 			if err := bl.Flush(ctx); err != nil {

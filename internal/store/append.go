@@ -230,11 +230,10 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 		}
 	}()
 	// The statements of the transaction run with a context that is never
-	// cancelled: with a cancellable one the driver starts a goroutine and a
-	// channel per statement execution to watch it. Cancellation is checked
-	// between blocks instead; the deferred rollback undoes the batch.
+	// cancelled (sqlCtx); cancellation is checked between blocks instead,
+	// and the deferred rollback undoes the batch.
 	parent := ctx
-	ctx = context.WithoutCancel(ctx)
+	ctx = sqlCtx(ctx)
 	seq := s.lastSeq.Load()
 	listen := len(s.listeners) > 0
 	s.appended = s.appended[:0]

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -26,6 +27,16 @@ import (
 	// compiler (CGO_ENABLED=1, gcc in the build image).
 	sqlite3 "github.com/mattn/go-sqlite3"
 )
+
+// sqlCtx returns the context the statements of a hot path run with: ctx
+// without its cancellation. With a cancellable context the driver starts a
+// goroutine and a channel for every statement and every row read, to watch
+// it (and a CPU profile loses who ran the statement). The rule: the
+// writer's appends, checkpoints, the rollups' transactions and the log
+// reads of sinks and rollups run on sqlCtx and check ctx between
+// statements, blocks or rows; queries of the API, which may run long, keep
+// their cancellable context.
+func sqlCtx(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 // driverName is the database/sql driver used.
 const driverName = "sqlite3"

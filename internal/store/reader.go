@@ -128,7 +128,7 @@ func (r *Reader) Read(ctx context.Context, afterSeq int64, max int) ([]Entry, er
 	if max <= 0 {
 		max = r.batchSize
 	}
-	rows, err := r.rdb.QueryContext(ctx, blocksFromSQL, afterSeq, max+1)
+	rows, err := r.rdb.QueryContext(sqlCtx(ctx), blocksFromSQL, afterSeq, max+1)
 	if err != nil {
 		return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
 	}
@@ -151,7 +151,10 @@ func (r *Reader) Read(ctx context.Context, afterSeq int64, max int) ([]Entry, er
 		if b.last <= afterSeq {
 			continue
 		}
-		raw, err := r.block(ctx, b.first)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
+		}
+		raw, err := r.block(sqlCtx(ctx), b.first)
 		if err != nil {
 			return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
 		}

@@ -50,7 +50,7 @@ type RollupCommit struct {
 // every entry exactly once. Parts written before it by AddRollupParts
 // count from then on (see there).
 func (s *Store) CommitRollup(ctx context.Context, c RollupCommit) error {
-	if err := s.rollupTx(ctx, "commit rollup", func() error { return s.commitRollup(ctx, c) }); err != nil {
+	if err := s.rollupTx(ctx, "commit rollup", func(ctx context.Context) error { return s.commitRollup(ctx, c) }); err != nil {
 		return err
 	}
 	s.cursorMu.Lock()
@@ -66,14 +66,14 @@ func (s *Store) CommitRollup(ctx context.Context, c RollupCommit) error {
 // numbered above the part its committed state names are dropped when it
 // restores (DropRollupPartsAfter).
 func (s *Store) AddRollupParts(ctx context.Context, ps []RollupPart) error {
-	return s.rollupTx(ctx, "add rollup parts", func() error { return s.insertParts(ctx, ps) })
+	return s.rollupTx(ctx, "add rollup parts", func(ctx context.Context) error { return s.insertParts(ctx, ps) })
 }
 
 // DropRollupPartsAfter deletes the parts numbered above part (the orphans
 // of a flush that did not commit) and returns how many there were.
 func (s *Store) DropRollupPartsAfter(ctx context.Context, part int64) (int64, error) {
 	var n int64
-	err := s.rollupTx(ctx, "drop rollup parts", func() error {
+	err := s.rollupTx(ctx, "drop rollup parts", func(ctx context.Context) error {
 		res, err := s.wc.ExecContext(ctx, `DELETE FROM rollups WHERE part > ?`, part)
 		if err == nil {
 			n, err = res.RowsAffected()
@@ -84,13 +84,19 @@ func (s *Store) DropRollupPartsAfter(ctx context.Context, part int64) (int64, er
 }
 
 // rollupTx runs fn in a write transaction: committed if it returns nil,
-// rolled back if not; a full disk is reported as ErrFull.
-func (s *Store) rollupTx(ctx context.Context, what string, fn func() error) (err error) {
+// rolled back if not; a full disk is reported as ErrFull. fn's statements
+// run with a context that is never cancelled (see sqlCtx); ctx is checked
+// before the transaction begins.
+func (s *Store) rollupTx(ctx context.Context, what string, fn func(ctx context.Context) error) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return fmt.Errorf("%s: %w", what, ErrClosed)
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	ctx = sqlCtx(ctx)
 	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("%s: begin: %w", what, err)
 	}
@@ -105,7 +111,7 @@ func (s *Store) rollupTx(ctx context.Context, what string, fn func() error) (err
 			err = fmt.Errorf("%s: %w", what, err)
 		}
 	}()
-	if err := fn(); err != nil {
+	if err := fn(ctx); err != nil {
 		return err
 	}
 	_, err = s.wc.ExecContext(ctx, "COMMIT")
@@ -232,7 +238,7 @@ func (r *Reader) RollupChanged(ctx context.Context, after int64) ([]RollupBucket
 // (and parts of AllSpecs), or of every spec when spec is AllSpecs. fn must
 // not keep data.
 func (r *Reader) RollupParts(ctx context.Context, step, from, to int64, spec string, fn func(p RollupPart) error) error {
-	rows, err := r.rdb.QueryContext(ctx, `SELECT start, part, spec, data FROM rollups
+	rows, err := r.rdb.QueryContext(sqlCtx(ctx), `SELECT start, part, spec, data FROM rollups
 		WHERE step = ? AND start >= ? AND start < ? AND (spec = ? OR spec = '*' OR ? = '*') ORDER BY start, part, spec`,
 		step, from, to, spec, spec)
 	if err != nil {
@@ -241,6 +247,9 @@ func (r *Reader) RollupParts(ctx context.Context, step, from, to int64, spec str
 	defer rows.Close()
 	p := RollupPart{Step: step}
 	for rows.Next() {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("read rollups: %w", err)
+		}
 		if err := rows.Scan(&p.Start, &p.Part, &p.Spec, &p.Data); err != nil {
 			return fmt.Errorf("read rollups: %w", err)
 		}

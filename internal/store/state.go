@@ -22,7 +22,10 @@ func (s *Store) PutState(ctx context.Context, key string, blob []byte) error {
 	if s.closed {
 		return fmt.Errorf("put state %s: %w", key, ErrClosed)
 	}
-	_, err := s.wc.ExecContext(ctx, `INSERT INTO state (key, blob, updated_ns, seq) VALUES (?, ?, ?, ?)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("put state %s: %w", key, err)
+	}
+	_, err := s.wc.ExecContext(sqlCtx(ctx), `INSERT INTO state (key, blob, updated_ns, seq) VALUES (?, ?, ?, ?)
 		ON CONFLICT (key) DO UPDATE SET blob = excluded.blob, updated_ns = excluded.updated_ns, seq = excluded.seq`,
 		key, blob, time.Now().UnixNano(), s.lastSeq.Load())
 	if err != nil {
