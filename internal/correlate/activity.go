@@ -42,11 +42,11 @@ type ServerActivity struct {
 	Lost uint64
 }
 
-// TakeActivity appends the activity of every server the shard holds now
-// to dst and returns it. It costs a pass over the servers (no allocation
-// when dst has room): the pipeline calls it once per commit, and the
-// packet path only stores a time per datagram.
-func (s *Shard) TakeActivity(dst []ServerActivity) []ServerActivity {
+// appendActivity appends the activity of every server the shard holds now
+// to dst and returns it (Output.Activity). It costs a pass over the
+// servers (no allocation when dst has room): the pipeline drains it once
+// per commit, and the packet path only stores a time per datagram.
+func (s *Shard) appendActivity(dst []ServerActivity) []ServerActivity {
 	for _, inc := range s.incList {
 		var lost uint64
 		for _, n := range inc.lost {

@@ -55,10 +55,13 @@ func TestDrainInChunks(t *testing.T) {
 		}
 	}
 	burst(1)
-	chunks := sh.TakeRecordChunks(nil)
+	var o Output
+	sh.Drain(&o)
+	chunks := o.Records
 	check(chunks, 1)
-	if more := sh.TakeRecordChunks(nil); len(more) != 0 {
-		t.Fatalf("a second take returned %d chunks", len(more))
+	var more Output
+	if sh.Drain(&more); len(more.Records) != 0 {
+		t.Fatalf("a second drain returned %d chunks", len(more.Records))
 	}
 	first := map[*record.Record]bool{}
 	for _, c := range chunks {
@@ -66,7 +69,9 @@ func TestDrainInChunks(t *testing.T) {
 	}
 	sh.Recycle(chunks)
 	burst(1 + n)
-	again := sh.TakeRecordChunks(nil)
+	var next Output
+	sh.Drain(&next)
+	again := next.Records
 	check(again, 1+n)
 	for _, c := range again {
 		if !first[&c[:1][0]] {

@@ -73,12 +73,16 @@ type Config struct {
 	MaxStateBytes int64
 
 	// ReportOpens makes the shard report every open file with a known
-	// client (TakeOpens), for the redirect Linker.
+	// client (Output.Opens), for the redirect Linker.
 	ReportOpens bool
 
 	// ReportProgress makes the shard report the bytes of open files at
-	// their isXfr updates (TakeProgress), for rollups.
+	// their isXfr updates (Output.Progress), for rollups.
 	ReportProgress bool
+
+	// ReportActivity makes every Drain report the activity of the
+	// shard's servers (Output.Activity), for the monitored counters.
+	ReportActivity bool
 }
 
 // DefaultConfig returns the defaults: open files time out after 24 h

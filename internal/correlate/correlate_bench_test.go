@@ -94,6 +94,7 @@ func BenchmarkCorrelate(b *testing.B) {
 	s := NewShard(DefaultConfig())
 	var recs []record.Record
 	var evs []record.Event
+	var o Output
 	now := at(0)
 	i := len(m.pkts)
 	b.ReportAllocs()
@@ -109,8 +110,7 @@ func BenchmarkCorrelate(b *testing.B) {
 		s.Handle(p.data, p.sender, now)
 		i++
 		if n&63 == 0 {
-			recs = s.TakeRecords(recs[:0])
-			evs = s.TakeEvents(evs[:0])
+			recs, evs = take(s, &o, recs[:0], evs[:0])
 		}
 	}
 	b.StopTimer()
@@ -193,13 +193,14 @@ func TestHandleAllocs(t *testing.T) {
 		}
 	})
 	var recs []record.Record
+	var o Output
 	cycle := func() {
 		for _, p := range [][]byte{open, xfr, xfr, cls} {
 			p[1] = sv.fSeq
 			sv.fSeq++
 			s.Handle(p, sv.addr, at(1))
 		}
-		recs = s.TakeRecords(recs[:0])
+		recs, _ = take(s, &o, recs[:0], nil)
 	}
 	for i := 0; i < 10; i++ {
 		cycle()
@@ -253,12 +254,12 @@ func TestMemoryPerOpenFile(t *testing.T) {
 	runtime.KeepAlive(pk)
 }
 
-// BenchmarkTakeRecords makes 4,096 records and hands them to the pipeline
-// the way its barriers do: as chunks, given back (Recycle) after the
+// BenchmarkDrain makes 4,096 records and hands them to the pipeline the
+// way its barriers do: drained as chunks, given back (Recycle) after the
 // commit. In steady state nothing is allocated or copied.
-func BenchmarkTakeRecords(b *testing.B) {
+func BenchmarkDrain(b *testing.B) {
 	s := NewShard(DefaultConfig())
-	var chunks [][]record.Record
+	var o Output
 	b.ReportAllocs()
 	for b.Loop() {
 		for range 4096 {
@@ -267,7 +268,9 @@ func BenchmarkTakeRecords(b *testing.B) {
 			}
 			s.out = append(s.out, record.Record{Path: "/store/f", ReadBytes: 1})
 		}
-		chunks = s.TakeRecordChunks(chunks[:0])
-		s.Recycle(chunks)
+		clear(o.Records)
+		o.Records = o.Records[:0]
+		s.Drain(&o)
+		s.Recycle(o.Records)
 	}
 }

@@ -360,7 +360,7 @@ func (s *Shard) emit(f *fileEntry, inc *incarnation, r uint8, end uint32, c *pac
 }
 
 // progress reports, with Config.ReportProgress, the bytes an open file has
-// moved so far (TakeProgress) when an isXfr at tEnd falls in a later minute
+// moved so far (Output.Progress) when an isXfr at tEnd falls in a later minute
 // than its open: rollups count the bytes of long transfers as they flow.
 // A file whose open was not seen has no dimensions yet and reports nothing
 // (its close carries all). A later snapshot of the same file in the same

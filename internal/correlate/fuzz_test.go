@@ -112,6 +112,7 @@ func FuzzCorrelate(f *testing.F) {
 		s := NewShard(cfg)
 		var r2 []record.Record
 		var e2 []record.Event
+		var o Output
 		for _, st := range fd.steps {
 			s = restoreCopy(t, s, cfg)
 			switch {
@@ -120,8 +121,7 @@ func FuzzCorrelate(f *testing.F) {
 			case st.tick:
 				s.Tick(st.at)
 			}
-			r2 = s.TakeRecords(r2)
-			e2 = s.TakeEvents(e2)
+			r2, e2 = take(s, &o, r2, e2)
 		}
 		if !reflect.DeepEqual(r1, r2) {
 			t.Fatalf("records differ with restores:\n got %+v\nwant %+v", r2, r1)

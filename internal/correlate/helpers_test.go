@@ -141,6 +141,7 @@ func (f *feed) run(t testing.TB, cfg Config) ([]record.Record, []record.Event, S
 	s := NewShard(cfg)
 	var recs []record.Record
 	var evs []record.Event
+	var o Output
 	for _, st := range f.steps {
 		switch {
 		case st.d != nil:
@@ -150,8 +151,7 @@ func (f *feed) run(t testing.TB, cfg Config) ([]record.Record, []record.Event, S
 		case st.flush:
 			s.Flush(st.at)
 		}
-		recs = s.TakeRecords(recs)
-		evs = s.TakeEvents(evs)
+		recs, evs = take(s, &o, recs, evs)
 	}
 	return recs, evs, s.Stats()
 }
@@ -200,4 +200,49 @@ func byFile(recs []record.Record) map[uint32]record.Record {
 		m[r.FileID] = r
 	}
 	return m
+}
+
+// take drains s into o (emptied first, so that its slices are reused) and
+// appends what it made to recs, the chunks' records copied out and the
+// chunks given back to s, and to evs, typed, the invalid ones counted in
+// s's Stats as the pipeline's writer counts them in its own. Opens,
+// progress and activity are left in o.
+func take(s *Shard, o *Output, recs []record.Record, evs []record.Event) ([]record.Record, []record.Event) {
+	clear(o.Records)
+	o.Records = o.Records[:0]
+	clear(o.Events)
+	o.Events = o.Events[:0]
+	o.Opens, o.Progress, o.Activity = o.Opens[:0], o.Progress[:0], o.Activity[:0]
+	s.Drain(o)
+	for _, c := range o.Records {
+		recs = append(recs, c...)
+	}
+	s.Recycle(o.Records)
+	for i := range o.Events {
+		if !record.TypeEvent(&o.Events[i]) {
+			s.stats.InvalidEvents++
+		}
+	}
+	return recs, append(evs, o.Events...)
+}
+
+// drain returns the records and the typed events s made since the last
+// drain (take).
+func drain(s *Shard) ([]record.Record, []record.Event) {
+	var o Output
+	return take(s, &o, nil, nil)
+}
+
+// drainRecords returns the records s made since the last drain; what
+// else it made is dropped.
+func drainRecords(s *Shard) []record.Record {
+	recs, _ := drain(s)
+	return recs
+}
+
+// drainEvents returns the typed events s made since the last drain; what
+// else it made is dropped.
+func drainEvents(s *Shard) []record.Event {
+	_, evs := drain(s)
+	return evs
 }

@@ -40,11 +40,11 @@ func TestForgedIdentitiesStayInTheirAddress(t *testing.T) {
 		t.Fatalf("after the flood: %d servers, %d open files; want at most %d and the real one's file",
 			st.Servers, st.OpenFiles, cfg.MaxServersPerAddr+1)
 	}
-	if recs := sh.TakeRecords(nil); len(recs) != 0 {
+	if recs := drainRecords(sh); len(recs) != 0 {
 		t.Fatalf("the flood emitted records: %+v", recs[0])
 	}
 	sh.Handle(real.f(10, 20, func(fb *packet.FStreamBuilder) { fb.Close(packet.FileClose{FileID: 1, Read: 100}) }), real.addr, now)
-	recs := sh.TakeRecords(nil)
+	recs := drainRecords(sh)
 	if len(recs) != 1 || recs[0].Reason != record.Complete || recs[0].Path != "/real/file" || recs[0].ReadBytes != 100 {
 		t.Fatalf("real server's record: %+v", recs)
 	}
@@ -77,7 +77,7 @@ func TestDisconnectedSessionsUnderTheBound(t *testing.T) {
 		sh.Handle(s.f(0, 10, func(fb *packet.FStreamBuilder) { fb.Disc(6000 + i) }), s.addr, now)
 	}
 	sh.Handle(s.f(10, 20, func(fb *packet.FStreamBuilder) { fb.Close(packet.FileClose{FileID: 5, Read: 1}) }), s.addr, now)
-	recs := sh.TakeRecords(nil)
+	recs := drainRecords(sh)
 	if len(recs) != 1 || recs[0].User != "alice" {
 		t.Fatalf("records %+v: want alice's complete record with her session", recs)
 	}
@@ -135,7 +135,7 @@ func TestStateBoundedInBytes(t *testing.T) {
 				for _, p := range attack(s, i) {
 					sh.Handle(p, s.addr, now)
 				}
-				sh.TakeRecords(nil)
+				drainRecords(sh)
 			}
 			st := sh.Stats()
 			over := func(got, share int64, what string) {
@@ -172,7 +172,7 @@ func TestStateBoundedInBytes(t *testing.T) {
 			sh.Handle(real.f(0, 10, func(fb *packet.FStreamBuilder) { fb.Open(openLFN(1, 7, "/real", 5)) }), real.addr, now)
 			sh.Handle(real.f(10, 20, func(fb *packet.FStreamBuilder) { fb.Close(packet.FileClose{FileID: 1, Read: 5}) }), real.addr, now)
 			var ok bool
-			for _, r := range sh.TakeRecords(nil) {
+			for _, r := range drainRecords(sh) {
 				ok = ok || (r.ServerIP == "192.0.2.60" && r.Reason == record.Complete && r.Path == "/real" && r.User == "alice")
 			}
 			if !ok {

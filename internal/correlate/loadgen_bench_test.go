@@ -50,11 +50,10 @@ func benchLoadgen(b *testing.B, cfg loadgen.Config) {
 	}
 	pkts := mem.Packets
 	var (
-		s     *correlate.Shard
-		recs  []record.Record
-		evs   []record.Event
-		opens []correlate.Open
-		tick  time.Time
+		s    *correlate.Shard
+		recs []record.Record
+		out  correlate.Output
+		tick time.Time
 	)
 	ccfg := correlate.DefaultConfig()
 	ccfg.ReportOpens = cfg.Redirectors > 0
@@ -73,9 +72,14 @@ func benchLoadgen(b *testing.B, cfg loadgen.Config) {
 		if p.Received.Sub(tick) >= time.Second {
 			tick = p.Received
 			s.Tick(tick)
-			recs = s.TakeRecords(recs[:0])
-			evs = s.TakeRawEvents(evs[:0])
-			opens = s.TakeOpens(opens[:0])
+			clear(out.Records)
+			out.Records, out.Events, out.Opens = out.Records[:0], out.Events[:0], out.Opens[:0]
+			s.Drain(&out)
+			recs = recs[:0]
+			for _, c := range out.Records {
+				recs = append(recs, c...)
+			}
+			s.Recycle(out.Records)
 		}
 	}
 	b.StopTimer()

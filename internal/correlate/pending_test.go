@@ -22,6 +22,7 @@ func TestPendingQueueBounded(t *testing.T) {
 	s.Handle(sv.path(2, uid, "/store/late"), sv.addr, at(0))
 	const n = 20_000
 	var recs []record.Record
+	var o Output
 	maxQueue := 0
 	for id := uint32(3); id < n; id++ {
 		p := "/store/f" + strconv.Itoa(int(id))
@@ -31,7 +32,7 @@ func TestPendingQueueBounded(t *testing.T) {
 			s.Handle(sv.f(0, 2, func(fb *packet.FStreamBuilder) { fb.Close(packet.FileClose{FileID: id, Read: 10}) }), sv.addr, at(1))
 		}
 		maxQueue = max(maxQueue, s.pending.len())
-		recs = s.TakeRecords(recs)
+		recs, _ = take(s, &o, recs, nil)
 	}
 	if maxQueue > 2*minCompact {
 		t.Errorf("expiry queue reached %d entries for %d unresolved references", maxQueue, s.Stats().PendingRefs)
@@ -53,7 +54,7 @@ func TestPendingQueueBounded(t *testing.T) {
 		t.Errorf("after PendingTTL: pending %d, dropped %d", st.PendingRefs, st.PendingDropped)
 	}
 	s.Flush(at(400))
-	recs = s.TakeRecords(recs[:0])
+	recs, _ = take(s, &o, recs[:0], nil)
 	if len(recs) != 1 || recs[0].FileID != 2 || recs[0].Path != "/store/late" {
 		t.Fatalf("late file: %+v", recs)
 	}

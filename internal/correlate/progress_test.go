@@ -42,7 +42,9 @@ func TestProgressSnapshots(t *testing.T) {
 			fb.Close(packet.FileClose{FileID: id, Read: 5 * int64(id)})
 		}
 	}), s.addr, now)
-	prog := sh.TakeProgress(nil)
+	var o Output
+	recs, _ := take(sh, &o, nil, nil)
+	prog := o.Progress
 	got := map[uint32][]int64{}
 	for _, p := range prog {
 		if p.FileID%2 == 1 {
@@ -59,7 +61,6 @@ func TestProgressSnapshots(t *testing.T) {
 	if len(prog) != files {
 		t.Fatalf("%d snapshots, want %d", len(prog), files)
 	}
-	recs := sh.TakeRecords(nil)
 	if len(recs) != files/2 {
 		t.Fatalf("%d records, want %d", len(recs), files/2)
 	}
@@ -69,7 +70,8 @@ func TestProgressSnapshots(t *testing.T) {
 	sh.Handle(s.f(m+140, m+150, func(fb *packet.FStreamBuilder) {
 		fb.Close(packet.FileClose{FileID: 2, Read: 7 * 2})
 	}), s.addr, now)
-	prog = sh.TakeProgress(prog[:0])
+	take(sh, &o, nil, nil)
+	prog = o.Progress
 	if len(prog) != files/2-1 {
 		t.Fatalf("second generation: %d snapshots, want %d", len(prog), files/2-1)
 	}

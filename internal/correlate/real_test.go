@@ -45,7 +45,7 @@ func TestRealPackets(t *testing.T) {
 	if st.Servers != 3 || st.Sessions != 5 || st.PendingRefs != 2 || st.OpenFiles != 0 {
 		t.Errorf("state: servers %d sessions %d pending %d files %d", st.Servers, st.Sessions, st.PendingRefs, st.OpenFiles)
 	}
-	if len(s.TakeRecords(nil)) != 0 || len(s.TakeEvents(nil)) != 0 {
+	if recs, evs := drain(s); len(recs) != 0 || len(evs) != 0 {
 		t.Error("records or events from map records")
 	}
 	// The T record (Uc=1995247) and the i record attach to their session.

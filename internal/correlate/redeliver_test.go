@@ -31,16 +31,23 @@ type outcome struct {
 // content.
 func (o *outcome) collect(t *testing.T, s *correlate.Shard) {
 	t.Helper()
-	for _, r := range s.TakeRecords(nil) {
-		if r.RecordID == "" {
-			continue
+	var out correlate.Output
+	s.Drain(&out)
+	for _, c := range out.Records {
+		for _, r := range c {
+			if r.RecordID == "" {
+				continue
+			}
+			if old, ok := o.recs[r.RecordID]; ok && !reflect.DeepEqual(old, r) {
+				t.Fatalf("record %s made twice with other content:\n%+v\n%+v", r.RecordID, old, r)
+			}
+			o.recs[r.RecordID] = r
 		}
-		if old, ok := o.recs[r.RecordID]; ok && !reflect.DeepEqual(old, r) {
-			t.Fatalf("record %s made twice with other content:\n%+v\n%+v", r.RecordID, old, r)
-		}
-		o.recs[r.RecordID] = r
 	}
-	for _, e := range s.TakeEvents(nil) {
+	for i := range out.Events {
+		record.TypeEvent(&out.Events[i])
+	}
+	for _, e := range out.Events {
 		if old, ok := o.evs[e.EventID]; ok && (old.Type != e.Type || !bytes.Equal(old.Data, e.Data) || !old.Time.Equal(e.Time)) {
 			t.Fatalf("event %s made twice with other content", e.EventID)
 		}

@@ -487,7 +487,7 @@ func TestDisconnectedSessionsExpire(t *testing.T) {
 		t.Fatalf("after the grace, sessions = %d, want 1 (the one with a waiting file)", got)
 	}
 	s.Tick(at(int64(cfg.PendingTTL/time.Second) + grace + 4))
-	recs := s.TakeRecords(nil)
+	recs := drainRecords(s)
 	if len(recs) != 1 || recs[0].Reason != record.Disconnect || recs[0].User != "u1" {
 		t.Fatalf("records %+v", recs)
 	}

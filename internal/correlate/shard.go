@@ -77,7 +77,7 @@ type closeData struct {
 // ShardOf) and turns their datagrams into records and events.
 //
 // A Shard is not safe for concurrent use: one goroutine calls Handle, Tick,
-// Flush and Take* in turn. It never reads the wall clock: every method is
+// Flush and Drain in turn. It never reads the wall clock: every method is
 // given the time, so a replay of the same input with the same times gives
 // the same output.
 type Shard struct {
@@ -130,7 +130,7 @@ type Shard struct {
 	fileBytes, sessBytes, pendBytes, loginBytes int64
 
 	// Records are made into fixed chunks of RecordChunk: out is the one
-	// being filled, full the filled ones not yet taken, spare empty ones
+	// being filled, full the filled ones not yet drained, spare empty ones
 	// given back (Recycle). A drain that closes thousands of files at once
 	// then never regrows and copies one large slice.
 	out    []record.Record
@@ -141,8 +141,8 @@ type Shard struct {
 	prog   []record.Record // when cfg.ReportProgress
 	// progLink is, per snapshot in prog, 1 + the index of the same file's
 	// previous one (0: none), or -1 once dropped; progGen counts the
-	// TakeProgress calls, so that a file's index into prog is valid only
-	// in the generation it was taken in.
+	// drains, so that a file's index into prog is valid only in the
+	// generation it was taken in.
 	progLink []int32
 	progGen  uint32
 	progDead int
@@ -182,37 +182,6 @@ func NewShard(cfg Config) *Shard {
 	}
 }
 
-// TakeOpens appends the opens reported since the last call (with
-// Config.ReportOpens) to dst and returns it.
-func (s *Shard) TakeOpens(dst []Open) []Open {
-	dst = append(dst, s.opens...)
-	clear(s.opens)
-	s.opens = s.opens[:0]
-	return dst
-}
-
-// TakeProgress appends the progress snapshots of open files taken since
-// the last call (with Config.ReportProgress) to dst and returns it: records
-// with no RecordID whose End is the isXfr's time and whose bytes are
-// cumulative (record.ProgressEvent makes them events).
-func (s *Shard) TakeProgress(dst []record.Record) []record.Record {
-	if s.progDead == 0 {
-		dst = append(dst, s.prog...)
-	} else {
-		for i := range s.prog {
-			if s.progLink[i] >= 0 {
-				dst = append(dst, s.prog[i])
-			}
-		}
-	}
-	clear(s.prog)
-	s.prog = s.prog[:0]
-	s.progLink = s.progLink[:0]
-	s.progDead = 0
-	s.progGen++
-	return dst
-}
-
 // grow returns s with room for one more element, doubling a full s: the
 // shard's tables fill fast at start-up and in bursts (a drain, a g-stream
 // flood), and append's 1.25x steps would copy them four times over.
@@ -224,40 +193,11 @@ func grow[T any](s []T) []T {
 }
 
 // RecordChunk is the number of records in one chunk of a shard's output
-// (TakeRecordChunks).
+// (Output.Records).
 const RecordChunk = 1024
 
 // maxSpareChunks bounds the empty chunks a shard keeps for reuse.
 const maxSpareChunks = 16
-
-// TakeRecords appends the records emitted since the last call to dst and
-// returns it. The shard keeps no reference to them.
-func (s *Shard) TakeRecords(dst []record.Record) []record.Record {
-	for _, c := range s.full {
-		dst = append(dst, c...)
-	}
-	dst = append(dst, s.out...)
-	s.Recycle(s.full)
-	s.full = s.full[:0]
-	clear(s.out)
-	s.out = s.out[:0]
-	return dst
-}
-
-// TakeRecordChunks appends the records emitted since the last call to dst,
-// as chunks of at most RecordChunk records in the order they were made,
-// and returns it: the records are handed over without a copy. The shard
-// keeps no reference to them; give the chunks back with Recycle when done.
-func (s *Shard) TakeRecordChunks(dst [][]record.Record) [][]record.Record {
-	dst = append(dst, s.full...)
-	clear(s.full)
-	s.full = s.full[:0]
-	if len(s.out) > 0 {
-		dst = append(dst, s.out)
-		s.out = nil
-	}
-	return dst
-}
 
 // Recycle gives the shard empty chunks for its next records (taken chunks
 // or any slices of records; they are cleared, and kept only up to a bound).
@@ -283,34 +223,6 @@ func (s *Shard) nextChunk() {
 		return
 	}
 	s.out = make([]record.Record, 0, RecordChunk)
-}
-
-// TakeEvents appends the g-stream events emitted since the last call to
-// dst and returns it.
-func (s *Shard) TakeEvents(dst []record.Event) []record.Event {
-	for i := range s.events {
-		if !record.TypeEvent(&s.events[i]) {
-			s.stats.InvalidEvents++
-		}
-	}
-	return s.TakeRawEvents(dst)
-}
-
-// TakeRawEvents is TakeEvents without typing: the events keep the
-// producer's line in Raw, and the caller types them with record.TypeEvent
-// (and counts the invalid ones), typically in another goroutine, so JSON
-// parsing stays off the packet path. Stats.InvalidEvents then counts only
-// events typed by TakeEvents.
-func (s *Shard) TakeRawEvents(dst []record.Event) []record.Event {
-	if len(dst) == 0 { // swapped, as in TakeRecords
-		evs := s.events
-		s.events = dst[:0]
-		return evs
-	}
-	dst = append(dst, s.events...)
-	clear(s.events)
-	s.events = s.events[:0]
-	return dst
 }
 
 // Stats returns the shard's counters and current state sizes.
@@ -659,7 +571,7 @@ func (s *Shard) emitEvents(inc *incarnation, prov byte, pseq uint8, tEnd int64, 
 		line := it.Line()
 		e := s.appendEvent(inc, record.EventID(inc.ip, int64(inc.key.stod), inc.key.sid, prov, pseq, tEnd, i, line),
 			record.ProviderType(prov), providerNames[prov], at)
-		e.Raw = bytes.Clone(line) // typed by TakeEvents or the caller (record.TypeEvent)
+		e.Raw = bytes.Clone(line) // typed by the caller of Drain (record.TypeEvent)
 	}
 }
 

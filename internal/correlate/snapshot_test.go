@@ -75,6 +75,7 @@ func (f *feed) runSplit(t testing.TB, cfg Config, k int) ([]record.Record, []rec
 	s := NewShard(cfg)
 	var recs []record.Record
 	var evs []record.Event
+	var o Output
 	for i, st := range f.steps {
 		if i == k {
 			s = restoreCopy(t, s, cfg)
@@ -87,8 +88,7 @@ func (f *feed) runSplit(t testing.TB, cfg Config, k int) ([]record.Record, []rec
 		case st.flush:
 			s.Flush(st.at)
 		}
-		recs = s.TakeRecords(recs)
-		evs = s.TakeEvents(evs)
+		recs, evs = take(s, &o, recs, evs)
 	}
 	if k == len(f.steps) {
 		s = restoreCopy(t, s, cfg)
@@ -329,8 +329,7 @@ func TestSnapshotStats(t *testing.T) {
 	s.g('R', 0, 1, "{}") // lost
 	sh.Handle(s.g('R', 0, 1, `{"a":1}`, "x"), s.addr, at(1))
 	sh.Handle(s.path(5, s.uid("xroot", "u", 1, "h"), "/pending"), s.addr, at(1))
-	sh.TakeRecords(nil)
-	sh.TakeEvents(nil)
+	drain(sh)
 	before := sh.Stats()
 	if before.Packets != 5 || before.OpenFiles != 2 || before.PendingFiles != 1 || before.PendingRefs != 1 ||
 		before.Events != 2 || before.InvalidEvents != 1 || before.Records[rComplete] != 1 || before.Servers != 1 {

@@ -178,7 +178,7 @@ type incarnation struct {
 	site, inst, pgm, ver string
 	host                 string            // host from the '=' userid
 	seen                 int64             // collector clock
-	heard                [NumStreams]int64 // collector clock, Unix s: last datagram of each stream (TakeActivity)
+	heard                [NumStreams]int64 // collector clock, Unix s: last datagram of each stream (Output.Activity)
 	files                list
 	sessions             list
 	byText               map[string]int32 // userid text -> latest session

@@ -107,7 +107,7 @@ type Stats struct {
 
 	Records        [numRecordReasons]uint64 // emitted records, indexed like RecordReasons
 	Events         uint64                   // emitted g-stream events
-	InvalidEvents  uint64                   // events whose line was not valid JSON
+	InvalidEvents  uint64                   // events whose line was not valid JSON: counted by who types them (Output.Events)
 	FRMRecords     uint64                   // FRM p/x records accounted
 	Restarts       uint64                   // server restarts seen (new stod)
 	PendingDropped uint64                   // pending references dropped by TTL or bound, never resolved

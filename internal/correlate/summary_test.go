@@ -31,7 +31,7 @@ func TestSummaryEvents(t *testing.T) {
 	if st.Accounted != 3 || st.Rejected[RejectSummary] != 1 || st.Rejected[RejectSummaryJSON] != 1 || st.Events != 3 {
 		t.Errorf("stats: accounted %d, rejected %v, events %d", st.Accounted, st.Rejected, st.Events)
 	}
-	evs := s.TakeEvents(nil)
+	evs := drainEvents(s)
 	if len(evs) != 3 {
 		t.Fatalf("%d events", len(evs))
 	}
@@ -73,7 +73,7 @@ func TestSummaryExpansionBound(t *testing.T) {
 	s.Handle(big, sv.addr, at(0))
 	s.Handle(honest, sv.addr, at(1))
 	st := s.Stats()
-	evs := s.TakeEvents(nil)
+	evs := drainEvents(s)
 	if st.Rejected[RejectSummaryBounds] != 1 || len(evs) != 1 {
 		t.Fatalf("a %d-byte summary of 240-byte ids: rejected %v, %d events", len(big), st.Rejected, len(evs))
 	}
@@ -89,7 +89,7 @@ func TestSummaryTodOverflow(t *testing.T) {
 	s := NewShard(DefaultConfig())
 	sv := newSrv("192.0.2.41:1", t0, 3)
 	s.Handle([]byte(`<statistics tod="9223372036854775807" ver="v5" src="h:1094" tos="1" pgm="xrootd" ins="anon" pid="1"><stats id="link"><num>1</num></stats></statistics>`), sv.addr, at(0))
-	evs := s.TakeEvents(nil)
+	evs := drainEvents(s)
 	if len(evs) != 1 || evs[0].Time.Year() != 9999 {
 		t.Fatalf("%d events, %v", len(evs), evs)
 	}

@@ -49,7 +49,7 @@ func runUseCase(t *testing.T, pkts []source.Shoveled) (*Shard, []record.Record) 
 		s.Handle(p.Data, p.Sender, now)
 	}
 	s.Flush(now.Add(time.Hour))
-	return s, s.TakeRecords(nil)
+	return s, drainRecords(s)
 }
 
 // A close whose open is not in the capture: when the file was opened is

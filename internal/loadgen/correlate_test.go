@@ -50,9 +50,7 @@ func replayCapture(t *testing.T, path string) ([]record.Record, []record.Event) 
 			b.Free()
 		}
 		n, m := len(recs), len(evs)
-		recs = shard.TakeRecords(recs)
-		evs = shard.TakeEvents(evs)
-		opens = shard.TakeOpens(opens[:0])
+		recs, evs, opens = drainShard(shard, recs, evs)
 		recs = append(recs[:n], linker.Link(slices.Clone(recs[n:]), evs[m:], opens, last, false)...)
 	}
 	if err := <-done; err != nil {
@@ -60,10 +58,25 @@ func replayCapture(t *testing.T, path string) ([]record.Record, []record.Event) 
 	}
 	shard.Flush(last)
 	n, m := len(recs), len(evs)
-	recs = shard.TakeRecords(recs)
-	evs = shard.TakeEvents(evs)
-	recs = append(recs[:n], linker.Link(slices.Clone(recs[n:]), evs[m:], shard.TakeOpens(opens[:0]), last, true)...)
+	recs, evs, opens = drainShard(shard, recs, evs)
+	recs = append(recs[:n], linker.Link(slices.Clone(recs[n:]), evs[m:], opens, last, true)...)
 	return recs, evs
+}
+
+// drainShard drains shard (correlate.Shard.Drain) and appends its records,
+// copied out of their chunks (which go back to the shard), to recs and its
+// events, typed, to evs; it returns them and the shard's opens.
+func drainShard(shard *correlate.Shard, recs []record.Record, evs []record.Event) ([]record.Record, []record.Event, []correlate.Open) {
+	var o correlate.Output
+	shard.Drain(&o)
+	for _, c := range o.Records {
+		recs = append(recs, c...)
+	}
+	shard.Recycle(o.Records)
+	for i := range o.Events {
+		record.TypeEvent(&o.Events[i])
+	}
+	return recs, append(evs, o.Events...), o.Opens
 }
 
 // recordKey identifies one file access.

@@ -214,6 +214,7 @@ func New(ctx context.Context, opts Options, st Store, namer Namer, log *slog.Log
 	}
 	opts.Correlate.ReportOpens = true
 	opts.Correlate.ReportProgress = opts.Progress
+	opts.Correlate.ReportActivity = opts.Observe != nil
 	p := &Pipeline{opts: opts, store: st, namer: namer, log: log, free: make(chan barrierBuffers, 2)}
 	if f, ok := st.(RedirectFeed); ok && opts.StateKey != "" {
 		p.feed = f
@@ -353,17 +354,17 @@ type barrier struct {
 	flush      bool // end of input: flush open files as partial records
 	wg         sync.WaitGroup
 	mu         sync.Mutex
-	recs       [][]record.Record // chunks, each shard's in the order made (correlate.RecordChunk)
-	nrecs      int
-	evs        []record.Event
-	opens      []correlate.Open
-	prog       []record.Record // progress snapshots, made events by the writer
-	hasBufs    bool            // recs and evs were taken from the free list (by the first shard to answer)
-	appended   int             // chunks of recs appended (the first with evs): where a retried commit goes on
-	states     map[int][]byte
-	err        error
-	acks       []func() error             // acks of batches dispatched before this barrier
-	servers    []correlate.ServerActivity // for Options.Observe
+	// out is what the shards drained (correlate.Shard.Drain): record
+	// chunks, each shard's in the order made; raw events, typed by the
+	// writer, which then appends the progress snapshots to them as
+	// events; opens; activity (for Options.Observe).
+	out      correlate.Output
+	nrecs    int
+	hasBufs  bool // out.Records and out.Events were taken from the free list (by the first shard to answer)
+	appended int  // chunks of out.Records appended (the first with out.Events): where a retried commit goes on
+	states   map[int][]byte
+	err      error
+	acks     []func() error // acks of batches dispatched before this barrier
 }
 
 type shard struct {
@@ -420,17 +421,11 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 	// to answer takes the slices: a later one must append to what earlier
 	// ones put there, even when that is only events (recs still nil).
 	if !br.hasBufs {
-		br.recs, br.evs = p.buffers()
+		br.out.Records, br.out.Events = p.buffers()
 		br.hasBufs = true
 	}
-	br.recs = s.c.TakeRecordChunks(br.recs)
+	s.c.Drain(&br.out) // events typed by the writer, off the packet path
 	s.recycle(p)
-	br.evs = s.c.TakeRawEvents(br.evs) // typed by the writer, off the packet path
-	br.opens = s.c.TakeOpens(br.opens)
-	br.prog = s.c.TakeProgress(br.prog)
-	if p.opts.Observe != nil {
-		br.servers = s.c.TakeActivity(br.servers)
-	}
 	if state != nil {
 		br.states[s.id] = state
 	}
@@ -466,7 +461,7 @@ func (p *Pipeline) buffers() ([][]record.Record, []record.Event) {
 
 // release gives a committed barrier's slices back for reuse.
 func (p *Pipeline) release(br *barrier) {
-	for _, c := range br.recs {
+	for _, c := range br.out.Records {
 		if cap(c) < correlate.RecordChunk {
 			continue
 		}
@@ -476,15 +471,15 @@ func (p *Pipeline) release(br *barrier) {
 		default: // enough chunks wait for reuse: leave this one to the GC
 		}
 	}
-	clear(br.recs)
-	clear(br.evs)
+	clear(br.out.Records)
+	clear(br.out.Events)
 	select {
-	case p.free <- barrierBuffers{br.recs[:0], br.evs[:0]}:
+	case p.free <- barrierBuffers{br.out.Records[:0], br.out.Events[:0]}:
 	default:
 	}
-	br.recs, br.evs, br.hasBufs, br.nrecs, br.appended = nil, nil, false, 0, 0
-	br.opens = nil
-	br.prog = nil
+	br.out.Records, br.out.Events, br.hasBufs, br.nrecs, br.appended = nil, nil, false, 0, 0
+	br.out.Opens = nil
+	br.out.Progress = nil
 }
 
 // barrierBuffers are the slices of a committed barrier, kept for reuse.
@@ -654,8 +649,8 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 		p.log.Error("Checkpoint failed; input stays unacknowledged", "err", br.err)
 		br.acks = nil
 	}
-	for i := range br.evs {
-		if !record.TypeEvent(&br.evs[i]) {
+	for i := range br.out.Events {
+		if !record.TypeEvent(&br.out.Events[i]) {
 			p.invalidEvents.Add(1)
 		}
 	}
@@ -663,7 +658,7 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 	// come, and give back held ones (correlate.Linker.Commit). In a
 	// cluster it also gets the other shards' redirects, committed by
 	// their collectors (they are stored already: not appended here).
-	lev := br.evs
+	lev := br.out.Events
 	if p.feed != nil {
 		foreign, err := p.foreignRedirects(ctx)
 		if err != nil {
@@ -671,19 +666,19 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 			return err
 		}
 		if len(foreign) > 0 {
-			lev = append(foreign, br.evs...)
+			lev = append(foreign, br.out.Events...)
 		}
 	}
-	br.recs = p.linker.Commit(br.recs, lev, br.opens, br.now, br.flush)
-	for _, c := range br.recs {
+	br.out.Records = p.linker.Commit(br.out.Records, lev, br.out.Opens, br.now, br.flush)
+	for _, c := range br.out.Records {
 		br.nrecs += len(c)
 	}
 	st := p.linker.Stats()
 	p.linkStats.Store(&st)
-	p.name(br.recs, br.evs)
-	p.name([][]record.Record{br.prog}, nil)
-	for i := range br.prog {
-		br.evs = append(br.evs, record.ProgressEvent(&br.prog[i]))
+	p.name(br.out.Records, br.out.Events)
+	p.name([][]record.Record{br.out.Progress}, nil)
+	for i := range br.out.Progress {
+		br.out.Events = append(br.out.Events, record.ProgressEvent(&br.out.Progress[i]))
 	}
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 0; ; attempt++ {
@@ -695,7 +690,7 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 		p.m.commitErrors.Inc()
 		if store.Permanent(err) {
 			p.m.commitFailures.Inc()
-			return fmt.Errorf("store refused the commit of %d records and %d events for good: %w", br.nrecs, len(br.evs), err)
+			return fmt.Errorf("store refused the commit of %d records and %d events for good: %w", br.nrecs, len(br.out.Events), err)
 		}
 		if attempt%10 == 0 {
 			p.log.Warn("Store commit failed; retrying", "err", err, "records", br.nrecs, "attempt", attempt+1)
@@ -705,13 +700,13 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 		case <-ctx.Done():
 			t.Stop()
 			p.m.commitFailures.Inc()
-			return fmt.Errorf("stopped while retrying a commit of %d records and %d events (input not acknowledged): %w", br.nrecs, len(br.evs), err)
+			return fmt.Errorf("stopped while retrying a commit of %d records and %d events (input not acknowledged): %w", br.nrecs, len(br.out.Events), err)
 		case <-t.C:
 		}
 	}
 	p.ready.Store(true)
 	if p.opts.Observe != nil {
-		p.opts.Observe(br.recs, br.evs, br.servers)
+		p.opts.Observe(br.out.Records, br.out.Events, br.out.Activity)
 	}
 	for _, ack := range br.acks {
 		if err := ack(); err != nil {
@@ -720,7 +715,7 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 	}
 	p.m.commitSeconds.Observe(time.Since(start).Seconds())
 	p.m.recordsCommitted.Add(float64(br.nrecs))
-	p.m.eventsCommitted.Add(float64(len(br.evs)))
+	p.m.eventsCommitted.Add(float64(len(br.out.Events)))
 	return nil
 }
 
@@ -734,14 +729,14 @@ func (p *Pipeline) write(ctx context.Context, br *barrier) error {
 	// store drops again only what an earlier process appended, and a
 	// chunk appended before a later one failed (a full disk) must not be
 	// appended twice.
-	for br.appended < max(len(br.recs), 1) {
+	for br.appended < max(len(br.out.Records), 1) {
 		var recs []record.Record
-		if br.appended < len(br.recs) {
-			recs = br.recs[br.appended]
+		if br.appended < len(br.out.Records) {
+			recs = br.out.Records[br.appended]
 		}
 		var evs []record.Event
 		if br.appended == 0 {
-			evs = br.evs
+			evs = br.out.Events
 		}
 		if err := p.store.Append(ctx, recs, evs); err != nil {
 			return fmt.Errorf("append records: %w", err)
