@@ -33,6 +33,26 @@ type Agg struct {
 	_          [0]func() // not comparable
 }
 
+// reset empties a, keeping the room of its users and distributions.
+func (a *Agg) reset() {
+	users, dur, size := a.Users.small[:0], a.Duration.b[:0], a.Size.b[:0]
+	*a = Agg{}
+	a.Users.small, a.Duration.b, a.Size.b = users, dur, size
+}
+
+// clone returns a copy of a that shares nothing with it.
+func (a *Agg) clone() *Agg {
+	c := &Agg{ReadBytes: a.ReadBytes, ReadvBytes: a.ReadvBytes, WriteBytes: a.WriteBytes, Transfers: a.Transfers,
+		Partial: a.Partial, PartialBy: a.PartialBy, DurationMS: a.DurationMS}
+	c.Users.small = slices.Clone(a.Users.small)
+	if a.Users.hll != nil {
+		c.Users.hll = a.Users.hll.Clone()
+	}
+	c.Duration.b, c.Duration.has = slices.Clone(a.Duration.b), a.Duration.has
+	c.Size.b, c.Size.has = slices.Clone(a.Size.b), a.Size.has
+	return c
+}
+
 // Bytes returns the bytes moved, read (including vector reads) and written.
 func (a *Agg) Bytes() int64 { return a.ReadBytes + a.ReadvBytes + a.WriteBytes }
 
@@ -165,9 +185,58 @@ func (u *Users) Merge(v *Users) {
 		_ = u.hll.Merge(v.hll) // same precision: cannot fail
 		return
 	}
-	for _, h := range v.small {
-		u.Add(h)
+	if u.hll != nil || len(u.small)+len(v.small) > smallUsers && union(u.small, v.small) > smallUsers {
+		for _, h := range v.small {
+			u.add(h)
+		}
+		return
 	}
+	u.small = mergeSorted(u.small, v.small)
+}
+
+// union returns the number of distinct hashes of sorted a and b.
+func union(a, b []uint32) int {
+	n, i, j := 0, 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case a[i] < b[j]:
+			i++
+		case a[i] > b[j]:
+			j++
+		default:
+			i++
+			j++
+		}
+		n++
+	}
+	return n + len(a) - i + len(b) - j
+}
+
+// mergeSorted returns the union of sorted a and b, in a's array when it
+// has room: one pass from the back, where adding them one at a time
+// would search and shift a for each.
+func mergeSorted(a, b []uint32) []uint32 {
+	n := union(a, b)
+	if n == len(a) {
+		return a
+	}
+	x := len(a) - 1
+	a = slices.Grow(a, n-len(a))[:n]
+	for y, k := len(b)-1, n-1; y >= 0; k-- { // a[k] is never one not yet read: k >= x
+		switch {
+		case x >= 0 && a[x] > b[y]:
+			a[k] = a[x]
+			x--
+		case x >= 0 && a[x] == b[y]:
+			a[k] = a[x]
+			x--
+			y--
+		default:
+			a[k] = b[y]
+			y--
+		}
+	}
+	return a
 }
 
 // Count returns the number of distinct identities (estimated past

@@ -1023,12 +1023,13 @@ func mergePart(m map[string]*Agg, data []byte, prefix string) error {
 	return walkStored(data, walk{prefix: prefix}, func(key string, a *Agg) { mergeInto(m, key, a) })
 }
 
-// mergeInto adds a to m's series key (a is kept when m has none).
+// mergeInto adds a to m's series key (a copy of a when m has none: a is
+// walkStored's, valid during its call only).
 func mergeInto(m map[string]*Agg, key string, a *Agg) {
 	if cur := m[key]; cur != nil {
 		cur.Merge(a)
 	} else {
-		m[key] = a
+		m[key] = a.clone()
 	}
 }
 
@@ -1040,6 +1041,9 @@ type walk struct {
 }
 
 // walkStored calls fn with each series of a stored part that w selects.
+// The Agg is decoded into one reused for every series: fn must not keep
+// it (mergeInto copies it when it keeps it), so that merging parts into
+// series that exist already allocates nothing.
 func walkStored(data []byte, w walk, fn func(key string, a *Agg)) error {
 	secs, err := sectionsOf(data, w.prefix)
 	if err != nil {
@@ -1105,6 +1109,7 @@ func sectionsOf(data []byte, prefix string) ([]section, error) {
 // walkSeries calls fn with each series of d, a list of series of a part
 // of version v, that w selects.
 func walkSeries(d *decoder, v byte, w walk, fn func(key string, a *Agg)) error {
+	var a Agg
 	for range d.Count(2) {
 		key := d.Bytes(d.Count(1))
 		ab := d.Bytes(d.Count(1))
@@ -1114,17 +1119,17 @@ func walkSeries(d *decoder, v byte, w walk, fn func(key string, a *Agg)) error {
 		if len(key) < len(w.prefix) || string(key[:len(w.prefix)]) != w.prefix || (w.keep != nil && !w.keep(string(key))) {
 			continue
 		}
-		a := &Agg{}
+		a.reset()
 		ad := decoder{Dec: codec.NewDec(ab), version: v}
 		if w.light {
-			ad.sums(a)
+			ad.sums(&a)
 		} else {
-			ad.agg(a)
+			ad.agg(&a)
 		}
 		if ad.Err() != nil {
 			return ad.Err()
 		}
-		fn(string(key), a)
+		fn(string(key), &a)
 	}
 	return d.Err()
 }

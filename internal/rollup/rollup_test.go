@@ -3,6 +3,7 @@ package rollup
 import (
 	"encoding/binary"
 	"maps"
+	"math/rand/v2"
 	"strings"
 
 	"context"
@@ -387,7 +388,7 @@ func TestUsers(t *testing.T) {
 	a.Duration.Observe(1234)
 	raw := encodeParts(map[string]*Agg{"\x00": a})[0].data
 	var got *Agg
-	if err := walkStored(raw, walk{}, func(_ string, x *Agg) { got = x }); err != nil {
+	if err := walkStored(raw, walk{}, func(_ string, x *Agg) { got = x.clone() }); err != nil {
 		t.Fatal(err)
 	}
 	if d := diffAgg(got, a); d != "" {
@@ -430,7 +431,7 @@ func TestPartFormats(t *testing.T) {
 		for _, prefix := range []string{"", "site\x00", "site,vo\x00", "vo\x00", "\x00", "dir\x00"} {
 			got := map[string]*Agg{}
 			for _, data := range parts {
-				if err := walkStored(data, walk{prefix: prefix}, func(k string, a *Agg) { got[k] = a }); err != nil {
+				if err := walkStored(data, walk{prefix: prefix}, func(k string, a *Agg) { got[k] = a.clone() }); err != nil {
 					t.Fatalf("%s %q: %v", name, prefix, err)
 				}
 			}
@@ -477,7 +478,7 @@ func TestPartVersion3Users(t *testing.T) {
 	part = appendUvarint(part, uint64(len(z)))
 	part = append(part, z...)
 	var got *Agg
-	if err := walkStored(part, walk{}, func(_ string, a *Agg) { got = a }); err != nil {
+	if err := walkStored(part, walk{}, func(_ string, a *Agg) { got = a.clone() }); err != nil {
 		t.Fatal(err)
 	}
 	if got == nil || got.Users.Count() != 3 || !slices.IsSorted(got.Users.small) {
@@ -706,4 +707,40 @@ func reference(t *testing.T, st *store.Store, cfg Config) (*Builder, int64) {
 		t.Fatal(err)
 	}
 	return ref, last
+}
+
+// Merging exact sets is their union, whatever their overlap and sizes,
+// up to and past smallUsers (then a sketch).
+func TestUsersMergeUnion(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 500 {
+		var u, v Users
+		want := map[uint32]bool{}
+		na, nb := rng.IntN(900), rng.IntN(900)
+		for range na {
+			h := uint32(rng.IntN(2500))
+			u.Add(h)
+			want[h] = true
+		}
+		for range nb {
+			h := uint32(rng.IntN(2500))
+			v.Add(h)
+			want[h] = true
+		}
+		u.Merge(&v)
+		if len(want) > smallUsers {
+			if u.hll == nil {
+				t.Fatalf("trial %d: %d users and no sketch", trial, len(want))
+			}
+			continue
+		}
+		if u.Count() != int64(len(want)) || !slices.IsSorted(u.small) {
+			t.Fatalf("trial %d: %d users (sorted %v), want %d", trial, u.Count(), slices.IsSorted(u.small), len(want))
+		}
+		for _, h := range u.small {
+			if !want[h] {
+				t.Fatalf("trial %d: %d is not a user", trial, h)
+			}
+		}
+	}
 }
