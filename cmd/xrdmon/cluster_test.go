@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/xrdmon/xrdmon/internal/cluster"
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/loadgen"
-	"github.com/xrdmon/xrdmon/internal/sink/postgres"
 	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
@@ -214,7 +214,7 @@ func TestClusterStandbyStopsCleanly(t *testing.T) {
 		_, _ = pg.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 		pg.Close(ctx)
 	})
-	holder, err := postgres.AcquireLease(ctx, pgURL, schema, queue, "holder", 50*time.Millisecond, nil)
+	holder, err := cluster.AcquireLease(ctx, pgURL, schema, queue, "holder", 50*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/xrdmon/xrdmon/internal/api"
+	"github.com/xrdmon/xrdmon/internal/cluster"
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/dashboard"
 	"github.com/xrdmon/xrdmon/internal/dnscache"
@@ -26,7 +27,6 @@ import (
 	"github.com/xrdmon/xrdmon/internal/monitored"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
 	"github.com/xrdmon/xrdmon/internal/rollup"
-	"github.com/xrdmon/xrdmon/internal/sink/postgres"
 	"github.com/xrdmon/xrdmon/internal/source"
 	amqpsrc "github.com/xrdmon/xrdmon/internal/source/amqp"
 	"github.com/xrdmon/xrdmon/internal/source/file"
@@ -126,7 +126,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		}
 	}
 	var pstore pipeline.Store = st
-	var lease *postgres.Lease
+	var lease *cluster.Lease
 	if cfg.Cluster.Enabled {
 		cs, l, err := clusterStore(ctx, cfg, st, log)
 		if err != nil {
@@ -228,7 +228,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 // clusterStore waits for the lease of this collector's shard (its
 // amqp_input.queue) and returns the store that keeps the shard's records,
 // events and checkpoint in PostgreSQL as well as in st.
-func clusterStore(ctx context.Context, cfg *config.Config, st *store.Store, log *slog.Logger) (*postgres.ClusterStore, *postgres.Lease, error) {
+func clusterStore(ctx context.Context, cfg *config.Config, st *store.Store, log *slog.Logger) (*cluster.Store, *cluster.Lease, error) {
 	c := cfg.Cluster
 	holder := c.Holder
 	if holder == "" {
@@ -248,11 +248,11 @@ func clusterStore(ctx context.Context, cfg *config.Config, st *store.Store, log 
 		go func() { served <- wait.Run(wctx) }()
 		defer func() { stop(); <-served }()
 	}
-	lease, err := postgres.AcquireLease(ctx, c.URL, c.Schema, cfg.AMQPInput.Queue, holder, time.Second, clog)
+	lease, err := cluster.AcquireLease(ctx, c.URL, c.Schema, cfg.AMQPInput.Queue, holder, time.Second, clog)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cluster: %w", err)
 	}
-	cs, err := postgres.NewClusterStore(st, lease, c.URL, c.Schema, clog)
+	cs, err := cluster.NewStore(st, lease, c.URL, c.Schema, clog)
 	if err != nil {
 		lease.Release()
 		return nil, nil, fmt.Errorf("cluster: %w", err)

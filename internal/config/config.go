@@ -13,6 +13,7 @@
 package config
 
 import (
+	"github.com/xrdmon/xrdmon/internal/cluster"
 	amqpsink "github.com/xrdmon/xrdmon/internal/sink/amqp"
 	stompsink "github.com/xrdmon/xrdmon/internal/sink/stomp"
 	amqpsrc "github.com/xrdmon/xrdmon/internal/source/amqp"
@@ -33,18 +34,18 @@ import (
 // component, each section the component's own Config type with its own
 // defaults. The zero value is not useful; start from Default or Load.
 type Config struct {
-	Listen     udp.Config             `yaml:"listen"`
-	AMQPInput  amqpsrc.Config         `yaml:"amqp_input"`
-	STOMPInput stompsrc.Config        `yaml:"stomp_input"`
-	FileInput  file.Config            `yaml:"file_input"`
-	HTTP       web.Config             `yaml:"http"`
-	Store      store.Config           `yaml:"store"`
-	DNS        dnscache.Config        `yaml:"dns"`
-	Correlate  pipeline.Config        `yaml:"correlate"`
-	Rollup     rollup.Config          `yaml:"rollup"`
-	Outputs    Outputs                `yaml:"outputs"`
-	Cluster    postgres.ClusterConfig `yaml:"cluster"`
-	Log        Log                    `yaml:"log"`
+	Listen     udp.Config      `yaml:"listen"`
+	AMQPInput  amqpsrc.Config  `yaml:"amqp_input"`
+	STOMPInput stompsrc.Config `yaml:"stomp_input"`
+	FileInput  file.Config     `yaml:"file_input"`
+	HTTP       web.Config      `yaml:"http"`
+	Store      store.Config    `yaml:"store"`
+	DNS        dnscache.Config `yaml:"dns"`
+	Correlate  pipeline.Config `yaml:"correlate"`
+	Rollup     rollup.Config   `yaml:"rollup"`
+	Outputs    Outputs         `yaml:"outputs"`
+	Cluster    cluster.Config  `yaml:"cluster"`
+	Log        Log             `yaml:"log"`
 }
 
 // Outputs configures the sinks. Each reads the store's log from its own
@@ -82,7 +83,7 @@ func Default() *Config {
 			Postgres: postgres.DefaultConfig(),
 			JSONL:    jsonl.DefaultConfig(),
 		},
-		Cluster: postgres.DefaultClusterConfig(),
+		Cluster: cluster.DefaultConfig(),
 		Log:     Log{Level: "info", Format: "text"},
 	}
 }

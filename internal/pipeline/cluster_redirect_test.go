@@ -11,11 +11,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/xrdmon/xrdmon/internal/cluster"
 	"github.com/xrdmon/xrdmon/internal/correlate"
 	"github.com/xrdmon/xrdmon/internal/loadgen"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
 	"github.com/xrdmon/xrdmon/internal/record"
-	"github.com/xrdmon/xrdmon/internal/sink/postgres"
 	"github.com/xrdmon/xrdmon/internal/source"
 	"github.com/xrdmon/xrdmon/internal/store"
 	"github.com/xrdmon/xrdmon/internal/testenv"
@@ -141,13 +141,13 @@ func clusterRedirects(t *testing.T, failover bool) {
 	// The single collector.
 	single := startCollector(t, nil, nil, false)
 	// The cluster: one collector per shard, each holding its shard's lease.
-	var cluster [nShards]*collector
+	var members [nShards]*collector
 	member := func(k int, recs map[string]record.Record, restarts bool) *collector {
-		lease, err := postgres.AcquireLease(ctx, pgURL, schema, fmt.Sprintf("shard.%02d", k), fmt.Sprint("c", k), 100*time.Millisecond, nil)
+		lease, err := cluster.AcquireLease(ctx, pgURL, schema, fmt.Sprintf("shard.%02d", k), fmt.Sprint("c", k), 100*time.Millisecond, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cs, err := postgres.NewClusterStore(&memLocal{states: map[string][]byte{}}, lease, pgURL, schema, nil)
+		cs, err := cluster.NewStore(&memLocal{states: map[string][]byte{}}, lease, pgURL, schema, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,8 +156,8 @@ func clusterRedirects(t *testing.T, failover bool) {
 		t.Cleanup(c.stop)
 		return c
 	}
-	for k := range cluster {
-		cluster[k] = member(k, nil, failover && k < 2)
+	for k := range members {
+		members[k] = member(k, nil, failover && k < 2)
 	}
 
 	// Feed every collector its packets in steps of 5 s of input time, at
@@ -183,28 +183,28 @@ func clusterRedirects(t *testing.T, failover bool) {
 			// state checkpointed in PostgreSQL), new ones take over and
 			// get the last step again.
 			for k := range 2 {
-				c := cluster[k]
+				c := members[k]
 				close(c.in)
 				if err := <-c.done; err != nil {
 					t.Fatal(err)
 				}
 				c.stop()
-				cluster[k] = member(k, c.recs, false)
-				cluster[k].in <- last[k]
+				members[k] = member(k, c.recs, false)
+				members[k].in <- last[k]
 			}
 			failover = false
 		}
 		single.in <- all
 		for k, b := range parts {
 			if len(b.Packets) > 0 {
-				cluster[k].in <- b
+				members[k].in <- b
 				last[k] = b
 			}
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
 	time.Sleep(time.Second) // every shard's last redirects committed
-	for _, c := range append([]*collector{single}, cluster[:]...) {
+	for _, c := range append([]*collector{single}, members[:]...) {
 		close(c.in)
 		if err := <-c.done; err != nil {
 			t.Fatal(err)
@@ -213,7 +213,7 @@ func clusterRedirects(t *testing.T, failover bool) {
 
 	want := single.recs
 	got := map[string]record.Record{}
-	for _, c := range cluster {
+	for _, c := range members {
 		for id, r := range c.recs {
 			got[id] = r
 		}

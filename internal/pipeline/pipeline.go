@@ -62,7 +62,7 @@ type Store interface {
 }
 
 // RedirectFeed is a Store shared with the other collectors of a cluster
-// (postgres.ClusterStore): it gives the redirect events that the other
+// (cluster.Store): it gives the redirect events that the other
 // shards' collectors committed, so that a redirect is linked to the
 // record of the open it led to whichever shard the redirector and the
 // data server hash to (docs/scale-out.md, "Redirects across shards"). The

@@ -48,7 +48,7 @@ func TestGrafanaRollupsDashboard(t *testing.T) {
 	}
 
 	// Rollups of ten hours of records, some partial, exported by collector c1.
-	schema := testSchema(t, u)
+	schema := sinktest.PostgresSchema(t, u)
 	st, builder := rollupStore(t)
 	ctx := context.Background()
 	recs := testRecords(0, 600)

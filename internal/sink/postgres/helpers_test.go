@@ -1,8 +1,6 @@
 package postgres
 
 import (
-	"context"
-	"crypto/rand"
 	"fmt"
 	"net"
 	"testing"
@@ -19,39 +17,6 @@ import (
 // testURL returns the database URL, skipping (or failing under CI=true)
 // when PostgreSQL does not answer.
 func testURL(tb testing.TB) string { return testenv.PostgresURL(tb) }
-
-// testSchema returns a unique schema name, dropped at cleanup.
-func testSchema(tb testing.TB, u string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := fmt.Sprintf("xrdmon_test_%x", b)
-	tb.Cleanup(func() {
-		ctx := context.Background()
-		c, err := pgx.Connect(ctx, u)
-		if err != nil {
-			return
-		}
-		defer c.Close(ctx)
-		_, _ = c.Exec(ctx, "DROP SCHEMA IF EXISTS "+name+" CASCADE")
-	})
-	return name
-}
-
-// query runs a one-value query on a fresh connection.
-func query[T any](tb testing.TB, u, q string, args ...any) T {
-	tb.Helper()
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, u)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer c.Close(ctx)
-	var v T
-	if err := c.QueryRow(ctx, q, args...).Scan(&v); err != nil {
-		tb.Fatalf("%s: %v", q, err)
-	}
-	return v
-}
 
 // withAddr returns u pointing at addr instead.
 func withAddr(tb testing.TB, u, addr string) string {

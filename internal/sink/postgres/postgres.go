@@ -123,7 +123,7 @@ func (o *Options) fill() error {
 // Run once.
 type Sink struct {
 	loop    *deliver.Loop
-	w       *writer
+	w       *Writer
 	rollups *rollupExporter // nil: rollups not exported
 }
 
@@ -149,7 +149,7 @@ func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger,
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	w, err := newWriter(cfg.URL, opts, log.With("sink", opts.Name))
+	w, err := NewWriter(cfg.URL, opts, log.With("sink", opts.Name))
 	if err != nil {
 		return nil, fmt.Errorf("new postgres sink: %w", err)
 	}
@@ -172,7 +172,7 @@ func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger,
 // are retried forever; Run returns an error only when it cannot start (the
 // cursor cannot be read).
 func (s *Sink) Run(ctx context.Context) error {
-	defer s.w.close()
+	defer s.w.Close()
 	if s.rollups != nil {
 		done := make(chan struct{})
 		go func() { s.rollups.run(ctx); close(done) }()

@@ -19,12 +19,12 @@ func BenchmarkLoad(b *testing.B) {
 	u := testURL(b)
 	for _, size := range []int{1000, 5000} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
-			schema := testSchema(b, u)
-			w, err := newWriter(u, fastOptions(schema), sinktest.Discard())
+			schema := sinktest.PostgresSchema(b, u)
+			w, err := NewWriter(u, fastOptions(schema), sinktest.Discard())
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer w.close()
+			defer w.Close()
 			ctx := context.Background()
 			next := 0
 			mk := func() []store.Entry {
@@ -62,7 +62,7 @@ func BenchmarkLoad(b *testing.B) {
 //	go test ./internal/sink/postgres -run '^$' -bench Sink -benchtime 200000x
 func BenchmarkSink(b *testing.B) {
 	u := testURL(b)
-	schema := testSchema(b, u)
+	schema := sinktest.PostgresSchema(b, u)
 	st := sinktest.OpenStore(b)
 	sinktest.Fill(b, st, b.N, testRecord)
 	opts := fastOptions(schema)

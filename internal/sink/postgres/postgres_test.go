@@ -69,7 +69,7 @@ func TestNewValidates(t *testing.T) {
 func TestLoad(t *testing.T) {
 	u := testURL(t)
 	t.Parallel()
-	schema := testSchema(t, u)
+	schema := sinktest.PostgresSchema(t, u)
 	st := sinktest.OpenStore(t)
 	ctx := context.Background()
 	const n = 3000 // 3000 minutes: three days
@@ -88,15 +88,15 @@ func TestLoad(t *testing.T) {
 	sinktest.WaitFor(t, "cursor at end", 30*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
 	stop()
 
-	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
+	if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
 		t.Fatalf("%d records, want %d", got, n)
 	}
-	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".events"); got != 2 {
+	if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".events"); got != 2 {
 		t.Fatalf("%d events, want 2", got)
 	}
 	// Partitions: one per day of the records (Mar 1..3) and today's and
 	// tomorrow's.
-	parts := query[[]string](t, u, `SELECT array_agg(c.relname::text ORDER BY c.relname) FROM pg_inherits i
+	parts := sinktest.PostgresValue[[]string](t, u, `SELECT array_agg(c.relname::text ORDER BY c.relname) FROM pg_inherits i
 		JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = '`+schema+`.records'::regclass`)
 	for _, want := range []string{"records_p20260301", "records_p20260302", "records_p20260303",
 		"records_p" + time.Now().UTC().Format("20060102")} {
@@ -104,7 +104,7 @@ func TestLoad(t *testing.T) {
 			t.Errorf("partition %s missing from %v", want, parts)
 		}
 	}
-	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records_p20260302"); got != 1440 {
+	if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".records_p20260302"); got != 1440 {
 		t.Errorf("%d records in the partition of Mar 2, want 1440", got)
 	}
 	// Values.
@@ -128,16 +128,16 @@ func TestLoad(t *testing.T) {
 		got.read != r.ReadBytes || got.size != r.FileSize || got.readMax != r.ReadMax {
 		t.Errorf("row %+v differs from record", got)
 	}
-	if u5 := query[string](t, u, "SELECT user_name FROM "+schema+".records WHERE record_id = $1", recs[5].RecordID); u5 != "bad\uFFFDname" {
+	if u5 := sinktest.PostgresValue[string](t, u, "SELECT user_name FROM "+schema+".records WHERE record_id = $1", recs[5].RecordID); u5 != "bad\uFFFDname" {
 		t.Errorf("NUL not replaced: %q", u5)
 	}
-	if s6 := query[*time.Time](t, u, "SELECT start_time FROM "+schema+".records WHERE record_id = $1", recs[6].RecordID); s6 != nil {
+	if s6 := sinktest.PostgresValue[*time.Time](t, u, "SELECT start_time FROM "+schema+".records WHERE record_id = $1", recs[6].RecordID); s6 != nil {
 		t.Errorf("zero start stored as %v, want NULL", s6)
 	}
-	if lfn := query[string](t, u, "SELECT data->>'lfn' FROM "+schema+".events WHERE event_id = $1", evs[0].EventID); lfn != "/store/f1" {
+	if lfn := sinktest.PostgresValue[string](t, u, "SELECT data->>'lfn' FROM "+schema+".events WHERE event_id = $1", evs[0].EventID); lfn != "/store/f1" {
 		t.Errorf("event data lfn = %q", lfn)
 	}
-	if v := query[int32](t, u, "SELECT max(version) FROM "+schema+".schema_version"); v != SchemaVersion {
+	if v := sinktest.PostgresValue[int32](t, u, "SELECT max(version) FROM "+schema+".schema_version"); v != SchemaVersion {
 		t.Errorf("schema version %d", v)
 	}
 
@@ -151,7 +151,7 @@ func TestLoad(t *testing.T) {
 	}
 	sinktest.RunSink(t, newSink(t, u, opts, st))
 	sinktest.WaitFor(t, "cursor at end again", 30*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
-	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n+10 {
+	if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n+10 {
 		t.Fatalf("%d records after redelivery, want %d", got, n+10)
 	}
 }
@@ -161,7 +161,7 @@ func TestLoad(t *testing.T) {
 func TestDuplicateAppend(t *testing.T) {
 	u := testURL(t)
 	t.Parallel()
-	schema := testSchema(t, u)
+	schema := sinktest.PostgresSchema(t, u)
 	ctx := context.Background()
 	for range 2 {
 		st := sinktest.OpenStore(t)
@@ -173,7 +173,7 @@ func TestDuplicateAppend(t *testing.T) {
 		sinktest.WaitFor(t, "cursor at end", 20*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == 100 })
 		stop()
 	}
-	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != 100 {
+	if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != 100 {
 		t.Fatalf("%d records, want 100", got)
 	}
 }
@@ -183,7 +183,7 @@ func TestDuplicateAppend(t *testing.T) {
 func TestOutage(t *testing.T) {
 	u := testURL(t)
 	t.Parallel()
-	schema := testSchema(t, u)
+	schema := sinktest.PostgresSchema(t, u)
 	st := sinktest.OpenStore(t)
 	ctx := context.Background()
 	px := sinktest.NewProxy(t, dbAddr(t, u))
@@ -217,10 +217,10 @@ func TestOutage(t *testing.T) {
 		}
 	}
 	sinktest.WaitFor(t, "cursor at end", 60*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == n })
-	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
+	if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
 		t.Fatalf("%d rows, want %d", got, n)
 	}
-	if got := query[int64](t, u, "SELECT count(DISTINCT record_id) FROM "+schema+".records"); got != n {
+	if got := sinktest.PostgresValue[int64](t, u, "SELECT count(DISTINCT record_id) FROM "+schema+".records"); got != n {
 		t.Fatalf("%d distinct ids, want %d", got, n)
 	}
 	t.Logf("outage: %d rows exactly once, %v failed attempts", n, sinktest.SinkCounter(t, reg, "xrdmon_sink_errors_total", opts.Name))
@@ -234,7 +234,7 @@ func TestServerRestart(t *testing.T) {
 		t.Skip("restarts the shared database: set XRDMON_TEST_RESTART_SERVICES=1")
 	}
 	u := testURL(t)
-	schema := testSchema(t, u)
+	schema := sinktest.PostgresSchema(t, u)
 	st := sinktest.OpenStore(t)
 	ctx := context.Background()
 	opts := fastOptions(schema)
@@ -265,7 +265,7 @@ func TestServerRestart(t *testing.T) {
 	}
 	<-done
 	sinktest.WaitFor(t, "cursor at end", 120*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == n })
-	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
+	if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
 		t.Fatalf("%d rows, want %d", got, n)
 	}
 }
@@ -277,12 +277,12 @@ func TestServerRestart(t *testing.T) {
 func TestRedeliveryFallback(t *testing.T) {
 	u := testURL(t)
 	t.Parallel()
-	schema := testSchema(t, u)
-	w, err := newWriter(u, fastOptions(schema), sinktest.Discard())
+	schema := sinktest.PostgresSchema(t, u)
+	w, err := NewWriter(u, fastOptions(schema), sinktest.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.close()
+	defer w.Close()
 	ctx := context.Background()
 	entries := func(ids ...int) []store.Entry {
 		var out []store.Entry
@@ -322,10 +322,10 @@ func TestRedeliveryFallback(t *testing.T) {
 		if w.dupes != tc.dupes {
 			t.Errorf("%s: dupes %v, want %v", tc.name, w.dupes, tc.dupes)
 		}
-		if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != tc.recs {
+		if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != tc.recs {
 			t.Errorf("%s: %d records, want %d", tc.name, got, tc.recs)
 		}
-		if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".events"); got != tc.evs {
+		if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".events"); got != tc.evs {
 			t.Errorf("%s: %d events, want %d", tc.name, got, tc.evs)
 		}
 	}
@@ -339,7 +339,7 @@ func TestRedeliveryFallback(t *testing.T) {
 func TestPartitionsBoundedByClock(t *testing.T) {
 	u := testURL(t)
 	t.Parallel()
-	schema := testSchema(t, u)
+	schema := sinktest.PostgresSchema(t, u)
 	st := sinktest.OpenStore(t)
 	ctx := context.Background()
 	const n = 500
@@ -359,18 +359,18 @@ func TestPartitionsBoundedByClock(t *testing.T) {
 	stop := sinktest.RunSink(t, newSink(t, u, opts, st))
 	sinktest.WaitFor(t, "cursor at end", 30*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
 	stop()
-	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
+	if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n {
 		t.Fatalf("%d records loaded, want %d", got, n)
 	}
 	countParts := func() int64 {
-		return query[int64](t, u, `SELECT count(*) FROM pg_inherits WHERE inhparent = '`+schema+`.records'::regclass`)
+		return sinktest.PostgresValue[int64](t, u, `SELECT count(*) FROM pg_inherits WHERE inhparent = '`+schema+`.records'::regclass`)
 	}
 	// The default partition, today's and the ones ahead, and at most the
 	// few days within the window that the spread happens to hit.
 	if got := countParts(); got > 6 {
 		t.Errorf("%d partitions for %d records over 132 years, want a handful", got, n)
 	}
-	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records_pdefault"); got < n-5 {
+	if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".records_pdefault"); got < n-5 {
 		t.Errorf("%d records in the default partition, want nearly all %d", got, n)
 	}
 
@@ -386,10 +386,10 @@ func TestPartitionsBoundedByClock(t *testing.T) {
 	stop = sinktest.RunSink(t, newSink(t, u, opts, st))
 	sinktest.WaitFor(t, "cursor at end again", 30*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
 	stop()
-	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records_p19991231"); got != 2 {
+	if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".records_p19991231"); got != 2 {
 		t.Errorf("%d records in the partition of 1999-12-31, want 2 (one moved from the default partition)", got)
 	}
-	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n+2 {
+	if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != n+2 {
 		t.Fatalf("%d records, want %d", got, n+2)
 	}
 }
@@ -402,7 +402,7 @@ func TestPartitionsBoundedByClock(t *testing.T) {
 func TestRefusedRowSetAside(t *testing.T) {
 	u := testURL(t)
 	t.Parallel()
-	schema := testSchema(t, u)
+	schema := sinktest.PostgresSchema(t, u)
 	st := sinktest.OpenStore(t)
 	ctx := context.Background()
 	poison := sinktest.Event(1, record.EventTCPMon)
@@ -429,10 +429,10 @@ func TestRefusedRowSetAside(t *testing.T) {
 	}
 	sinktest.WaitFor(t, "cursor at end again", 30*time.Second, func() bool { return sinktest.Cursor(t, st, opts.Name) == sinktest.LastSeq(t, st) })
 	stop()
-	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != 60 {
+	if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".records"); got != 60 {
 		t.Errorf("%d records loaded, want 60", got)
 	}
-	if got := query[int64](t, u, "SELECT count(*) FROM "+schema+".events"); got != 1 {
+	if got := sinktest.PostgresValue[int64](t, u, "SELECT count(*) FROM "+schema+".events"); got != 1 {
 		t.Errorf("%d events loaded, want the good one", got)
 	}
 	dl, err := st.DeadLetters(ctx, opts.Name, 0, 10)

@@ -165,7 +165,7 @@ func (x *rollupExporter) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	if err := migrate(ctx, conn, x.opts.Schema); err != nil {
+	if err := Migrate(ctx, conn, x.opts.Schema); err != nil {
 		conn.Close(ctx)
 		return err
 	}

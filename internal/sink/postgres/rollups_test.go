@@ -117,7 +117,7 @@ func addRolledUp(t *testing.T, st *store.Store, b *rollup.Builder, recs []record
 func TestRollupExport(t *testing.T) {
 	u := testURL(t)
 	t.Parallel()
-	schema := testSchema(t, u)
+	schema := sinktest.PostgresSchema(t, u)
 	st, b := rollupStore(t)
 	add := func(from, n int) {
 		t.Helper()
@@ -162,11 +162,11 @@ func TestRollupExport(t *testing.T) {
 	stop = run()
 	check("the export after a restart")
 	stop()
-	n := query[int64](t, u, `SELECT count(*) FROM `+pgx.Identifier{schema}.Sanitize()+`.rollups WHERE step = 3600 AND dims = ''`)
+	n := sinktest.PostgresValue[int64](t, u, `SELECT count(*) FROM `+pgx.Identifier{schema}.Sanitize()+`.rollups WHERE step = 3600 AND dims = ''`)
 	if n != 16 { // 960 minutes from 12:00 (minus the 90 s before the first end): hours 12..03
 		t.Errorf("%d hourly total rows, want 16", n)
 	}
-	part := query[int64](t, u, `SELECT part FROM `+pgx.Identifier{schema}.Sanitize()+`.rollup_exports`)
+	part := sinktest.PostgresValue[int64](t, u, `SELECT part FROM `+pgx.Identifier{schema}.Sanitize()+`.rollup_exports`)
 	if part == 0 {
 		t.Error("export position not saved")
 	}

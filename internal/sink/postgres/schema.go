@@ -196,9 +196,9 @@ var eventColumns = []string{
 	"server_id", "server_stod", "site", "data", "valid",
 }
 
-// migrate creates the schema or brings it to SchemaVersion, under a
+// Migrate creates the schema or brings it to SchemaVersion, under a
 // transaction-scoped advisory lock so concurrent collectors do not race.
-func migrate(ctx context.Context, conn *pgx.Conn, schema string) error {
+func Migrate(ctx context.Context, conn *pgx.Conn, schema string) error {
 	s := pgx.Identifier{schema}.Sanitize()
 	tx, err := conn.Begin(ctx)
 	if err != nil {

@@ -12,25 +12,14 @@ import (
 func (c Config) Validate() error {
 	var p confcheck.Problems
 	p.Check(!c.Enabled || c.URL != "", "url", "required when outputs.postgres.enabled")
-	checkURL(&p, c.URL)
+	CheckURL(&p, c.URL)
 	return p.Err()
 }
 
-// Validate checks c, the cluster section (the rules that span sections
-// are the configuration's).
-func (c ClusterConfig) Validate() error {
-	var p confcheck.Problems
-	if c.Enabled {
-		p.Check(c.URL != "", "url", "required when cluster.enabled")
-		p.Check(c.Schema != "", "schema", "required when cluster.enabled")
-	}
-	checkURL(&p, c.URL)
-	return p.Err()
-}
-
-// checkURL checks a connection string in URL form (the key=value form is
-// checked by the driver when it connects).
-func checkURL(p *confcheck.Problems, raw string) {
+// CheckURL checks a connection string in URL form (the key=value form is
+// checked by the driver when it connects), for every section that names a
+// PostgreSQL database.
+func CheckURL(p *confcheck.Problems, raw string) {
 	if !strings.Contains(raw, "://") {
 		return
 	}

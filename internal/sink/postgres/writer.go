@@ -24,8 +24,10 @@ const (
 	stageEvents  = "xrdmon_stage_events"
 )
 
-// writer owns one connection. It is used by the loop goroutine only.
-type writer struct {
+// Writer loads records and events into the schema's tables over one
+// connection of its own: the output's, and a cluster collector's store
+// (cluster.Store) for its shard's. One goroutine uses it at a time.
+type Writer struct {
 	cfg  *pgx.ConnConfig
 	opts Options
 	log  *slog.Logger
@@ -49,7 +51,12 @@ type writer struct {
 	fence func(ctx context.Context, tx pgx.Tx) error
 }
 
-func newWriter(url string, opts Options, log *slog.Logger) (*writer, error) {
+// NewWriter returns a writer to the database at url; it connects at its
+// first Deliver (or Connect).
+func NewWriter(url string, opts Options, log *slog.Logger) (*Writer, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse url: %w", err)
@@ -64,7 +71,7 @@ func newWriter(url string, opts Options, log *slog.Logger) (*writer, error) {
 	copySQL := func(table string, cols []string) string {
 		return `COPY ` + table + ` (` + strings.Join(cols, ", ") + `) FROM STDIN (FORMAT binary)`
 	}
-	return &writer{
+	return &Writer{
 		cfg:              cfg,
 		opts:             opts,
 		log:              log,
@@ -79,14 +86,14 @@ func newWriter(url string, opts Options, log *slog.Logger) (*writer, error) {
 	}, nil
 }
 
-// connect opens the connection, creates or migrates the schema and the
+// Connect opens the connection, creates or migrates the schema and the
 // staging tables.
-func (w *writer) connect(ctx context.Context) error {
+func (w *Writer) Connect(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, w.cfg)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	if err := migrate(ctx, conn, w.opts.Schema); err != nil {
+	if err := Migrate(ctx, conn, w.opts.Schema); err != nil {
 		conn.Close(ctx)
 		return err
 	}
@@ -107,7 +114,8 @@ func (w *writer) connect(ctx context.Context) error {
 	return nil
 }
 
-func (w *writer) close() {
+// Close closes the connection, if open.
+func (w *Writer) Close() {
 	if w.conn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = w.conn.Close(ctx)
@@ -116,18 +124,39 @@ func (w *writer) close() {
 	w.conn = nil
 }
 
+// Conn returns the open connection, connecting it if need be: a cluster
+// store's checkpoints share it with the loads.
+func (w *Writer) Conn(ctx context.Context) (*pgx.Conn, error) {
+	if w.conn != nil && !w.conn.IsClosed() {
+		return w.conn, nil
+	}
+	w.Close()
+	if err := w.Connect(ctx); err != nil {
+		return nil, err
+	}
+	return w.conn, nil
+}
+
+// Fence makes fn run first in every load's transaction, its error failing
+// the load (a cluster collector's lease check).
+func (w *Writer) Fence(fn func(ctx context.Context, tx pgx.Tx) error) { w.fence = fn }
+
+// SetRuntimeParam sets a server parameter of the connections opened from
+// now on.
+func (w *Writer) SetRuntimeParam(name, value string) { w.cfg.RuntimeParams[name] = value }
+
 // Deliver loads batch in one transaction. On any failure the connection
 // is dropped; the next call reconnects.
-func (w *writer) Deliver(ctx context.Context, batch []store.Entry) error {
+func (w *Writer) Deliver(ctx context.Context, batch []store.Entry) error {
 	if w.conn == nil || w.conn.IsClosed() {
-		w.close()
-		if err := w.connect(ctx); err != nil {
+		w.Close()
+		if err := w.Connect(ctx); err != nil {
 			return err
 		}
 	}
 	if err := w.load(ctx, batch); err != nil {
-		w.close()
-		if refused(err) {
+		w.Close()
+		if Refused(err) {
 			return fmt.Errorf("%w: %w", deliver.ErrRefused, err)
 		}
 		return err
@@ -135,13 +164,13 @@ func (w *writer) Deliver(ctx context.Context, batch []store.Entry) error {
 	return nil
 }
 
-// refused reports whether PostgreSQL refused the data itself, so that the
+// Refused reports whether PostgreSQL refused the data itself, so that the
 // same rows would fail again: SQLSTATE class 22 (data exception: a value
 // out of range, bad encoding), 23 (integrity constraint violation; the
 // duplicate keys of a redelivery are handled before this) and 54 (program
 // limit exceeded: a row or index entry too large). Everything else (the
 // connection, the server, permissions) is an outage to retry.
-func refused(err error) bool {
+func Refused(err error) bool {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || len(pe.Code) < 2 {
 		return false
@@ -153,7 +182,7 @@ func refused(err error) bool {
 	return false
 }
 
-func (w *writer) load(ctx context.Context, batch []store.Entry) error {
+func (w *Writer) load(ctx context.Context, batch []store.Entry) error {
 	w.recs, w.evs = w.recs[:0], w.evs[:0]
 	for i := range batch {
 		if r := batch[i].Record; r != nil {
@@ -186,7 +215,7 @@ func (w *writer) load(ctx context.Context, batch []store.Entry) error {
 // staging tables and inserts those ON CONFLICT DO NOTHING, which skips
 // what is there already. After a staged load that skipped nothing,
 // w.dupes is cleared.
-func (w *writer) loadTx(ctx context.Context, staged bool) error {
+func (w *Writer) loadTx(ctx context.Context, staged bool) error {
 	tx, err := w.conn.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -231,7 +260,7 @@ func (w *writer) loadTx(ctx context.Context, staged bool) error {
 
 // copyIn sends w.copy with the direct COPY statement, or with the staging
 // one followed by the insert; it returns the rows inserted.
-func (w *writer) copyIn(ctx context.Context, staged bool, direct, stage, insert string, rows int) (int64, error) {
+func (w *Writer) copyIn(ctx context.Context, staged bool, direct, stage, insert string, rows int) (int64, error) {
 	pc := w.conn.PgConn()
 	if !staged {
 		if _, err := pc.CopyFrom(ctx, bytes.NewReader(w.copy.finish()), direct); err != nil {
@@ -257,7 +286,7 @@ func isUniqueViolation(err error) bool {
 
 // ensurePartitions creates the partitions the batch's records fall in, and
 // PartitionsAhead after the current one.
-func (w *writer) ensurePartitions(ctx context.Context) error {
+func (w *Writer) ensurePartitions(ctx context.Context) error {
 	need := func(t time.Time) error {
 		suffix, from, to := partitionOf(t, w.opts.Partition)
 		if w.partitions[suffix] {

@@ -1,4 +1,4 @@
-package postgres
+package cluster
 
 import (
 	"context"
@@ -12,8 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 	"github.com/xrdmon/xrdmon/internal/store"
+	"github.com/xrdmon/xrdmon/internal/testenv"
 )
 
 func acquire(t *testing.T, u, schema, shard, holder string, within time.Duration) (*Lease, error) {
@@ -27,9 +29,9 @@ func acquire(t *testing.T, u, schema, shard, holder string, within time.Duration
 // the next epoch; a lease whose connection is killed is lost, and another
 // collector takes the shard.
 func TestLeaseExclusive(t *testing.T) {
-	u := testURL(t)
+	u := testenv.PostgresURL(t)
 	t.Parallel()
-	schema := testSchema(t, u)
+	schema := sinktest.PostgresSchema(t, u)
 	a, err := acquire(t, u, schema, "shard.00", "a", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -82,16 +84,16 @@ func TestLeaseExclusive(t *testing.T) {
 // longer write one (a permanent error, so it acknowledges nothing more);
 // a redelivered batch is not stored twice.
 func TestClusterStoreFencing(t *testing.T) {
-	u := testURL(t)
+	u := testenv.PostgresURL(t)
 	t.Parallel()
-	schema := testSchema(t, u)
+	schema := sinktest.PostgresSchema(t, u)
 	ctx := context.Background()
 	a, err := acquire(t, u, schema, "s0", "a", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	localA := sinktest.OpenStore(t)
-	sa, err := NewClusterStore(localA, a, u, schema, nil)
+	sa, err := NewStore(localA, a, u, schema, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +115,7 @@ func TestClusterStoreFencing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := query[int64](t, u, `SELECT count(*) FROM `+schema+`.records`); n != 20 {
+	if n := sinktest.PostgresValue[int64](t, u, `SELECT count(*) FROM `+schema+`.records`); n != 20 {
 		t.Errorf("%d records in PostgreSQL, want 20", n)
 	}
 	if err := sa.PutState(ctx, "correlate/0-of-1", []byte("state of a")); err != nil {
@@ -126,7 +128,7 @@ func TestClusterStoreFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Release()
-	sb, err := NewClusterStore(sinktest.OpenStore(t), b, u, schema, nil)
+	sb, err := NewStore(sinktest.OpenStore(t), b, u, schema, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +154,7 @@ func TestClusterStoreFencing(t *testing.T) {
 	if !errors.Is(err, ErrFenced) || !errors.Is(err, store.ErrPermanent) {
 		t.Fatalf("a fenced holder's records: %v", err)
 	}
-	if n := query[int64](t, u, `SELECT count(*) FROM `+schema+`.records`); n != 20 {
+	if n := sinktest.PostgresValue[int64](t, u, `SELECT count(*) FROM `+schema+`.records`); n != 20 {
 		t.Errorf("%d records in PostgreSQL after a fenced holder's append, want 20", n)
 	}
 }
@@ -162,16 +164,16 @@ func TestClusterStoreFencing(t *testing.T) {
 // yet: the holder's records and checkpoints are refused all the same, for
 // good, from the moment the lock is gone.
 func TestClusterStoreFencedWhenSessionEnds(t *testing.T) {
-	u := testURL(t)
+	u := testenv.PostgresURL(t)
 	t.Parallel()
-	schema := testSchema(t, u)
+	schema := sinktest.PostgresSchema(t, u)
 	ctx := context.Background()
 	a, err := acquire(t, u, schema, "s0", "a", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Release()
-	sa, err := NewClusterStore(sinktest.OpenStore(t), a, u, schema, nil)
+	sa, err := NewStore(sinktest.OpenStore(t), a, u, schema, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,18 +181,18 @@ func TestClusterStoreFencedWhenSessionEnds(t *testing.T) {
 	if err := sa.Append(ctx, testRecords(0, 5), nil); err != nil {
 		t.Fatal(err)
 	}
-	if !query[bool](t, u, `SELECT pg_terminate_backend($1)`, int32(a.pid)) {
+	if !sinktest.PostgresValue[bool](t, u, `SELECT pg_terminate_backend($1)`, int32(a.pid)) {
 		t.Fatal("lease session not terminated")
 	}
 	waitFor(t, func() bool {
-		return query[int64](t, u, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, int32(a.pid)) == 0
+		return sinktest.PostgresValue[int64](t, u, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, int32(a.pid)) == 0
 	})
 	for _, err := range []error{sa.Append(ctx, testRecords(5, 5), nil), sa.PutState(ctx, "correlate/0-of-1", []byte("x"))} {
 		if !errors.Is(err, ErrFenced) || !errors.Is(err, store.ErrPermanent) {
 			t.Errorf("a holder whose lease session ended: %v", err)
 		}
 	}
-	if n := query[int64](t, u, `SELECT count(*) FROM `+schema+`.records`); n != 5 {
+	if n := sinktest.PostgresValue[int64](t, u, `SELECT count(*) FROM `+schema+`.records`); n != 5 {
 		t.Errorf("%d records in PostgreSQL, want 5", n)
 	}
 }
@@ -270,9 +272,9 @@ func (f *freezer) pipe(dst, src net.Conn) {
 // server's TCP keepalive gives up two hours later (issue 25: the standby
 // waited until the proxy was killed).
 func TestLeaseFrozenConnection(t *testing.T) {
-	u := testURL(t)
+	u := testenv.PostgresURL(t)
 	t.Parallel()
-	schema := testSchema(t, u)
+	schema := sinktest.PostgresSchema(t, u)
 	pu, err := url.Parse(u)
 	if err != nil {
 		t.Fatal(err)
@@ -321,9 +323,9 @@ func TestLeaseFrozenConnection(t *testing.T) {
 // (idle_session_timeout, 10 poll intervals), so the lock, and the shard,
 // are free for whoever comes next, whatever its rights.
 func TestLeaseFrozenSessionEndedByServer(t *testing.T) {
-	u := testURL(t)
+	u := testenv.PostgresURL(t)
 	t.Parallel()
-	schema := testSchema(t, u)
+	schema := sinktest.PostgresSchema(t, u)
 	pu, err := url.Parse(u)
 	if err != nil {
 		t.Fatal(err)
@@ -340,12 +342,12 @@ func TestLeaseFrozenSessionEndedByServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Release()
-	if n := query[int64](t, u, `SELECT count(*) FROM pg_settings WHERE name = 'idle_session_timeout'`); n == 0 {
+	if n := sinktest.PostgresValue[int64](t, u, `SELECT count(*) FROM pg_settings WHERE name = 'idle_session_timeout'`); n == 0 {
 		t.Skip("the server has no idle_session_timeout (PostgreSQL before 14)")
 	}
 	close(f.frozen)
 	waitFor(t, func() bool {
-		return query[int64](t, u, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, int32(a.pid)) == 0
+		return sinktest.PostgresValue[int64](t, u, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, int32(a.pid)) == 0
 	})
 }
 
@@ -357,15 +359,15 @@ func TestLeaseFrozenSessionEndedByServer(t *testing.T) {
 // transaction is the one the server ends, and the writer's sessions are
 // set for it (idle_in_transaction_session_timeout).
 func TestLeaseNextHolderWaitsForFrozenTransaction(t *testing.T) {
-	u := testURL(t)
+	u := testenv.PostgresURL(t)
 	t.Parallel()
-	schema := testSchema(t, u)
+	schema := sinktest.PostgresSchema(t, u)
 	ctx := context.Background()
 	a, err := acquire(t, u, schema, "s0", "a", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sa, err := NewClusterStore(sinktest.OpenStore(t), a, u, schema, nil)
+	sa, err := NewStore(sinktest.OpenStore(t), a, u, schema, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +376,11 @@ func TestLeaseNextHolderWaitsForFrozenTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	var timeout string
-	if err := sa.w.conn.QueryRow(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&timeout); err != nil || timeout != "10s" {
+	conn, err := sa.w.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&timeout); err != nil || timeout != "10s" {
 		t.Errorf("the writer's idle_in_transaction_session_timeout: %q, %v; want 10s", timeout, err)
 	}
 	// a's frozen writer: a transaction holding the lease's row.
@@ -401,7 +407,7 @@ func TestLeaseNextHolderWaitsForFrozenTransaction(t *testing.T) {
 	// b holds the lock and waits for the row; c waits 10 poll intervals
 	// (500 ms) and more beside it.
 	waitFor(t, func() bool {
-		return query[int64](t, u, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'xrdmon lease s0' AND wait_event_type = 'Lock'`) == 1
+		return sinktest.PostgresValue[int64](t, u, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'xrdmon lease s0' AND wait_event_type = 'Lock'`) == 1
 	})
 	c, err := acquire(t, u, schema, "s0", "c", 1500*time.Millisecond)
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -433,4 +439,9 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached in time")
 		}
 	}
+}
+
+// testRecords returns records from..from+n-1, a minute apart.
+func testRecords(from, n int) []record.Record {
+	return sinktest.Records(from, n, func(i int) record.Record { return sinktest.Record(i, time.Minute) })
 }

@@ -1,4 +1,4 @@
-package postgres
+package cluster
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/postgres"
 )
 
 // Redirects across shards (docs/scale-out.md, "Redirects across shards").
@@ -39,7 +40,7 @@ import (
 // while it lasts: the reads then go over the rows since it again, skipped
 // by id, until it ends.
 
-// redirectFeed is a ClusterStore's reading position in shard_redirects.
+// redirectFeed is a Store's reading position in shard_redirects.
 type redirectFeed struct {
 	started bool              // cursor is valid (else: read the last firstLook)
 	cursor  uint64            // every row with a smaller tx was read
@@ -64,8 +65,8 @@ const (
 
 // publishRedirects writes the redirect events among evs to shard_redirects
 // (a redelivery's again are dropped by id). The caller holds c.mu, and the
-// writer's connection is up.
-func (c *ClusterStore) publishRedirects(ctx context.Context, evs []record.Event) error {
+// writer's connection is up (its Conn).
+func (c *Store) publishRedirects(ctx context.Context, evs []record.Event) error {
 	var ids, ips, data []string
 	var times, recv []time.Time
 	var sids []int64
@@ -81,14 +82,18 @@ func (c *ClusterStore) publishRedirects(ctx context.Context, evs []record.Event)
 		sids = append(sids, int64(e.ServerID))
 		data = append(data, string(e.Data))
 	}
+	conn, err := c.w.Conn(ctx)
+	if err != nil {
+		return err
+	}
 	s := pgx.Identifier{c.lease.schema}.Sanitize()
 	if len(ids) > 0 {
-		_, err := c.w.conn.Exec(ctx, `INSERT INTO `+s+`.shard_redirects (event_id, shard, time, received, server_ip, server_id, data)
+		_, err := conn.Exec(ctx, `INSERT INTO `+s+`.shard_redirects (event_id, shard, time, received, server_ip, server_id, data)
 			SELECT u.id, $1, u.t, u.r, u.ip, u.sid, u.d::jsonb
 			FROM unnest($2::text[], $3::timestamptz[], $4::timestamptz[], $5::text[], $6::bigint[], $7::text[]) AS u(id, t, r, ip, sid, d)
 			ON CONFLICT (event_id) DO NOTHING`, c.lease.Shard, ids, times, recv, ips, sids, data)
 		if err != nil {
-			if refused(err) {
+			if postgres.Refused(err) {
 				// A redirect PostgreSQL cannot hold (its event is kept
 				// locally): the other shards do not link it.
 				c.log.Warn("PostgreSQL refused redirects shared with the other shards", "err", err, "redirects", len(ids))
@@ -98,7 +103,7 @@ func (c *ClusterStore) publishRedirects(ctx context.Context, evs []record.Event)
 		}
 	}
 	if now := time.Now(); now.Sub(c.feed.pruned) >= pruneEvery {
-		if _, err := c.w.conn.Exec(ctx, `DELETE FROM `+s+`.shard_redirects WHERE shard = $1
+		if _, err := conn.Exec(ctx, `DELETE FROM `+s+`.shard_redirects WHERE shard = $1
 			AND received < (SELECT max(received) FROM `+s+`.shard_redirects WHERE shard = $1) - make_interval(secs => $2)`,
 			c.lease.Shard, redirectRetention.Seconds()); err != nil {
 			return fmt.Errorf("delete old shared redirects: %w", err)
@@ -111,17 +116,18 @@ func (c *ClusterStore) publishRedirects(ctx context.Context, evs []record.Event)
 // ForeignRedirects returns the redirect events that the other shards'
 // collectors have committed since the last call (each exactly once; see
 // above), for the pipeline's redirect linker (pipeline.RedirectFeed).
-func (c *ClusterStore) ForeignRedirects(ctx context.Context) ([]record.Event, error) {
+func (c *Store) ForeignRedirects(ctx context.Context) ([]record.Event, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.ensure(ctx); err != nil {
+	conn, err := c.w.Conn(ctx)
+	if err != nil {
 		return nil, err
 	}
 	f := &c.feed
 	var out []record.Event
 	var xmin uint64
 	s := pgx.Identifier{c.lease.schema}.Sanitize()
-	err := pgx.BeginTxFunc(ctx, c.w.conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var x string
 		if err := tx.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`).Scan(&x); err != nil {
 			return fmt.Errorf("snapshot: %w", err)
@@ -166,7 +172,7 @@ func (c *ClusterStore) ForeignRedirects(ctx context.Context) ([]record.Event, er
 		return rows.Err()
 	})
 	if err != nil {
-		c.w.close()
+		c.w.Close()
 		return nil, fmt.Errorf("cluster store: other shards' redirects: %w", err)
 	}
 	f.started, f.cursor = true, max(f.cursor, xmin)
@@ -183,7 +189,7 @@ const feedMagic = "XRDMFEED1"
 
 // RedirectFeedState returns the reading position of ForeignRedirects, for
 // the pipeline to keep with the redirect linker's checkpoint.
-func (c *ClusterStore) RedirectFeedState() []byte {
+func (c *Store) RedirectFeedState() []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	f := &c.feed
@@ -200,7 +206,7 @@ func (c *ClusterStore) RedirectFeedState() []byte {
 }
 
 // RestoreRedirectFeed sets the reading position from a RedirectFeedState.
-func (c *ClusterStore) RestoreRedirectFeed(b []byte) error {
+func (c *Store) RestoreRedirectFeed(b []byte) error {
 	if len(b) < len(feedMagic) || string(b[:len(feedMagic)]) != feedMagic {
 		return errors.New("redirect feed state: bad magic")
 	}

@@ -1,4 +1,4 @@
-package postgres
+package cluster
 
 import (
 	"context"
@@ -6,48 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/xrdmon/xrdmon/internal/record"
-	"github.com/xrdmon/xrdmon/internal/sink/deliver"
+	"github.com/xrdmon/xrdmon/internal/sink/postgres"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
-// A collector of a bus cluster (docs/scale-out.md) holds its shard through
-// a Lease and keeps, through a ClusterStore, what another collector needs
-// to take the shard over in PostgreSQL: the records and events (the
-// records and events tables, deduplicated by id) and the correlation
-// checkpoint (shard_state), written before the input they cover is
-// acknowledged. A local disk that vanishes with its machine then loses
-// nothing: the next holder of the shard restores the checkpoint from
-// PostgreSQL, and the broker redelivers what was not acknowledged.
-//
-// Fencing: a Lease is a session advisory lock, held on its own connection
-// for as long as the collector runs, and an epoch in shard_leases that
-// each new holder increments. Every checkpoint is written in a
-// transaction that reads the epoch FOR SHARE and writes only if it is the
-// holder's: a collector that lost its lease (its connection to PostgreSQL
-// broke, another took the shard) can never overwrite the newer holder's
-// state, and its commit fails, so it acknowledges nothing more.
-
-// ClusterConfig is the cluster section of the configuration: a collector
-// of a bus cluster holds its shard queue (amqp_input.queue) through a
-// lease in this PostgreSQL database and keeps the shard's records, events
-// and checkpoint there (docs/scale-out.md).
-type ClusterConfig struct {
-	Enabled bool   `yaml:"enabled" help:"hold the shard (amqp_input.queue) through a lease in PostgreSQL and keep its records, events and checkpoint there, so another collector can take it over"`
-	URL     string `yaml:"url" secret:"url" help:"PostgreSQL connection string of the cluster's state (may be outputs.postgres.url's)"`
-	Schema  string `yaml:"schema" help:"schema of the cluster's tables (shard_leases, shard_state, shard_redirects, records, events)"`
-	Holder  string `yaml:"holder" help:"this collector's name in shard_leases; empty: the host name"`
-}
-
-// DefaultClusterConfig returns the defaults: off, schema xrdmon.
-func DefaultClusterConfig() ClusterConfig { return ClusterConfig{Schema: DefaultOptions().Schema} }
-
-// ErrFenced is returned by ClusterStore.PutState and Append when this
+// ErrFenced is returned by Store.PutState and Append when this
 // collector no longer holds the shard (another may hold it now).
 var ErrFenced = errors.New("the shard's lease was taken over by another collector")
 
@@ -87,7 +54,7 @@ func AcquireLease(ctx context.Context, url, schema, shard, holder string, interv
 		return nil, fmt.Errorf("lease: connect: %w", err)
 	}
 	keepAliveOnServer(ctx, conn, 10*interval, log)
-	if err := migrate(ctx, conn, schema); err != nil {
+	if err := postgres.Migrate(ctx, conn, schema); err != nil {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("lease: %w", err)
 	}
@@ -265,173 +232,4 @@ func (l *Lease) Release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = l.conn.Close(ctx)
-}
-
-// idleInTransaction bounds how long a cluster collector's writer may leave
-// a transaction idle (it never does so, alive: its statements follow each
-// other at once); 10 s, the silence a lease tolerates at the collector's
-// 1 s poll interval.
-const idleInTransaction = 10 * time.Second
-
-// LocalStore is what a ClusterStore keeps locally: the pipeline's store
-// interface (store.Store).
-type LocalStore interface {
-	Append(ctx context.Context, recs []record.Record, evs []record.Event) error
-	PutState(ctx context.Context, key string, blob []byte) error
-	GetState(ctx context.Context, key string) ([]byte, error)
-}
-
-// ClusterStore is the pipeline's store of a cluster collector: the local
-// store (which the outputs read), and PostgreSQL for the records, events
-// and checkpoints of the lease's shard, under the lease's epoch.
-type ClusterStore struct {
-	local LocalStore
-	lease *Lease
-	log   *slog.Logger
-
-	mu      sync.Mutex // the writer and state queries share its connection
-	w       *writer
-	refused int64
-	feed    redirectFeed // reading position in shard_redirects (redirects.go)
-}
-
-// NewClusterStore returns the store of a collector holding lease, writing
-// to the PostgreSQL database at url (schema) and to local.
-func NewClusterStore(local LocalStore, lease *Lease, url, schema string, log *slog.Logger) (*ClusterStore, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	opts := DefaultOptions()
-	opts.Schema = schema
-	if err := opts.fill(); err != nil {
-		return nil, err
-	}
-	w, err := newWriter(url, opts, log)
-	if err != nil {
-		return nil, err
-	}
-	w.fence = lease.fence
-	// A holder that stops dead inside a transaction (a frozen machine)
-	// would keep its row lock on the shard's lease, and the next holder
-	// could never take the epoch: the server ends such a transaction after
-	// the silence the lease tolerates.
-	w.cfg.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(idleInTransaction.Milliseconds())
-	return &ClusterStore{local: local, lease: lease, log: log, w: w, feed: redirectFeed{seen: map[string]uint64{}}}, nil
-}
-
-// Append writes recs and evs to PostgreSQL (a redelivery's duplicates are
-// dropped there), in a transaction fenced by the lease (ErrFenced,
-// permanent, once another collector may hold the shard), then to the local
-// store. A row PostgreSQL refuses is logged and left to the local store's
-// outputs (the PostgreSQL output sets it aside); anything else fails the
-// commit, which the pipeline retries (PostgreSQL drops what it has
-// already).
-func (c *ClusterStore) Append(ctx context.Context, recs []record.Record, evs []record.Event) error {
-	if err := c.appendShared(ctx, recs, evs); err != nil {
-		return err
-	}
-	return c.local.Append(ctx, recs, evs)
-}
-
-func (c *ClusterStore) appendShared(ctx context.Context, recs []record.Record, evs []record.Event) error {
-	if c.lease.lostYet() {
-		return fmt.Errorf("cluster store: records: %w: %w", store.ErrPermanent, ErrFenced)
-	}
-	batch := make([]store.Entry, 0, len(recs)+len(evs))
-	for i := range recs {
-		batch = append(batch, store.Entry{Record: &recs[i]})
-	}
-	for i := range evs {
-		if !evs[i].Type.Internal() { // progress events stay in the local store, as with every output
-			batch = append(batch, store.Entry{Event: &evs[i]})
-		}
-	}
-	if len(batch) == 0 {
-		return nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	err := c.w.Deliver(ctx, batch)
-	if errors.Is(err, deliver.ErrRefused) {
-		c.refused++
-		c.log.Warn("PostgreSQL refused a batch of the shard's records; they stay in the local store", "err", err, "refused_batches", c.refused)
-		if err := c.ensure(ctx); err != nil {
-			return fmt.Errorf("cluster store: %w", err)
-		}
-	} else if err != nil {
-		return fmt.Errorf("cluster store: records: %w", err)
-	}
-	if err := c.publishRedirects(ctx, evs); err != nil {
-		c.w.close()
-		return fmt.Errorf("cluster store: %w", err)
-	}
-	return nil
-}
-
-// PutState writes a checkpoint locally and to PostgreSQL, if the lease's
-// epoch is still the shard's (else ErrFenced, permanent).
-func (c *ClusterStore) PutState(ctx context.Context, key string, blob []byte) error {
-	if err := c.local.PutState(ctx, key, blob); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.ensure(ctx); err != nil {
-		return err
-	}
-	s := pgx.Identifier{c.lease.schema}.Sanitize()
-	err := pgx.BeginFunc(ctx, c.w.conn, func(tx pgx.Tx) error {
-		if err := c.lease.fence(ctx, tx); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO `+s+`.shard_state (shard, key, epoch, state, updated) VALUES ($1, $2, $3, $4, now())
-			ON CONFLICT (shard, key) DO UPDATE SET epoch = EXCLUDED.epoch, state = EXCLUDED.state, updated = now()`,
-			c.lease.Shard, key, c.lease.Epoch, blob)
-		return err
-	})
-	if err != nil {
-		if !errors.Is(err, ErrFenced) {
-			c.w.close()
-		}
-		return fmt.Errorf("cluster store: checkpoint %s: %w", key, err)
-	}
-	return nil
-}
-
-// GetState reads the shard's checkpoint from PostgreSQL (the last holder
-// wrote it there). When the shard has none there (a collector that ran
-// alone, now joining a cluster), it is the local store's, if any.
-func (c *ClusterStore) GetState(ctx context.Context, key string) ([]byte, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.ensure(ctx); err != nil {
-		return nil, err
-	}
-	var blob []byte
-	err := c.w.conn.QueryRow(ctx, `SELECT state FROM `+pgx.Identifier{c.lease.schema}.Sanitize()+`.shard_state WHERE shard = $1 AND key = $2`,
-		c.lease.Shard, key).Scan(&blob)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return c.local.GetState(ctx, key)
-	}
-	if err != nil {
-		c.w.close()
-		return nil, fmt.Errorf("cluster store: read checkpoint %s: %w", key, err)
-	}
-	return blob, nil
-}
-
-// ensure connects the writer's connection if it is not.
-func (c *ClusterStore) ensure(ctx context.Context) error {
-	if c.w.conn != nil && !c.w.conn.IsClosed() {
-		return nil
-	}
-	c.w.close()
-	return c.w.connect(ctx)
-}
-
-// Close closes the PostgreSQL connection (not the local store).
-func (c *ClusterStore) Close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.w.close()
 }
