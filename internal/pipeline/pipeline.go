@@ -638,7 +638,8 @@ func (p *Pipeline) writer(ctx context.Context, commits <-chan *barrier) error {
 	return failed
 }
 
-// commit names, stores and acknowledges one barrier's output. Transient
+// commit enriches (enrich.go), stores and acknowledges one barrier's
+// output: append and checkpoint (write), then acknowledge. Transient
 // store errors (a full disk, a busy database) are retried with backoff:
 // records are never dropped and input is not acknowledged until they are
 // durable. A permanent error (store.Permanent), or ctx cancelled while
@@ -649,36 +650,9 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 		p.log.Error("Checkpoint failed; input stays unacknowledged", "err", br.err)
 		br.acks = nil
 	}
-	for i := range br.out.Events {
-		if !record.TypeEvent(&br.out.Events[i]) {
-			p.invalidEvents.Add(1)
-		}
-	}
-	// The linker may hold records back until their redirects can have
-	// come, and give back held ones (correlate.Linker.Commit). In a
-	// cluster it also gets the other shards' redirects, committed by
-	// their collectors (they are stored already: not appended here).
-	lev := br.out.Events
-	if p.feed != nil {
-		foreign, err := p.foreignRedirects(ctx)
-		if err != nil {
-			p.m.commitFailures.Inc()
-			return err
-		}
-		if len(foreign) > 0 {
-			lev = append(foreign, br.out.Events...)
-		}
-	}
-	br.out.Records = p.linker.Commit(br.out.Records, lev, br.out.Opens, br.now, br.flush)
-	for _, c := range br.out.Records {
-		br.nrecs += len(c)
-	}
-	st := p.linker.Stats()
-	p.linkStats.Store(&st)
-	p.name(br.out.Records, br.out.Events)
-	p.name([][]record.Record{br.out.Progress}, nil)
-	for i := range br.out.Progress {
-		br.out.Events = append(br.out.Events, record.ProgressEvent(&br.out.Progress[i]))
+	if err := p.enrich(ctx, br); err != nil {
+		p.m.commitFailures.Inc()
+		return err
 	}
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 0; ; attempt++ {
@@ -761,30 +735,6 @@ func (p *Pipeline) write(ctx context.Context, br *barrier) error {
 		p.pruneStates(ctx)
 	}
 	return nil
-}
-
-// foreignRedirects reads the other shards' redirects, retrying as a
-// commit does: the linker must not decide opens without them.
-func (p *Pipeline) foreignRedirects(ctx context.Context) ([]record.Event, error) {
-	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
-	for attempt := 0; ; attempt++ {
-		evs, err := p.feed.ForeignRedirects(ctx)
-		if err == nil {
-			return evs, nil
-		}
-		p.ready.Store(false)
-		p.m.commitErrors.Inc()
-		if attempt%10 == 0 {
-			p.log.Warn("Reading the other shards' redirects failed; retrying", "err", err, "attempt", attempt+1)
-		}
-		t := time.NewTimer(retry.Next())
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("stopped while reading the other shards' redirects (input not acknowledged): %w", err)
-		case <-t.C:
-		}
-	}
 }
 
 // linkerFeedMagic starts a redirect checkpoint that holds the linker's
@@ -874,93 +824,6 @@ func (p *Pipeline) pruneStates(ctx context.Context) {
 		p.log.Info("Dropped checkpoints of another shard layout", "states", n)
 	}
 	p.pruned = true
-}
-
-// name fills server and client host names from the DNS cache, waiting at most
-// DNSMaxWait in total for names still being looked up.
-func (p *Pipeline) name(chunks [][]record.Record, evs []record.Event) {
-	if p.namer == nil {
-		return
-	}
-	deadline := time.Now().Add(p.opts.DNSMaxWait)
-	waiter, _ := p.namer.(resolvedWaiter)
-	for {
-		var wake <-chan struct{}
-		if waiter != nil {
-			wake = waiter.Resolved() // before the look: a lookup ending after it wakes the wait
-		}
-		missing := false
-		for _, recs := range chunks {
-			for i := range recs {
-				r := &recs[i]
-				if r.ServerHost == "" {
-					if n, ok := p.lookup(r.ServerIP); ok {
-						r.ServerHost = n
-					} else {
-						missing = true
-					}
-				}
-				if r.ClientName == "" && r.ClientHost != "" {
-					if n, ok := p.lookup(r.ClientHost); ok {
-						r.ClientName = n
-					} else if isAddr(r.ClientHost) {
-						missing = true
-					}
-				}
-			}
-		}
-		for i := range evs {
-			e := &evs[i]
-			if e.ServerHost == "" {
-				if n, ok := p.lookup(e.ServerIP); ok {
-					e.ServerHost = n
-				} else {
-					missing = true
-				}
-			}
-		}
-		if !missing || !time.Now().Before(deadline) {
-			return
-		}
-		wait := time.NewTimer(time.Until(deadline))
-		if wake == nil { // a Namer that cannot say: look again soon
-			wait.Reset(min(10*time.Millisecond, time.Until(deadline)))
-		}
-		select {
-		case <-wake:
-		case <-wait.C:
-		}
-		wait.Stop()
-	}
-}
-
-// resolvedWaiter is a Namer that can wake a wait for names
-// (dnscache.Cache.Resolved).
-type resolvedWaiter interface {
-	Resolved() <-chan struct{}
-}
-
-// lookup names an address text (an IP, maybe in brackets, maybe
-// IPv4-mapped); a text that is not an address is already a name.
-func (p *Pipeline) lookup(text string) (string, bool) {
-	a, ok := parseAddr(text)
-	if !ok {
-		return "", false
-	}
-	return p.namer.Lookup(a)
-}
-
-func isAddr(text string) bool { _, ok := parseAddr(text); return ok }
-
-func parseAddr(text string) (netip.Addr, bool) {
-	if len(text) > 2 && text[0] == '[' && text[len(text)-1] == ']' {
-		text = text[1 : len(text)-1]
-	}
-	a, err := netip.ParseAddr(text)
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	return a.Unmap(), true
 }
 
 // LinkStats returns the redirect linker's counters as of the last commit.

@@ -1,0 +1,184 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/xrdmon/xrdmon/internal/backoff"
+	"github.com/xrdmon/xrdmon/internal/record"
+)
+
+// The commit's enrichment: what the writer does to a barrier's output
+// before it appends it, as named steps, in order. Each runs in the
+// writer's goroutine, on what the shards drained (correlate.Output).
+
+// enrich runs the enrichment steps on br's output: the events typed, the
+// records linked to their redirects, the hosts named, the progress
+// snapshots made events.
+func (p *Pipeline) enrich(ctx context.Context, br *barrier) error {
+	p.typeEvents(br)
+	if err := p.linkRedirects(ctx, br); err != nil {
+		return err
+	}
+	p.name(br.out.Records, br.out.Events)
+	p.name([][]record.Record{br.out.Progress}, nil)
+	p.progressEvents(br)
+	return nil
+}
+
+// typeEvents types the events (record.TypeEvent: JSON of g-stream lines
+// and summaries is parsed here, off the packet path) and counts those that
+// are not valid.
+func (p *Pipeline) typeEvents(br *barrier) {
+	for i := range br.out.Events {
+		if !record.TypeEvent(&br.out.Events[i]) {
+			p.invalidEvents.Add(1)
+		}
+	}
+}
+
+// linkRedirects gives the records and redirects to the redirect linker,
+// which may hold records back until their redirects can have come, and
+// gives back held ones (correlate.Linker.Commit). In a cluster it also
+// gets the other shards' redirects, committed by their collectors (they
+// are stored already: not appended here).
+func (p *Pipeline) linkRedirects(ctx context.Context, br *barrier) error {
+	lev := br.out.Events
+	if p.feed != nil {
+		foreign, err := p.foreignRedirects(ctx)
+		if err != nil {
+			return err
+		}
+		if len(foreign) > 0 {
+			lev = append(foreign, br.out.Events...)
+		}
+	}
+	br.out.Records = p.linker.Commit(br.out.Records, lev, br.out.Opens, br.now, br.flush)
+	for _, c := range br.out.Records {
+		br.nrecs += len(c)
+	}
+	st := p.linker.Stats()
+	p.linkStats.Store(&st)
+	return nil
+}
+
+// progressEvents appends the progress snapshots to the events, as
+// record.EventProgress events, for the rollups.
+func (p *Pipeline) progressEvents(br *barrier) {
+	for i := range br.out.Progress {
+		br.out.Events = append(br.out.Events, record.ProgressEvent(&br.out.Progress[i]))
+	}
+}
+
+// foreignRedirects reads the other shards' redirects, retrying as a
+// commit does: the linker must not decide opens without them.
+func (p *Pipeline) foreignRedirects(ctx context.Context) ([]record.Event, error) {
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for attempt := 0; ; attempt++ {
+		evs, err := p.feed.ForeignRedirects(ctx)
+		if err == nil {
+			return evs, nil
+		}
+		p.ready.Store(false)
+		p.m.commitErrors.Inc()
+		if attempt%10 == 0 {
+			p.log.Warn("Reading the other shards' redirects failed; retrying", "err", err, "attempt", attempt+1)
+		}
+		t := time.NewTimer(retry.Next())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("stopped while reading the other shards' redirects (input not acknowledged): %w", err)
+		case <-t.C:
+		}
+	}
+}
+
+// name fills server and client host names from the DNS cache, waiting at most
+// DNSMaxWait in total for names still being looked up.
+func (p *Pipeline) name(chunks [][]record.Record, evs []record.Event) {
+	if p.namer == nil {
+		return
+	}
+	deadline := time.Now().Add(p.opts.DNSMaxWait)
+	waiter, _ := p.namer.(resolvedWaiter)
+	for {
+		var wake <-chan struct{}
+		if waiter != nil {
+			wake = waiter.Resolved() // before the look: a lookup ending after it wakes the wait
+		}
+		missing := false
+		for _, recs := range chunks {
+			for i := range recs {
+				r := &recs[i]
+				if r.ServerHost == "" {
+					if n, ok := p.lookup(r.ServerIP); ok {
+						r.ServerHost = n
+					} else {
+						missing = true
+					}
+				}
+				if r.ClientName == "" && r.ClientHost != "" {
+					if n, ok := p.lookup(r.ClientHost); ok {
+						r.ClientName = n
+					} else if isAddr(r.ClientHost) {
+						missing = true
+					}
+				}
+			}
+		}
+		for i := range evs {
+			e := &evs[i]
+			if e.ServerHost == "" {
+				if n, ok := p.lookup(e.ServerIP); ok {
+					e.ServerHost = n
+				} else {
+					missing = true
+				}
+			}
+		}
+		if !missing || !time.Now().Before(deadline) {
+			return
+		}
+		wait := time.NewTimer(time.Until(deadline))
+		if wake == nil { // a Namer that cannot say: look again soon
+			wait.Reset(min(10*time.Millisecond, time.Until(deadline)))
+		}
+		select {
+		case <-wake:
+		case <-wait.C:
+		}
+		wait.Stop()
+	}
+}
+
+// resolvedWaiter is a Namer that can wake a wait for names
+// (dnscache.Cache.Resolved).
+type resolvedWaiter interface {
+	Resolved() <-chan struct{}
+}
+
+// lookup names an address text (an IP, maybe in brackets, maybe
+// IPv4-mapped); a text that is not an address is already a name.
+func (p *Pipeline) lookup(text string) (string, bool) {
+	a, ok := parseAddr(text)
+	if !ok {
+		return "", false
+	}
+	return p.namer.Lookup(a)
+}
+
+func isAddr(text string) bool { _, ok := parseAddr(text); return ok }
+
+func parseAddr(text string) (netip.Addr, bool) {
+	if len(text) > 2 && text[0] == '[' && text[len(text)-1] == ']' {
+		text = text[1 : len(text)-1]
+	}
+	a, err := netip.ParseAddr(text)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
+}
