@@ -159,16 +159,10 @@ type Options struct {
 // per confirm round and up to 3 rounds in flight, 100 ms polling, backoff from 200 ms to 30 s, 10 s
 // drain, 30 s confirm timeout.
 func DefaultOptions() Options {
+	o := deliver.DefaultOptions()
+	o.Name, o.InFlight, o.PollInterval = "amqp", 3, 100*time.Millisecond
 	return Options{
-		Options: deliver.Options{
-			Name:         "amqp",
-			BatchSize:    1000,
-			InFlight:     3,
-			PollInterval: 100 * time.Millisecond,
-			MinBackoff:   200 * time.Millisecond,
-			MaxBackoff:   30 * time.Second,
-			DrainTimeout: 10 * time.Second,
-		},
+		Options:        o,
 		ConfirmTimeout: 30 * time.Second,
 		DialTimeout:    10 * time.Second,
 		Heartbeat:      10 * time.Second,

@@ -73,15 +73,10 @@ type Options struct {
 // "xrdmon", daily partitions with one created ahead, 5000 entries per
 // transaction, 100 ms polling, backoff from 200 ms to 30 s.
 func DefaultOptions() Options {
+	o := deliver.DefaultOptions() // a plain Deliverer: one batch in flight
+	o.Name, o.BatchSize, o.PollInterval = "postgres", 5000, 100*time.Millisecond
 	return Options{
-		Options: deliver.Options{
-			Name:         "postgres",
-			BatchSize:    5000,
-			PollInterval: 100 * time.Millisecond,
-			MinBackoff:   200 * time.Millisecond,
-			MaxBackoff:   30 * time.Second,
-			DrainTimeout: 10 * time.Second,
-		},
+		Options:          o,
 		Schema:           "xrdmon",
 		Partition:        PartitionDay,
 		PartitionsAhead:  1,

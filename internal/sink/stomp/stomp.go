@@ -125,16 +125,10 @@ type Options struct {
 // per transaction and up to 3 transactions open, 100 ms polling, backoff
 // from 200 ms to 30 s, 10 s drain, 30 s receipt timeout.
 func DefaultOptions() Options {
+	o := deliver.DefaultOptions()
+	o.Name, o.InFlight, o.PollInterval = "stomp", 3, 100*time.Millisecond
 	return Options{
-		Options: deliver.Options{
-			Name:         "stomp",
-			BatchSize:    1000,
-			InFlight:     3,
-			PollInterval: 100 * time.Millisecond,
-			MinBackoff:   200 * time.Millisecond,
-			MaxBackoff:   30 * time.Second,
-			DrainTimeout: 10 * time.Second,
-		},
+		Options:        o,
 		ReceiptTimeout: 30 * time.Second,
 		DialTimeout:    10 * time.Second,
 	}
