@@ -201,6 +201,12 @@ const replayChunk = 256 << 10
 // is large enough to encode on every core.
 const replayPart = 512
 
+// AppendWithProgress writes recs and evs (Append); progress snapshots
+// (for rollups, which replay has none of) are not written.
+func (r *replayWriter) AppendWithProgress(ctx context.Context, recs []record.Record, evs []record.Event, _ []record.Record) error {
+	return r.Append(ctx, recs, evs)
+}
+
 // Append writes recs and evs.
 func (r *replayWriter) Append(_ context.Context, recs []record.Record, evs []record.Event) error {
 	if err := r.appendRecords(recs); err != nil {
