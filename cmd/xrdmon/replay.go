@@ -142,7 +142,7 @@ func replayPipeline(ctx context.Context, out pipeline.Store) (*pipeline.Pipeline
 	o.StateKey = ""
 	o.FlushOnExit = true
 	o.InputClock = true
-	o.Progress = false // progress events are internal, for rollups: replay writes none
+	o.Progress = false // progress snapshots are internal, for rollups: replay writes none
 	return pipeline.New(ctx, o, out, nil, nil, nil)
 }
 

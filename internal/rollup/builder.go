@@ -53,8 +53,8 @@ type bucketKey struct{ step, start int64 }
 type head map[int64]map[string]*Agg
 
 // openAccess is what the builder counted of an access still open (from
-// its progress events), or, once closed, a tombstone that makes later
-// progress events of it count nothing.
+// its progress snapshots), or, once closed, a tombstone that makes later
+// progress snapshots of it count nothing.
 type openAccess struct {
 	read, readv, write int64
 	last               int64 // Unix s of the last event
@@ -67,7 +67,7 @@ const (
 	maxParts  = 16
 	sealGrace = 5 * time.Minute
 	// A closed access's tombstone is kept this long (data time) for a
-	// progress event of the same commit or a replay; an open access's
+	// progress snapshot of the same commit or a replay; an open access's
 	// count past the open-file TTL.
 	tombstoneTTL = 10 * time.Minute
 	openTTL      = 25 * time.Hour
@@ -489,7 +489,7 @@ func (b *Builder) applyLocked(entries []store.Entry) {
 	b.m.headBytes.Set(float64(b.headBytes))
 }
 
-// delta is what one record or progress event adds to each of its series.
+// delta is what one record or progress snapshot adds to each of its series.
 type delta struct {
 	read, readv, write int64
 	closed             bool // a record: counts a transfer, a user, its duration and size
