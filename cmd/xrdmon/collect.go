@@ -307,7 +307,7 @@ func pipelineOptions(cfg *config.Config, importing bool) pipeline.Options {
 		popts.AckPackets = max(prefetch/2, 1)
 	}
 	popts.FlushOnExit = importing && cfg.FileInput.Flush
-	popts.Progress = cfg.Rollup.Enabled // only the rollups read progress events
+	popts.Progress = cfg.Rollup.Enabled // only the rollups read progress snapshots
 	return popts
 }
 

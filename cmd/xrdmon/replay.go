@@ -142,7 +142,7 @@ func replayPipeline(ctx context.Context, out pipeline.Store) (*pipeline.Pipeline
 	o.StateKey = ""
 	o.FlushOnExit = true
 	o.InputClock = true
-	o.Progress = false // progress events are internal, for rollups: replay writes none
+	o.Progress = false // progress snapshots are internal, for rollups: replay writes none
 	return pipeline.New(ctx, o, out, nil, nil, nil)
 }
 
@@ -200,6 +200,12 @@ const replayChunk = 256 << 10
 // replayPart is how many records one encoder takes at a time when a commit
 // is large enough to encode on every core.
 const replayPart = 512
+
+// AppendWithProgress writes recs and evs (Append); progress snapshots
+// (for rollups, which replay has none of) are not written.
+func (r *replayWriter) AppendWithProgress(ctx context.Context, recs []record.Record, evs []record.Event, _ []record.Record) error {
+	return r.Append(ctx, recs, evs)
+}
 
 // Append writes recs and evs.
 func (r *replayWriter) Append(_ context.Context, recs []record.Record, evs []record.Event) error {

@@ -25,7 +25,7 @@ const idleInTransaction = 10 * time.Second
 // LocalStore is what a Store keeps locally: the pipeline's store
 // interface (store.Store).
 type LocalStore interface {
-	Append(ctx context.Context, recs []record.Record, evs []record.Event) error
+	AppendWithProgress(ctx context.Context, recs []record.Record, evs []record.Event, progress []record.Record) error
 	PutState(ctx context.Context, key string, blob []byte) error
 	GetState(ctx context.Context, key string) ([]byte, error)
 }
@@ -73,10 +73,16 @@ func NewStore(local LocalStore, lease *Lease, url, schema string, log *slog.Logg
 // commit, which the pipeline retries (PostgreSQL drops what it has
 // already).
 func (c *Store) Append(ctx context.Context, recs []record.Record, evs []record.Event) error {
+	return c.AppendWithProgress(ctx, recs, evs, nil)
+}
+
+// AppendWithProgress is Append with progress snapshots, which only the
+// local store keeps (no output delivers them).
+func (c *Store) AppendWithProgress(ctx context.Context, recs []record.Record, evs []record.Event, progress []record.Record) error {
 	if err := c.appendShared(ctx, recs, evs); err != nil {
 		return err
 	}
-	return c.local.Append(ctx, recs, evs)
+	return c.local.AppendWithProgress(ctx, recs, evs, progress)
 }
 
 func (c *Store) appendShared(ctx context.Context, recs []record.Record, evs []record.Event) error {

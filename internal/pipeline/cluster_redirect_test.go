@@ -27,7 +27,9 @@ type memLocal struct {
 	states map[string][]byte
 }
 
-func (m *memLocal) Append(context.Context, []record.Record, []record.Event) error { return nil }
+func (m *memLocal) AppendWithProgress(context.Context, []record.Record, []record.Event, []record.Record) error {
+	return nil
+}
 
 func (m *memLocal) PutState(_ context.Context, key string, blob []byte) error {
 	m.mu.Lock()

@@ -15,8 +15,8 @@ import (
 // writer's goroutine, on what the shards drained (correlate.Output).
 
 // enrich runs the enrichment steps on br's output: the events typed, the
-// records linked to their redirects, the hosts named, the progress
-// snapshots made events.
+// records linked to their redirects, the hosts named (of the progress
+// snapshots too, which are appended as they are: store.Entry.Progress).
 func (p *Pipeline) enrich(ctx context.Context, br *barrier) error {
 	p.typeEvents(br)
 	if err := p.linkRedirects(ctx, br); err != nil {
@@ -24,7 +24,6 @@ func (p *Pipeline) enrich(ctx context.Context, br *barrier) error {
 	}
 	p.name(br.out.Records, br.out.Events)
 	p.name([][]record.Record{br.out.Progress}, nil)
-	p.progressEvents(br)
 	return nil
 }
 
@@ -62,14 +61,6 @@ func (p *Pipeline) linkRedirects(ctx context.Context, br *barrier) error {
 	st := p.linker.Stats()
 	p.linkStats.Store(&st)
 	return nil
-}
-
-// progressEvents appends the progress snapshots to the events, as
-// record.EventProgress events, for the rollups.
-func (p *Pipeline) progressEvents(br *barrier) {
-	for i := range br.out.Progress {
-		br.out.Events = append(br.out.Events, record.ProgressEvent(&br.out.Progress[i]))
-	}
 }
 
 // foreignRedirects reads the other shards' redirects, retrying as a

@@ -53,10 +53,13 @@ import (
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
-// Store is what the pipeline needs of the durable store. Append must not
-// keep recs or evs after it returns: the pipeline reuses them.
+// Store is what the pipeline needs of the durable store.
+// AppendWithProgress (store.Store.AppendWithProgress) writes records,
+// events and progress snapshots (the bytes of open files at their isXfr
+// updates, for the rollups) in one batch; it must not keep recs, evs or
+// progress after it returns: the pipeline reuses them.
 type Store interface {
-	Append(ctx context.Context, recs []record.Record, evs []record.Event) error
+	AppendWithProgress(ctx context.Context, recs []record.Record, evs []record.Event, progress []record.Record) error
 	PutState(ctx context.Context, key string, blob []byte) error
 	GetState(ctx context.Context, key string) ([]byte, error)
 }
@@ -127,8 +130,8 @@ type Options struct {
 	// RedirectWindow is how far apart a redirect and the open it led to
 	// may be (correlate.Linker).
 	RedirectWindow time.Duration
-	// Progress makes progress events (the bytes of open files at their
-	// isXfr updates, for the rollups: record.EventProgress). Without
+	// Progress makes progress snapshots (the bytes of open files at their
+	// isXfr updates, for the rollups: store.Entry.Progress). Without
 	// rollups nobody reads them: replay and a collector with rollups off
 	// leave it false.
 	Progress bool
@@ -356,8 +359,8 @@ type barrier struct {
 	mu         sync.Mutex
 	// out is what the shards drained (correlate.Shard.Drain): record
 	// chunks, each shard's in the order made; raw events, typed by the
-	// writer, which then appends the progress snapshots to them as
-	// events; opens; activity (for Options.Observe).
+	// writer; progress snapshots, appended with the first chunk; opens;
+	// activity (for Options.Observe).
 	out      correlate.Output
 	nrecs    int
 	hasBufs  bool // out.Records and out.Events were taken from the free list (by the first shard to answer)
@@ -689,7 +692,9 @@ func (p *Pipeline) commit(ctx context.Context, br *barrier) error {
 	}
 	p.m.commitSeconds.Observe(time.Since(start).Seconds())
 	p.m.recordsCommitted.Add(float64(br.nrecs))
-	p.m.eventsCommitted.Add(float64(len(br.out.Events)))
+	// Progress snapshots count as events, as when they were stored as
+	// progress events.
+	p.m.eventsCommitted.Add(float64(len(br.out.Events) + len(br.out.Progress)))
 	return nil
 }
 
@@ -697,7 +702,8 @@ func (p *Pipeline) write(ctx context.Context, br *barrier) error {
 	if p.store == nil {
 		return nil
 	}
-	// One Append per chunk, the events with the first: a drain of many
+	// One Append per chunk, the events and progress snapshots with the
+	// first: a drain of many
 	// chunks is never gathered into one large slice. A retried commit
 	// goes on from the first chunk not yet appended (br.appended): the
 	// store drops again only what an earlier process appended, and a
@@ -709,10 +715,11 @@ func (p *Pipeline) write(ctx context.Context, br *barrier) error {
 			recs = br.out.Records[br.appended]
 		}
 		var evs []record.Event
+		var progress []record.Record
 		if br.appended == 0 {
-			evs = br.out.Events
+			evs, progress = br.out.Events, br.out.Progress
 		}
-		if err := p.store.Append(ctx, recs, evs); err != nil {
+		if err := p.store.AppendWithProgress(ctx, recs, evs, progress); err != nil {
 			return fmt.Errorf("append records: %w", err)
 		}
 		br.appended++

@@ -27,6 +27,7 @@ type fakeStore struct {
 	log      []string // "append", "state <key>", "ack <n>"
 	recs     []record.Record
 	evs      []record.Event
+	progress []record.Record
 	states   map[string][]byte
 	failLeft int   // Append calls that fail before one succeeds
 	failWith error // the error of those calls (default: a transient one)
@@ -36,7 +37,7 @@ type fakeStore struct {
 	failAfter, appends int
 }
 
-func (f *fakeStore) Append(_ context.Context, recs []record.Record, evs []record.Event) error {
+func (f *fakeStore) AppendWithProgress(_ context.Context, recs []record.Record, evs []record.Event, progress []record.Record) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failLeft > 0 {
@@ -54,6 +55,7 @@ func (f *fakeStore) Append(_ context.Context, recs []record.Record, evs []record
 	f.log = append(f.log, "append")
 	f.recs = append(f.recs, recs...)
 	f.evs = append(f.evs, evs...)
+	f.progress = append(f.progress, progress...)
 	return nil
 }
 

@@ -23,7 +23,7 @@ type memStore struct {
 	states map[string][]byte
 }
 
-func (m *memStore) Append(_ context.Context, recs []record.Record, _ []record.Event) error {
+func (m *memStore) AppendWithProgress(_ context.Context, recs []record.Record, _ []record.Event, _ []record.Record) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.recs = append(m.recs, recs...)

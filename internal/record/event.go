@@ -55,12 +55,6 @@ type Event struct {
 	// happens beside the packet path, not on it.
 	Raw []byte `json:"-"`
 
-	// Snapshot, on a progress event made in this process (ProgressEvent),
-	// is the record it was made from: ParseProgress reads it instead of
-	// decoding Data. It is never stored nor sent, and is valid only while
-	// the event's maker keeps the record (the commit that appends it).
-	Snapshot *Record `json:"-"`
-
 	// Redirect, on a redirect event made in this process, is what the
 	// redirect linker reads of Data, so that it does not decode it. It is
 	// never stored nor sent.

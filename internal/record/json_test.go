@@ -320,7 +320,6 @@ func TestProgressDataJSON(t *testing.T) {
 	}
 	r := Record{ServerIP: "192.0.2.1", FileID: 7, Start: time.Unix(100, 0), End: time.Unix(160, 0), Path: "/p\xff", User: "u", ReadBytes: 5}
 	e := ProgressEvent(&r)
-	e.Snapshot = nil // as read back from the store
 	p, err := ParseProgress(&e)
 	if err != nil || p.Path != "/p\ufffd" || p.ReadBytes != 5 || p.FileID != 7 || !p.Start.Equal(r.Start) {
 		t.Fatalf("parsed back %+v, %v", p, err)

@@ -11,10 +11,13 @@ import (
 )
 
 // EventProgress is the type of a progress event: the bytes a file access
-// still open has moved so far, from the server's isXfr updates. Progress
-// events are internal: the store keeps them so that rollups count the bytes
-// of long transfers as they flow (docs/records.md, "Progress"); sinks do not
-// deliver them.
+// still open has moved so far, from the server's isXfr updates, as a JSON
+// event. This is how logs written before the store had progress entries of
+// their own (schema version 9) hold progress snapshots; xrdmon now stores
+// a snapshot as a record (its entry kind, store.Entry.Progress) and only
+// reads these. Progress events are internal: rollups count the bytes of long
+// transfers from them as they flow (docs/records.md, "Progress"); sinks do
+// not deliver them.
 const EventProgress EventType = "progress"
 
 const progressIDDomain = "xrdmon/progress/v1\x00"
@@ -45,12 +48,14 @@ type progressData struct {
 
 // ProgressEvent returns the progress event of r, a snapshot of an open
 // access taken at r.End (the isXfr packet's time) with its cumulative
-// bytes. Its id is deterministic: the same update gives the same id.
+// bytes: the form a snapshot had in the logs of earlier builds (see
+// EventProgress), which tests make to check that such logs are still read.
+// Its id is ProgressID(r).
 func ProgressEvent(r *Record) Event {
 	d := progressDataOf(r)
 	data := appendProgressData(make([]byte, 0, 256), &d)
 	return Event{
-		EventID:    progressID(r),
+		EventID:    ProgressID(r),
 		Type:       EventProgress,
 		Time:       r.End,
 		Received:   r.Received,
@@ -61,7 +66,6 @@ func ProgressEvent(r *Record) Event {
 		Site:       r.Site,
 		Data:       data,
 		Valid:      true,
-		Snapshot:   r,
 	}
 }
 
@@ -101,7 +105,12 @@ func progressDataOf(r *Record) progressData {
 	}
 }
 
-func progressID(r *Record) string {
+// ProgressID returns the id of the progress snapshot r, a snapshot of an
+// open access taken at r.End: deterministic, the same update gives the same
+// id, so that the store drops a snapshot a restart makes again. It is the
+// event id progress events had (ProgressEvent), so a snapshot stored as an
+// event by an earlier build and made again by this one is a duplicate too.
+func ProgressID(r *Record) string {
 	var buf [160]byte
 	b := append(buf[:0], progressIDDomain...)
 	b = appendIdentity(b, r.ServerIP, r.ServerStod, r.ServerID)
@@ -119,15 +128,14 @@ func progressID(r *Record) string {
 
 // ParseProgress returns the snapshot a progress event carries, as a record
 // whose End is the update's time (and whose RecordID is empty: the access
-// is still open).
+// is still open). Only logs written by earlier builds hold progress events
+// (see EventProgress).
 func ParseProgress(e *Event) (Record, error) {
 	if e.Type != EventProgress {
 		return Record{}, fmt.Errorf("event %s is a %s event, not progress", e.EventID, e.Type)
 	}
 	var d progressData
-	if e.Snapshot != nil { // made in this process: what Data says, without decoding it
-		d = progressDataOf(e.Snapshot)
-	} else if err := json.Unmarshal(e.Data, &d); err != nil {
+	if err := json.Unmarshal(e.Data, &d); err != nil {
 		return Record{}, fmt.Errorf("progress event %s: %w", e.EventID, err)
 	}
 	return Record{

@@ -53,8 +53,8 @@ type bucketKey struct{ step, start int64 }
 type head map[int64]map[string]*Agg
 
 // openAccess is what the builder counted of an access still open (from
-// its progress events), or, once closed, a tombstone that makes later
-// progress events of it count nothing.
+// its progress snapshots), or, once closed, a tombstone that makes later
+// progress snapshots of it count nothing.
 type openAccess struct {
 	read, readv, write int64
 	last               int64 // Unix s of the last event
@@ -67,7 +67,7 @@ const (
 	maxParts  = 16
 	sealGrace = 5 * time.Minute
 	// A closed access's tombstone is kept this long (data time) for a
-	// progress event of the same commit or a replay; an open access's
+	// progress snapshot of the same commit or a replay; an open access's
 	// count past the open-file TTL.
 	tombstoneTTL = 10 * time.Minute
 	openTTL      = 25 * time.Hour
@@ -371,7 +371,8 @@ func (b *Builder) CatchUp(ctx context.Context) error {
 
 // Feed takes entries the store has just appended (store.Listener) for
 // Run to sum, without their being read back: it copies the records and
-// progress snapshots (the entries are the appender's) and queues them,
+// progress snapshots (store.Entry.Progress, as they are: no decoding;
+// the entries are the appender's) and queues them,
 // in the appender's goroutine, never blocking it. When the queue is full
 // the batch is dropped and counted, and Run reads those entries from the
 // log instead: nothing is summed twice or missed.
@@ -385,8 +386,13 @@ func (b *Builder) Feed(entries []store.Entry) {
 	}
 	n := 0
 	for i := range entries {
-		if e := &entries[i]; e.Record != nil || (e.Event != nil && e.Event.Type == record.EventProgress) {
+		switch e := &entries[i]; {
+		case e.Record != nil || e.Progress != nil:
 			n++
+		case e.Event != nil && e.Event.Type == record.EventProgress:
+			// A progress snapshot as an event, which only older builds
+			// append: Run reads it from the log (applyLocked).
+			return
 		}
 	}
 	fb := &feedBatch{first: entries[0].Seq, last: entries[len(entries)-1].Seq, items: make([]feedItem, 0, n)}
@@ -395,9 +401,8 @@ func (b *Builder) Feed(entries []store.Entry) {
 		switch {
 		case e.Record != nil:
 			fb.items = append(fb.items, feedItem{seq: e.Seq, rec: *e.Record})
-		case e.Event != nil && e.Event.Type == record.EventProgress:
-			p, err := record.ParseProgress(e.Event)
-			fb.items = append(fb.items, feedItem{seq: e.Seq, rec: p, progress: true, invalid: err != nil})
+		case e.Progress != nil:
+			fb.items = append(fb.items, feedItem{seq: e.Seq, rec: *e.Progress, progress: true})
 		}
 	}
 	select {
@@ -415,9 +420,9 @@ type feedBatch struct {
 }
 
 type feedItem struct {
-	seq               int64
-	progress, invalid bool
-	rec               record.Record
+	seq      int64
+	progress bool
+	rec      record.Record
 }
 
 // feedQueue bounds the batches fed and not yet summed: a batch is at most
@@ -436,8 +441,6 @@ func (b *Builder) applyFeed(fb *feedBatch) bool {
 		it := &fb.items[i]
 		switch {
 		case it.seq <= b.cursor:
-		case it.invalid:
-			b.m.invalid.Inc()
 		case it.progress:
 			b.applyProgress(&it.rec)
 		default:
@@ -467,7 +470,12 @@ func (b *Builder) applyLocked(entries []store.Entry) {
 		switch {
 		case e.Record != nil:
 			b.applyRecord(e.Record)
+		case e.Progress != nil:
+			b.applyProgress(e.Progress)
 		case e.Event != nil && e.Event.Type == record.EventProgress:
+			// A log written before progress snapshots had an entry
+			// kind of their own (store schema version 9) holds them as
+			// JSON events.
 			p, err := record.ParseProgress(e.Event)
 			if err != nil {
 				b.m.invalid.Inc()
@@ -481,7 +489,7 @@ func (b *Builder) applyLocked(entries []store.Entry) {
 	b.m.headBytes.Set(float64(b.headBytes))
 }
 
-// delta is what one record or progress event adds to each of its series.
+// delta is what one record or progress snapshot adds to each of its series.
 type delta struct {
 	read, readv, write int64
 	closed             bool // a record: counts a transfer, a user, its duration and size

@@ -2,15 +2,16 @@
 // dimension at 1-minute, 1-hour and 1-day resolution, without the RRD
 // trap: nothing is a file per series updated in place. The builder reads
 // the store's log from its own cursor (like a sink), sums records and
-// progress events into an in-memory head, and every FlushInterval writes
+// progress snapshots into an in-memory head, and every FlushInterval writes
 // the head as one additive part per bucket, with its cursor and state, in
 // one transaction: after a crash it resumes from its cursor and counts
 // every entry exactly once, so a restart gives the sums of an uninterrupted
 // run. Parts of a bucket are merged (compacted) once the bucket is over,
 // and buckets past their resolution's retention are deleted.
 //
-// Bytes of long transfers count as they flow: a progress event (an isXfr
-// update, record.EventProgress) adds the bytes moved since the access's
+// Bytes of long transfers count as they flow: a progress snapshot (an
+// isXfr update, store.Entry.Progress; in logs of older builds an event,
+// record.EventProgress) adds the bytes moved since the access's
 // previous one, in the minute it was sent; the record at the close adds
 // only the rest. Transfers, partial transfers, distinct users and the
 // duration and size distributions count at the close, in the bucket of the

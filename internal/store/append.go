@@ -21,6 +21,7 @@ import (
 type encBuf struct {
 	buf  []byte
 	ends []int
+	pids []uint64 // the id keys of the batch's progress snapshots (entryID of record.ProgressID)
 }
 
 var encPool = sync.Pool{New: func() any { return &encBuf{buf: make([]byte, 0, 1<<20)} }}
@@ -60,6 +61,7 @@ func (b *encBuf) release() {
 	}
 	b.buf = b.buf[:0]
 	b.ends = b.ends[:0]
+	b.pids = b.pids[:0]
 	encPool.Put(b)
 }
 
@@ -131,10 +133,25 @@ func serverName(host, ip string) string {
 	return ip
 }
 
-// Append writes recs and then evs to the log in one transaction and gives
-// each new entry the next sequence number, in that order. When Append
-// returns nil the batch is durable (see Options.Synchronous) and the input
-// that produced it may be acknowledged.
+// Append writes recs and then evs to the log: AppendWithProgress without
+// progress snapshots.
+func (s *Store) Append(ctx context.Context, recs []record.Record, evs []record.Event) error {
+	return s.AppendWithProgress(ctx, recs, evs, nil)
+}
+
+// AppendWithProgress writes recs, then evs, then the progress snapshots
+// progress to the log in one transaction and gives each new entry the next
+// sequence number, in that order. When it returns nil the batch is durable
+// (see Options.Synchronous) and the input that produced it may be
+// acknowledged.
+//
+// A progress snapshot is a record of an access still open (no RecordID),
+// its End the time of the server's isXfr update, with the bytes it has
+// moved so far: an entry of its own kind (Entry.Progress), for the
+// rollups, which no output delivers. Its id is record.ProgressID. In the
+// counts of the log (the blocks' events column, the events appended and
+// deleted) progress snapshots count as events, as they were events before
+// (FORMAT.md, schema version 9).
 //
 // Entries whose record_id or event_id appeared earlier in the same batch,
 // or among the entries an earlier process appended after its last
@@ -146,8 +163,8 @@ func serverName(host, ip string) string {
 //
 // On error nothing of the batch was written. ErrFull (possibly with
 // ErrDiskFull) means the store has no room: retry later.
-func (s *Store) Append(ctx context.Context, recs []record.Record, evs []record.Event) error {
-	if len(recs)+len(evs) == 0 {
+func (s *Store) AppendWithProgress(ctx context.Context, recs []record.Record, evs []record.Event, progress []record.Record) error {
+	if len(recs)+len(evs)+len(progress) == 0 {
 		return nil
 	}
 	start := time.Now()
@@ -167,6 +184,10 @@ func (s *Store) Append(ctx context.Context, recs []record.Record, evs []record.E
 			return fmt.Errorf("append: encode event %s: %w", evs[i].EventID, err)
 		}
 	}
+	for i := range progress {
+		b.addRecord(&progress[i])
+		b.pids = append(b.pids, entryID(record.ProgressID(&progress[i])))
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -176,7 +197,7 @@ func (s *Store) Append(ctx context.Context, recs []record.Record, evs []record.E
 	if err := s.checkRoom(ctx); err != nil {
 		return fmt.Errorf("append: %w", err)
 	}
-	nrec, nev, dups, err := s.insert(ctx, recs, evs, b)
+	nrec, nev, dups, err := s.insert(ctx, recs, evs, progress, b)
 	if err != nil {
 		s.m.appendErrors.Inc()
 		if isDiskFull(err) {
@@ -219,8 +240,9 @@ type fullErr struct{ err error }
 func (e fullErr) Error() string   { return "disk full: " + e.err.Error() }
 func (e fullErr) Unwrap() []error { return []error{ErrFull, ErrDiskFull, e.err} }
 
-// insert runs the transaction. Call with mu held.
-func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.Event, b *encBuf) (nrec, nev, dups int, err error) {
+// insert runs the transaction; nev counts the new events and progress
+// snapshots. Call with mu held.
+func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.Event, progress []record.Record, b *encBuf) (nrec, nev, dups int, err error) {
 	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return 0, 0, 0, fmt.Errorf("begin: %w", err)
 	}
@@ -299,15 +321,8 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 			dups++
 			continue
 		}
-		for _, n := range [2]struct {
-			k dictKind
-			v string
-		}{{kindServer, serverName(e.ServerHost, e.ServerIP)}, {kindSite, e.Site}} {
-			id, err := s.dict.id(ctx, s.wc, n.k, n.v)
-			if err != nil {
-				return 0, 0, 0, fmt.Errorf("event %s: %w", e.EventID, err)
-			}
-			bb.post(id)
+		if err := s.postServer(ctx, bb, e.ServerHost, e.ServerIP, e.Site); err != nil {
+			return 0, 0, 0, fmt.Errorf("event %s: %w", e.EventID, err)
 		}
 		seq++
 		t, clamped := indexTime(e.Time, e.Received)
@@ -317,6 +332,34 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 		bb.add(entryEvent, seq, rid, t, b.get(len(recs)+i))
 		if listen {
 			s.appended = append(s.appended, Entry{Seq: seq, Event: e})
+		}
+		nev++
+		if bb.full() {
+			if err := flush(); err != nil {
+				return 0, 0, 0, err
+			}
+		}
+	}
+	// Progress snapshots are posted and timed as the progress events that
+	// stood for them before: by server and site, at End.
+	for i := range progress {
+		p := &progress[i]
+		rid := b.pids[i]
+		if dup(rid) {
+			dups++
+			continue
+		}
+		if err := s.postServer(ctx, bb, p.ServerHost, p.ServerIP, p.Site); err != nil {
+			return 0, 0, 0, fmt.Errorf("progress snapshot of file %d: %w", p.FileID, err)
+		}
+		seq++
+		t, clamped := indexTime(p.End, p.Received)
+		if clamped {
+			s.m.timesClamped.Inc()
+		}
+		bb.add(entryProgress, seq, rid, t, b.get(len(recs)+len(evs)+i))
+		if listen {
+			s.appended = append(s.appended, Entry{Seq: seq, Progress: p})
 		}
 		nev++
 		if bb.full() {
@@ -371,6 +414,22 @@ func (s *Store) postRecord(ctx context.Context, bb *blockBuilder, r *record.Reco
 		id, err := s.dict.id(ctx, s.wc, n.k, n.v)
 		if err != nil {
 			return fmt.Errorf("record %s: %w", r.RecordID, err)
+		}
+		bb.post(id)
+	}
+	return nil
+}
+
+// postServer adds the dictionary ids of an event's (or a progress
+// snapshot's) server and site to the block's names.
+func (s *Store) postServer(ctx context.Context, bb *blockBuilder, host, ip, site string) error {
+	for _, n := range [2]struct {
+		k dictKind
+		v string
+	}{{kindServer, serverName(host, ip)}, {kindSite, site}} {
+		id, err := s.dict.id(ctx, s.wc, n.k, n.v)
+		if err != nil {
+			return err
 		}
 		bb.post(id)
 	}

@@ -16,11 +16,13 @@ import (
 // blocks table (FORMAT.md, "Blocks"). Its data column is a codec byte
 // followed by the entry list compressed as one S2 block:
 //
-//	entry := kind byte (0 record, 1 event)
+//	entry := kind byte (0 record, 1 event, 2 progress snapshot)
 //	         uvarint  seq - previous entry's seq (the first: seq - first_seq + 1)
-//	         8 bytes  entryID of the record or event id, little endian
+//	         8 bytes  entryID of the record or event id (a progress
+//	                  snapshot: record.ProgressID), little endian
 //	         uvarint  n
-//	         n bytes  the entry in record's binary form (record.AppendBinary,
+//	         n bytes  the entry in record's binary form (record.AppendBinary
+//	                  for a record or a progress snapshot,
 //	                  record.AppendEventBinary)
 //
 // Entries are in seq order. Within a block written by Append the seqs are
@@ -41,10 +43,13 @@ const maxBlockEntries = 4096
 // than it is a block of its own.
 const maxBlockBytes = 4 << 20
 
-// Entry kinds in a block.
+// Entry kinds in a block. A progress snapshot (schema version 9) is a
+// record without a RecordID: the bytes an access still open has moved so
+// far, for the rollups (Entry.Progress).
 const (
-	entryRecord = 0
-	entryEvent  = 1
+	entryRecord   = 0
+	entryEvent    = 1
+	entryProgress = 2
 )
 
 // errBlockCorrupt is returned for a block that does not decode.
@@ -57,7 +62,7 @@ type blockBuilder struct {
 	last     int64  // seq of the last entry
 	n        int
 	records  int
-	events   int
+	events   int // events and progress snapshots
 	minNs    int64
 	maxNs    int64
 	names    map[int64]struct{} // dictionary ids to post in block_names
@@ -207,7 +212,7 @@ func (it *entryIter) next() bool {
 	delta := it.d.Uvarint()
 	rid := it.d.Uint64LE()
 	data := it.d.UvarintBytes()
-	if it.d.Err() != nil || delta == 0 || (kind != entryRecord && kind != entryEvent) {
+	if it.d.Err() != nil || delta == 0 || kind > entryProgress {
 		it.err = errBlockCorrupt
 		it.done = true
 		return false
@@ -221,10 +226,14 @@ func (it *entryIter) next() bool {
 func decodeEntry(r rawEntry) (Entry, error) {
 	e := Entry{Seq: r.seq}
 	var err error
-	if r.kind == entryRecord {
+	switch r.kind {
+	case entryRecord:
 		e.Record = new(record.Record)
 		err = record.DecodeStored(r.data, e.Record)
-	} else {
+	case entryProgress:
+		e.Progress = new(record.Record)
+		err = record.DecodeBinary(r.data, e.Progress)
+	default:
 		e.Event = new(record.Event)
 		err = record.DecodeStoredEvent(r.data, e.Event)
 	}

@@ -15,13 +15,26 @@ import (
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
-// Entry is one entry of the log: exactly one of Record and Event is set.
-// Seq is its sequence number, strictly increasing in append order and never
-// reused.
+// Entry is one entry of the log: exactly one of Record, Event and Progress
+// is set. Seq is its sequence number, strictly increasing in append order
+// and never reused.
 type Entry struct {
 	Seq    int64
 	Record *record.Record
 	Event  *record.Event
+	// Progress is a progress snapshot (AppendWithProgress): an access
+	// still open, with the bytes it has moved so far, its End the time of
+	// the server's isXfr update, and no RecordID. It is kept for the
+	// rollups: no output delivers it (Internal).
+	Progress *record.Record
+}
+
+// Internal reports whether e is kept for xrdmon's own use (the rollups)
+// and delivered to no output: a progress snapshot, or an event of an
+// internal type (record.EventType.Internal: the progress events of logs
+// written before progress snapshots had an entry kind of their own).
+func (e *Entry) Internal() bool {
+	return e.Progress != nil || (e.Event != nil && e.Event.Type.Internal())
 }
 
 // Reader reads a store: the log from any position (Read), records by time,

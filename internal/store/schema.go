@@ -10,7 +10,7 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. FORMAT.md documents each
 // version; migrations[i] brings a database from version i to i+1.
-const schemaVersion = 8
+const schemaVersion = 9
 
 // migrations[i] brings a database from version i to i+1 inside tx.
 var migrations = []func(ctx context.Context, tx *sql.Tx) error{
@@ -22,6 +22,7 @@ var migrations = []func(ctx context.Context, tx *sql.Tx) error{
 	execMigration(schemaV6),
 	execMigration(schemaV7),
 	execMigration(schemaV8),
+	migrateV9,
 }
 
 func execMigration(q string) func(context.Context, *sql.Tx) error {
@@ -304,6 +305,13 @@ const schemaV8 = `
 DELETE FROM dead_letters WHERE id NOT IN (SELECT min(id) FROM dead_letters GROUP BY sink, seq);
 CREATE UNIQUE INDEX dead_letters_entry ON dead_letters (sink, seq);
 `
+
+// migrateV9 changes nothing (8 -> 9): version 9 adds an entry kind to the
+// blocks, progress snapshots (entryProgress), which a program of version 8
+// would take for a corrupt block; the version number makes it refuse the
+// store instead. Version 8 blocks are valid version 9 blocks, their
+// progress events read as before.
+func migrateV9(context.Context, *sql.Tx) error { return nil }
 
 // migrateV4 creates the version 4 tables and moves the records and events
 // of version 3 into blocks, in seq order, keeping their sequence numbers,

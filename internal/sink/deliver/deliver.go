@@ -562,10 +562,8 @@ func (l *Loop) sleep(ctx context.Context) {
 }
 
 // external drops, in place, the entries kept for xrdmon's own use
-// (record.EventType.Internal: progress events for rollups), which no sink
-// delivers.
+// (store.Entry.Internal: progress snapshots, and the progress events of
+// older logs, for rollups), which no sink delivers.
 func external(batch []store.Entry) []store.Entry {
-	return slices.DeleteFunc(batch, func(e store.Entry) bool {
-		return e.Event != nil && e.Event.Type.Internal()
-	})
+	return slices.DeleteFunc(batch, func(e store.Entry) bool { return e.Internal() })
 }

@@ -616,3 +616,37 @@ func TestAppendWakesTheLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestProgressNotDelivered: progress snapshots (the store's progress
+// entries) and the progress events of older logs are internal: no sink
+// gets them, and the cursor moves past them.
+func TestProgressNotDelivered(t *testing.T) {
+	st := openStore(t, 2)
+	ctx := context.Background()
+	snap := record.Record{Start: t0, End: t0.Add(time.Minute), ServerIP: "192.0.2.1", FileID: 3, ReadBytes: 10}
+	if err := st.AppendWithProgress(ctx, nil, nil, []record.Record{snap}); err != nil {
+		t.Fatal(err)
+	}
+	snap.End, snap.ReadBytes = snap.End.Add(time.Minute), 20
+	if err := st.Append(ctx, []record.Record{{RecordID: "later", End: t0, ServerIP: "192.0.2.1"}},
+		[]record.Event{record.ProgressEvent(&snap)}); err != nil {
+		t.Fatal(err)
+	}
+	f := &fake{st: st, name: "s"}
+	l, err := New(st, f, fastOptions("s"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := sinktest.Start(t, l)
+	waitFor(t, "cursor at end", func() bool { return sinktest.Cursor(t, st, "s") == 5 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var delivered []int64
+	for _, c := range f.snapshot() {
+		delivered = append(delivered, c.seqs...)
+	}
+	if want := []int64{1, 2, 4}; !slices.Equal(delivered, want) {
+		t.Fatalf("delivered %v, want %v", delivered, want)
+	}
+}
