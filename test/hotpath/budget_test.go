@@ -23,8 +23,13 @@ import (
 //
 //   - cpuRatio: the pipeline's CPU time over the reference's, for the same
 //     packets. Measured 2026-11-26 on the 2-core VM (other work running):
-//     2.8–3.5; main before issue 16's fix (5cdcd68): 6.1. The budget
-//     leaves room for noise, not for a feature that doubles a stage.
+//     2.8–3.5; main before issue 16's fix (5cdcd68): 6.1. On 2026-11-27
+//     the same binaries measured 3.2–3.9 in the morning and 4.4–5.1 two
+//     hours later on the same quiet VM: the reference (hashing, in cache)
+//     kept its time and the pipeline (memory, SQLite's writes) took 35 %
+//     more, so the VM's memory and I/O vary where the reference does not
+//     see it. The budget (5.5) leaves room for that, not for a feature
+//     that doubles a stage (5cdcd68 would be 7–8 on the slower VM).
 //   - allocsPerPacket, allocsPerRecord: heap allocations of the whole run
 //     over its packets and over its records. Measured 2.2–2.7 and 5.7–6.9
 //     (the workload makes a session every 6 packets and 2.5 new rollup
@@ -32,7 +37,7 @@ import (
 //     32 MiB of head, and each flush allocates per series); 5cdcd68: 23
 //     and 59. One more allocation per packet or per record crosses them.
 const (
-	cpuRatio        = 4.5
+	cpuRatio        = 5.5
 	allocsPerPacket = 3.0
 	allocsPerRecord = 7.5
 )
