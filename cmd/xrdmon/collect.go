@@ -165,6 +165,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 			return fmt.Errorf("rollups: %w", err)
 		}
 		st.Listen(rollups.Feed) // summed as committed, not read back
+		rollups.YieldTo(busySources(sources))
 	}
 	srv := web.New(cfg.HTTP, reg, log.With("component", "web"))
 	srv.AddCheck("pipeline", pipe.Ready)
@@ -331,7 +332,7 @@ func newSources(cfg *config.Config, importing bool, log *slog.Logger, reg promet
 			return nil, closeAll, fmt.Errorf("file input: %w", err)
 		}
 		log.Info("Importing captures; the live inputs are not opened", "files", len(fcfg.Paths))
-		return []component{{"file_input", f.Run, nil}}, closeAll, nil
+		return []component{{name: "file_input", run: f.Run}}, closeAll, nil
 	}
 	for _, l := range []struct {
 		name, addr, what string
@@ -349,7 +350,7 @@ func newSources(cfg *config.Config, importing bool, log *slog.Logger, reg promet
 		}
 		closers = append(closers, u.Close)
 		log.Info("Listening for "+l.what, "udp", u.LocalAddr().String())
-		sources = append(sources, component{l.name, func(ctx context.Context, out chan<- *source.Batch) error { return u.Run(ctx, out) }, nil})
+		sources = append(sources, component{name: l.name, run: func(ctx context.Context, out chan<- *source.Batch) error { return u.Run(ctx, out) }, busy: u.Busy})
 	}
 	if cfg.AMQPInput.Enabled {
 		acfg := cfg.AMQPInput
@@ -364,7 +365,7 @@ func newSources(cfg *config.Config, importing bool, log *slog.Logger, reg promet
 		if err != nil {
 			return nil, closeAll, fmt.Errorf("amqp input: %w", err)
 		}
-		sources = append(sources, component{"amqp_input", src.Run, src.Abandon})
+		sources = append(sources, component{name: "amqp_input", run: src.Run, abandon: src.Abandon})
 	}
 	if cfg.STOMPInput.Enabled {
 		scfg := cfg.STOMPInput
@@ -373,7 +374,7 @@ func newSources(cfg *config.Config, importing bool, log *slog.Logger, reg promet
 		if err != nil {
 			return nil, closeAll, fmt.Errorf("stomp input: %w", err)
 		}
-		sources = append(sources, component{"stomp_input", src.Run, nil})
+		sources = append(sources, component{name: "stomp_input", run: src.Run})
 	}
 	if len(sources) == 0 {
 		return nil, closeAll, errNoInput
@@ -545,6 +546,31 @@ type component struct {
 	// abandon, if set, makes run give back what it holds unacknowledged
 	// at once and return (amqp.AMQP.Abandon).
 	abandon func()
+	// busy, if set, reports that the source is behind what it is sent
+	// (udp.UDP.Busy): work that can wait yields to it.
+	busy func() bool
+}
+
+// busySources returns a func reporting whether any source is behind, or
+// nil when none can tell.
+func busySources(sources []component) func() bool {
+	var fs []func() bool
+	for _, s := range sources {
+		if s.busy != nil {
+			fs = append(fs, s.busy)
+		}
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	return func() bool {
+		for _, f := range fs {
+			if f() {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // abandonSources abandons the sources that can be.

@@ -148,6 +148,12 @@ type Row struct {
 	// truth); EventsStored those in xrdmon's store after the step (-1: the
 	// target's records are not read from a store).
 	EventsExpected, EventsStored int64
+	// RollupsCaughtUp is how long after the last packet was sent the
+	// xrdmon target's rollups had summed its whole log (they yield to a
+	// busy input and catch up after; the step's CPU is sampled then, so
+	// it counts their work); -1: unknown (no rollups, another collector,
+	// or not within MaxSettle).
+	RollupsCaughtUp time.Duration
 }
 
 // Run runs every step of the scenario in order and returns one row per

@@ -309,10 +309,17 @@ func (s *step) send(ctx context.Context, cpu0 time.Duration) (time.Time, error) 
 
 // settled is what the wait after sending learnt.
 type settled struct {
+	sendEnd       time.Time  // when the step's last packet was sent
 	lastGrowth    time.Time  // when the collector last made progress
 	prevScrape    time.Time  // the xrdmon target's previous scrape
 	lastAccounted float64    // its packet count then; -1: not scraped yet
 	mEnd          metricSums // its last metrics
+	// rollupsBehind: the xrdmon target's rollups have not summed its log
+	// to its end yet (they pause while the input is behind and catch up
+	// after): the step's CPU is sampled once they have, so that it counts
+	// their work. rollupsAt is when they were last seen caught up.
+	rollupsBehind bool
+	rollupsAt     time.Time
 }
 
 // settle waits for the records (and, for xrdmon, the packet counters):
@@ -320,7 +327,7 @@ type settled struct {
 // Config.Quiet, at most Config.MaxSettle after sendEnd.
 func (s *step) settle(ctx context.Context, p *poller, sendEnd time.Time) settled {
 	cfg := &s.cfg
-	w := settled{lastGrowth: sendEnd, prevScrape: sendEnd, lastAccounted: -1}
+	w := settled{sendEnd: sendEnd, lastGrowth: sendEnd, prevScrape: sendEnd, lastAccounted: -1}
 	settleEnd := sendEnd.Add(cfg.MaxSettle)
 	for {
 		now := time.Now()
@@ -337,7 +344,7 @@ func (s *step) settle(ctx context.Context, p *poller, sendEnd time.Time) settled
 		}
 		if cfg.Target.Xrdmon {
 			s.scrapeProgress(ctx, &w, now)
-			stable = stable && now.Sub(w.lastGrowth) >= cfg.Quiet
+			stable = stable && now.Sub(w.lastGrowth) >= cfg.Quiet && !w.rollupsBehind
 		}
 		if perr != nil || now.After(settleEnd) || ctx.Err() != nil {
 			break
@@ -385,6 +392,14 @@ func (s *step) scrapeProgress(ctx context.Context, w *settled, now time.Time) {
 	}
 	w.prevScrape = now
 	s.handled.Store(int64(acc - s.m0.get("xrdmon_packets_total")))
+	if _, ok := ms.byName["xrdmon_rollup_cursor"]; ok {
+		w.rollupsBehind = ms.get("xrdmon_rollup_cursor") < ms.get("xrdmon_store_last_seq")
+		if !w.rollupsBehind && w.rollupsAt.IsZero() {
+			w.rollupsAt = now
+		} else if w.rollupsBehind {
+			w.rollupsAt = time.Time{}
+		}
+	}
 }
 
 // readBack reads what the stopped collector made durable and checks it
@@ -427,6 +442,10 @@ func (s *step) measure(after procSample, drops1 int64, w settled) error {
 	}
 	row.CPU = after.CPU - s.before.CPU
 	row.PeakRSS = after.PeakRSS
+	row.RollupsCaughtUp = -1
+	if !w.rollupsAt.IsZero() {
+		row.RollupsCaughtUp = max(w.rollupsAt.Sub(w.sendEnd), 0)
+	}
 	if row.Sent > 0 {
 		row.CPUPer100k = row.CPU.Seconds() / float64(row.Sent) * 1e5
 	}

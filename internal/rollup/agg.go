@@ -153,19 +153,33 @@ func spread(h uint32) uint64 {
 	return x
 }
 
-// searchUsers is slices.BinarySearch, by a scan when small is short (as
-// most series' sets are: the sets of series by user or by dir hold a user
-// or two), where a scan's predictable branches beat a search's.
+// searchUsers is slices.BinarySearch without its branches: a search of a
+// few hundred hashes (a busy series' users) mispredicts a branch at every
+// step, which costs more than the step; this one moves by conditional
+// moves. Short sets (most series' sets hold a user or two) are scanned.
 func searchUsers(small []uint32, h uint32) (int, bool) {
-	if len(small) > 16 {
-		return slices.BinarySearch(small, h)
-	}
-	for i, x := range small {
-		if x >= h {
-			return i, x == h
+	n := len(small)
+	if n <= 16 {
+		for i, x := range small {
+			if x >= h {
+				return i, x == h
+			}
 		}
+		return n, false
 	}
-	return len(small), false
+	base := 0
+	for n > 1 {
+		half := n >> 1
+		if small[base+half-1] < h {
+			base += half
+		}
+		n -= half
+	}
+	// base is the only candidate left: the first hash >= h, or the last.
+	if small[base] < h {
+		base++
+	}
+	return base, base < len(small) && small[base] == h
 }
 
 func (u *Users) promote() {

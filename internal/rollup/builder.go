@@ -128,6 +128,7 @@ type Builder struct {
 	part  int64             // the last part number used
 	parts map[bucketKey]int // parts stored per recent bucket
 	feed  chan *feedBatch   // from Feed, to Run
+	busy  func() bool       // YieldTo's (nil: Run never pauses)
 }
 
 // New returns a builder over st; call Run to start it. reg registers its
@@ -208,7 +209,8 @@ func (b *Builder) Restore(ctx context.Context) error {
 // batches dropped before a fed one (fillGap), and the whole rest of it
 // when that fails or no batch comes (one came before the restore, the
 // input went quiet); it flushes every FlushInterval, and early when the head
-// passes a third of MaxHeadBytes.
+// passes a third of MaxHeadBytes. While the input is behind (YieldTo) it
+// pauses, for MaxYield at the most, then catches up.
 func (b *Builder) Run(ctx context.Context) error {
 	if err := b.Restore(ctx); err != nil {
 		return err
@@ -229,6 +231,7 @@ func (b *Builder) Run(ctx context.Context) error {
 		}
 	}
 	behind := true
+	var y yielder
 	for {
 		// The head is bounded: a flush starts when it passes a third of
 		// MaxHeadBytes, and while that flush runs the new head may grow to
@@ -237,15 +240,22 @@ func (b *Builder) Run(ctx context.Context) error {
 		// MaxHeadBytes. Past it nothing more is summed: the fed queue
 		// fills, then drops, and those entries are read from the log later.
 		full := flushDone != nil && b.headOver(2)
-		if behind && !full {
+		// While the input is behind, nothing is summed, read or flushed:
+		// the same, the fed queue fills and drops.
+		paused := ctx.Err() == nil && y.pause(b, time.Now())
+		behind = behind || y.catching // after a pause of MaxYield: read the log to its end
+		if behind && !full && !paused {
 			n, err := b.readLog(ctx)
 			if err != nil && ctx.Err() == nil {
 				b.m.errors.Inc()
 				b.log.Warn("Rollup step failed; retrying", "err", err)
 			}
 			behind = n == readBatch && err == nil
+			if n < readBatch && err == nil {
+				y.catching = false // caught up
+			}
 		}
-		if flushDone == nil && ctx.Err() == nil && (time.Since(lastFlush) >= b.cfg.FlushInterval.D() || b.headFull()) {
+		if flushDone == nil && ctx.Err() == nil && !paused && (time.Since(lastFlush) >= b.cfg.FlushInterval.D() || b.headFull()) {
 			lastFlush = time.Now()
 			flushDone = make(chan error, 1)
 			go func(done chan<- error) { done <- b.Flush(ctx) }(flushDone)
@@ -262,11 +272,11 @@ func (b *Builder) Run(ctx context.Context) error {
 			cancel()
 			return err
 		}
-		if behind && !full {
+		if behind && !full && !paused {
 			continue
 		}
 		feed := b.feed
-		if full {
+		if full || paused {
 			feed = nil
 		}
 		select {
@@ -278,8 +288,50 @@ func (b *Builder) Run(ctx context.Context) error {
 		case <-t.C:
 			// A fallback for a dropped batch that no later one reveals
 			// (the input went quiet): read the log when nothing waits.
-			behind = len(b.feed) == 0
+			behind = behind || len(b.feed) == 0
 		}
+	}
+}
+
+// YieldTo makes Run pause while busy reports true (udp.UDP.Busy: the
+// kernel's queue of datagrams is filling), for Config.MaxYield at the most
+// at a time: the CPU the rollups take goes to the input, which would
+// otherwise lose datagrams, and the rollups catch up from the log after.
+// After a pause of MaxYield they do not pause again until they have caught
+// up, so that under an input they can never keep up with they fall behind
+// by a bounded time. Call it before Run; nil: never pause.
+func (b *Builder) YieldTo(busy func() bool) { b.busy = busy }
+
+// yielder is Run's state of pausing for a busy input.
+type yielder struct {
+	since    time.Time // the current pause began (zero: none)
+	catching bool      // a pause lasted MaxYield: no other until the log is read to its end
+}
+
+// pause reports whether Run pauses now.
+func (y *yielder) pause(b *Builder, now time.Time) bool {
+	if b.busy == nil || b.cfg.MaxYield <= 0 || y.catching || !b.busy() {
+		y.end(b, now)
+		return false
+	}
+	if y.since.IsZero() {
+		y.since = now
+		b.m.yields.Inc()
+	}
+	if now.Sub(y.since) >= b.cfg.MaxYield.D() {
+		y.end(b, now)
+		y.catching = true
+		b.log.Info("Rollups paused for the input as long as they may; catching up", "max_yield", b.cfg.MaxYield)
+		return false
+	}
+	return true
+}
+
+// end ends a pause, counting its time.
+func (y *yielder) end(b *Builder, now time.Time) {
+	if !y.since.IsZero() {
+		b.m.yieldSeconds.Add(now.Sub(y.since).Seconds())
+		y.since = time.Time{}
 	}
 }
 
@@ -533,11 +585,12 @@ func (b *Builder) applyRecord(r *record.Record) {
 	if counted.closed {
 		return // the same access twice (the store drops duplicates; be safe)
 	}
-	if t/60 > r.Start.Unix()/60 {
-		// Progress events of it may still follow: leave a tombstone.
-		if !ok {
-			b.openBytes += openSize(&k)
-		}
+	if ok {
+		// Its progress snapshots counted bytes: a tombstone makes any
+		// that a replayed log repeats count nothing. An access without
+		// one needs none: the log holds a file's snapshots before its
+		// record, never after (correlate.Output.Progress), so most
+		// records cost the table nothing.
 		b.open[k] = openAccess{closed: true, last: t}
 	}
 	d := delta{

@@ -9,7 +9,7 @@ import (
 // metrics are the rollup builder's metrics.
 type metrics struct {
 	records, progress, invalid, openEvicted prometheus.Counter
-	feedDropped                             prometheus.Counter
+	feedDropped, yields, yieldSeconds       prometheus.Counter
 	flushes, compactions, errors            prometheus.Counter
 	flushSeconds                            prometheus.Histogram
 	cursor, headBytes, openBytes            prometheus.Gauge
@@ -36,6 +36,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		feedDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "xrdmon_rollup_feed_dropped_total",
 			Help: "Batches of committed entries the rollups could not queue (they were behind); those entries are read back from the store instead.",
+		}),
+		yields: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_rollup_yields_total",
+			Help: "Times the rollups paused because the UDP input was behind (rollup.max_yield).",
+		}),
+		yieldSeconds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xrdmon_rollup_yield_seconds_total",
+			Help: "Time the rollups spent paused for the UDP input; they catch up from the store's log after.",
 		}),
 		flushes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "xrdmon_rollup_flushes_total",
@@ -68,7 +76,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	ms := xmetrics.NewSet(reg)
-	for _, c := range []prometheus.Collector{m.records, m.progress, m.invalid, m.openEvicted, m.feedDropped, m.flushes, m.compactions, m.errors, m.flushSeconds, m.cursor, m.headBytes, m.openBytes} {
+	for _, c := range []prometheus.Collector{m.records, m.progress, m.invalid, m.openEvicted, m.feedDropped, m.yields, m.yieldSeconds, m.flushes, m.compactions, m.errors, m.flushSeconds, m.cursor, m.headBytes, m.openBytes} {
 		xmetrics.Add(ms, c)
 	}
 	return m, ms.Err()

@@ -5,6 +5,10 @@ import (
 	"maps"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"context"
 	"fmt"
@@ -742,5 +746,94 @@ func TestUsersMergeUnion(t *testing.T) {
 				t.Fatalf("trial %d: %d is not a user", trial, h)
 			}
 		}
+	}
+}
+
+// TestSearchUsers holds searchUsers to slices.BinarySearch: sets short and
+// long, hashes present, absent, below and above all of them.
+func TestSearchUsers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := range 200 {
+		set := make([]uint32, 0, n)
+		for len(set) < n {
+			set = append(set, rng.Uint32()%2000)
+		}
+		slices.Sort(set)
+		set = slices.Compact(set)
+		for h := uint32(0); h < 2001; h += 1 + uint32(rng.IntN(3)) {
+			wi, wf := slices.BinarySearch(set, h)
+			if gi, gf := searchUsers(set, h); gi != wi || gf != wf {
+				t.Fatalf("set of %d, hash %d: searchUsers = %d, %v; want %d, %v", len(set), h, gi, gf, wi, wf)
+			}
+		}
+	}
+}
+
+// TestRollupsYield: while the input is busy the builder sums nothing (its
+// cursor stays where it was) and, once the input is not, catches up from
+// the log to the sums of a builder that read it all; with a short
+// max_yield it catches up although the input never stops being busy.
+func TestRollupsYield(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		maxYield time.Duration
+		busyEnds bool
+	}{
+		{"until the input catches up", time.Hour, true},
+		{"at most max_yield", 20 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.RetentionMinute, cfg.RetentionHour = 0, 0
+			cfg.FlushInterval = units.Duration(3 * time.Millisecond)
+			cfg.MaxYield = units.Duration(tc.maxYield)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var busy atomic.Bool
+			busy.Store(true)
+			reg := prometheus.NewRegistry()
+			var live *Builder
+			done := make(chan error, 1)
+			st, _ := collectedWith(t, longConfig(), 500, func(st *store.Store) {
+				var err error
+				if live, err = New(cfg, st, nil, reg); err != nil {
+					t.Fatal(err)
+				}
+				live.YieldTo(busy.Load)
+				st.Listen(live.Feed)
+				go func() { done <- live.Run(ctx) }()
+			})
+			last, err := st.LastSeq(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cursor := func() int64 {
+				live.mu.Lock()
+				defer live.mu.Unlock()
+				return live.cursor
+			}
+			if tc.busyEnds {
+				if c := cursor(); c != 0 {
+					t.Fatalf("the builder summed up to entry %d of %d while the input was busy", c, last)
+				}
+				busy.Store(false)
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for cursor() < last {
+				if time.Now().After(deadline) {
+					t.Fatalf("the builder is at entry %d of %d: it did not catch up", cursor(), last)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if n := testutil.ToFloat64(live.m.yields); n < 1 {
+				t.Fatalf("xrdmon_rollup_yields_total = %v, want at least one pause", n)
+			}
+			ref, _ := reference(t, st, cfg)
+			sameSeries(t, ref, newBuilder(t, st, cfg), tc.name)
+		})
 	}
 }

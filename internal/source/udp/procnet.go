@@ -8,11 +8,18 @@ import (
 	"strings"
 )
 
-// parseProcNetUDP sums the drops of the sockets in /proc/net/udp{,6} format
-// whose local port is port and whose inode is in inodes.
-func parseProcNetUDP(f io.Reader, port uint16, inodes map[uint64]bool) (uint64, error) {
+// socketStats is what the kernel reports of our sockets in /proc/net/udp.
+type socketStats struct {
+	drops  uint64 // datagrams dropped because a receive queue was full
+	queued uint64 // bytes waiting in the receive queues (rx_queue: the kernel's accounting, overhead included)
+}
+
+// parseProcNetUDP sums the drops and queued bytes of the sockets in
+// /proc/net/udp{,6} format whose local port is port and whose inode is in
+// inodes.
+func parseProcNetUDP(f io.Reader, port uint16, inodes map[uint64]bool) (socketStats, error) {
 	sc := bufio.NewScanner(f)
-	var total uint64
+	var total socketStats
 	first := true
 	for sc.Scan() {
 		if first { // header
@@ -38,9 +45,15 @@ func parseProcNetUDP(f io.Reader, port uint16, inodes map[uint64]bool) (uint64, 
 		}
 		drops, err := strconv.ParseUint(fields[12], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("drops column %q: %w", fields[12], err)
+			return socketStats{}, fmt.Errorf("drops column %q: %w", fields[12], err)
 		}
-		total += drops
+		_, rx, _ := strings.Cut(fields[4], ":") // tx_queue:rx_queue, hexadecimal
+		queued, err := strconv.ParseUint(rx, 16, 64)
+		if err != nil {
+			return socketStats{}, fmt.Errorf("rx_queue column %q: %w", fields[4], err)
+		}
+		total.drops += drops
+		total.queued += queued
 	}
 	return total, sc.Err()
 }

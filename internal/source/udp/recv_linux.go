@@ -181,40 +181,41 @@ func sockaddr(sa *unix.RawSockaddrInet6) (netip.AddrPort, bool) {
 	return netip.AddrPort{}, false
 }
 
-// kernelDrops sums the drops column of /proc/net/udp and /proc/net/udp6 for
-// the sockets of conns (matched by inode and local port).
-func kernelDrops(conns []*net.UDPConn, port uint16) (uint64, error) {
+// kernelStats sums the drops and rx_queue columns of /proc/net/udp and
+// /proc/net/udp6 for the sockets of conns (matched by inode and local port).
+func kernelStats(conns []*net.UDPConn, port uint16) (socketStats, error) {
 	inodes := make(map[uint64]bool, len(conns))
 	for _, c := range conns {
 		rc, err := c.SyscallConn()
 		if err != nil {
-			return 0, fmt.Errorf("raw socket: %w", err)
+			return socketStats{}, fmt.Errorf("raw socket: %w", err)
 		}
 		var st unix.Stat_t
 		var serr error
 		if err := rc.Control(func(fd uintptr) { serr = unix.Fstat(int(fd), &st) }); err != nil {
-			return 0, fmt.Errorf("socket inode: %w", err)
+			return socketStats{}, fmt.Errorf("socket inode: %w", err)
 		}
 		if serr != nil {
-			return 0, fmt.Errorf("socket inode: %w", serr)
+			return socketStats{}, fmt.Errorf("socket inode: %w", serr)
 		}
 		inodes[st.Ino] = true
 	}
-	var total uint64
+	var total socketStats
 	for _, name := range []string{"/proc/net/udp", "/proc/net/udp6"} {
 		f, err := os.Open(name)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				continue
 			}
-			return 0, fmt.Errorf("kernel drops: %w", err)
+			return socketStats{}, fmt.Errorf("kernel socket stats: %w", err)
 		}
 		n, err := parseProcNetUDP(f, port, inodes)
 		f.Close()
 		if err != nil {
-			return 0, fmt.Errorf("kernel drops: %s: %w", name, err)
+			return socketStats{}, fmt.Errorf("kernel socket stats: %s: %w", name, err)
 		}
-		total += n
+		total.drops += n.drops
+		total.queued += n.queued
 	}
 	return total, nil
 }

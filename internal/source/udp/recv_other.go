@@ -55,4 +55,4 @@ func (r *reader) loop(ctx context.Context, out chan<- *source.Batch) error {
 	}
 }
 
-func kernelDrops([]*net.UDPConn, uint16) (uint64, error) { return 0, nil }
+func kernelStats([]*net.UDPConn, uint16) (socketStats, error) { return socketStats{}, nil }

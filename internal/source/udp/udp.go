@@ -13,7 +13,9 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -136,6 +138,10 @@ type UDP struct {
 	local  netip.AddrPort
 
 	closeOnce sync.Once
+
+	rcvbufGot atomic.Int64 // the receive buffer the kernel reports (SO_RCVBUF), per socket
+	busyAt    atomic.Int64 // Unix ns of Busy's last sample
+	busy      atomic.Bool
 
 	packets   prometheus.Counter
 	bytes     prometheus.Counter
@@ -315,6 +321,7 @@ func (u *UDP) setReceiveBuffer(conn *net.UDPConn, report bool) error {
 	if err != nil {
 		return fmt.Errorf("set receive buffer: %w", err)
 	}
+	u.rcvbufGot.Store(int64(got))
 	if !report {
 		return nil
 	}
@@ -350,8 +357,37 @@ func (u *UDP) Close() error {
 // KernelDrops returns the number of datagrams the kernel dropped for our
 // sockets because their receive queues were full (Linux; 0 elsewhere).
 func (u *UDP) KernelDrops() (uint64, error) {
-	return kernelDrops(u.conns, u.local.Port())
+	st, err := kernelStats(u.conns, u.local.Port())
+	return st.drops, err
 }
+
+// Busy reports whether the readers are behind: the datagrams waiting in
+// the kernel's receive queues fill a sixteenth of the receive buffer or
+// more (and, once so, until they are down to a sixty-fourth: no flapping
+// at the threshold). Past the buffer the kernel drops datagrams, so work
+// that can wait (the rollups, which catch up from the store's log) yields
+// the CPU while Busy holds. The queue is sampled from /proc/net/udp at
+// most every busyEvery; Busy is safe to call often and from any goroutine.
+// It is always false where the kernel does not say (not Linux).
+func (u *UDP) Busy() bool {
+	now := time.Now().UnixNano()
+	last := u.busyAt.Load()
+	if now-last < int64(busyEvery) || !u.busyAt.CompareAndSwap(last, now) {
+		return u.busy.Load()
+	}
+	st, err := kernelStats(u.conns, u.local.Port())
+	if err != nil {
+		u.busy.Store(false)
+		return false
+	}
+	buf := max(uint64(u.rcvbufGot.Load())*uint64(len(u.conns)), 1)
+	busy := st.queued >= buf/16 || u.busy.Load() && st.queued >= buf/64
+	u.busy.Store(busy)
+	return busy
+}
+
+// busyEvery is how often Busy samples the receive queues.
+const busyEvery = 100 * time.Millisecond
 
 // Run reads datagrams until ctx is cancelled, then closes the sockets and
 // returns nil. A batch holds the datagrams of one batched read (1 to

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -192,8 +193,8 @@ func deniedValue(t *testing.T, reg *prometheus.Registry) float64 {
 }
 
 const procNetUDP = `   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops            
-  123: 00000000:26C2 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 17         
-  124: 0100007F:26C2 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4243 2 0000000000000000 5          
+  123: 00000000:26C2 00000000:0000 07 00000000:00000300 00:00000000 00000000     0        0 4242 2 0000000000000000 17         
+  124: 0100007F:26C2 00000000:0000 07 00000000:00001000 00:00000000 00000000     0        0 4243 2 0000000000000000 5          
   125: 00000000:0035 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 99         
   126: 00000000:26C2 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 9999 2 0000000000000000 1000       
 `
@@ -209,13 +210,14 @@ func TestParseProcNetUDP(t *testing.T) {
 		port   uint16
 		inodes []uint64
 		want   uint64
+		queued uint64
 	}{
-		{"one socket", procNetUDP, 9922, []uint64{4242}, 17},
-		{"two sockets", procNetUDP, 9922, []uint64{4242, 4243}, 22},
-		{"port must match too", procNetUDP, 53, []uint64{4243}, 0},
-		{"other inode", procNetUDP, 9922, []uint64{1}, 0},
-		{"udp6", procNetUDP6, 9922, []uint64{5555}, 3},
-		{"header only", "  sl local_address\n", 9922, []uint64{4242}, 0},
+		{"one socket", procNetUDP, 9922, []uint64{4242}, 17, 0x300},
+		{"two sockets", procNetUDP, 9922, []uint64{4242, 4243}, 22, 0x1300},
+		{"port must match too", procNetUDP, 53, []uint64{4243}, 0, 0},
+		{"other inode", procNetUDP, 9922, []uint64{1}, 0, 0},
+		{"udp6", procNetUDP6, 9922, []uint64{5555}, 3, 0x5A00},
+		{"header only", "  sl local_address\n", 9922, []uint64{4242}, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -224,8 +226,8 @@ func TestParseProcNetUDP(t *testing.T) {
 				inodes[i] = true
 			}
 			got, err := parseProcNetUDP(strings.NewReader(tt.text), tt.port, inodes)
-			if err != nil || got != tt.want {
-				t.Errorf("got %d, %v; want %d", got, err, tt.want)
+			if err != nil || got.drops != tt.want || got.queued != tt.queued {
+				t.Errorf("got %+v, %v; want %d drops, %d bytes queued", got, err, tt.want, tt.queued)
 			}
 		})
 	}
@@ -310,5 +312,46 @@ func TestKernelDropsEveryListener(t *testing.T) {
 	}
 	if got < float64(drops) {
 		t.Errorf("xrdmon_udp_kernel_drops_total = %v, the second listener dropped %d", got, drops)
+	}
+}
+
+// TestBusyLive: datagrams left waiting in the kernel's queue make the
+// source busy; once its readers have taken them, it is not.
+func TestBusyLive(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the kernel's receive queue is read from /proc/net/udp (Linux)")
+	}
+	u, err := New(Options{Addr: "127.0.0.1:0", ReceiveBuffer: 256 << 10}, nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	if u.Busy() {
+		t.Fatal("busy with an empty queue")
+	}
+	c := dial(t, "127.0.0.1", u.LocalAddr())
+	msg := make([]byte, 1000)
+	for range 100 {
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(busyEvery + 20*time.Millisecond)
+	if !u.Busy() {
+		t.Fatal("not busy with 100 datagrams waiting in a 256 KiB buffer")
+	}
+	out := make(chan *source.Batch, 1024)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = u.Run(ctx, out) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for u.Busy() {
+		if time.Now().After(deadline) {
+			t.Fatal("still busy after its reader took the queue")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(out) == 0 {
+		t.Fatal("no batch read")
 	}
 }
