@@ -83,19 +83,10 @@ func NewRouter(d *amqpconn.Dialer, t Topology, opts RouterOptions, log *slog.Log
 	}
 	ms := metrics.NewSet(reg)
 	r := &Router{dialer: d, t: t, opts: opts, log: log.With("component", "router"),
-		routed: metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_bus_routed_total", Help: "Shoveler messages republished to the shard exchange and acknowledged upstream.",
-		})),
-		unkeyed: metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_bus_unkeyed_total", Help: "Shoveler messages without a readable remote, routed with an empty key (their collector rejects them).",
-		})),
-		oversized: metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_bus_oversized_total",
-			Help: "Messages larger than a shoveler message can be (the collector would reject them), acknowledged and dropped, not republished.",
-		})),
-		reconnects: metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_bus_reconnects_total", Help: "Router sessions that ended in an error and were started again.",
-		})),
+		routed:     metrics.Counter(ms, "xrdmon_bus_routed_total", "Shoveler messages republished to the shard exchange and acknowledged upstream."),
+		unkeyed:    metrics.Counter(ms, "xrdmon_bus_unkeyed_total", "Shoveler messages without a readable remote, routed with an empty key (their collector rejects them)."),
+		oversized:  metrics.Counter(ms, "xrdmon_bus_oversized_total", "Messages larger than a shoveler message can be (the collector would reject them), acknowledged and dropped, not republished."),
+		reconnects: metrics.Counter(ms, "xrdmon_bus_reconnects_total", "Router sessions that ended in an error and were started again."),
 	}
 	return r, ms.Err()
 }

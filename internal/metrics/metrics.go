@@ -68,3 +68,52 @@ func (s *Set) Unregister() {
 	}
 	s.registered = nil
 }
+
+// NewCounter returns an unregistered counter named name with the help text
+// help.
+func NewCounter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+// NewGauge returns an unregistered gauge named name with the help text help.
+func NewGauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+// NewHistogram returns an unregistered histogram named name with the help
+// text help and the bucket bounds buckets.
+func NewHistogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+}
+
+// NewGaugeFunc returns an unregistered gauge named name with the help text
+// help whose value is f's at scrape time.
+func NewGaugeFunc(name, help string, f func() float64) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+}
+
+// Counter registers NewCounter(name, help) through Add.
+func Counter(s *Set, name, help string) prometheus.Counter {
+	return Add(s, NewCounter(name, help))
+}
+
+// CounterVec registers, through Add, a counter vector named name with the
+// help text help and the labels labels.
+func CounterVec(s *Set, name, help string, labels ...string) *prometheus.CounterVec {
+	return Add(s, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+}
+
+// Gauge registers NewGauge(name, help) through Add.
+func Gauge(s *Set, name, help string) prometheus.Gauge {
+	return Add(s, NewGauge(name, help))
+}
+
+// GaugeFunc registers NewGaugeFunc(name, help, f) through Add.
+func GaugeFunc(s *Set, name, help string, f func() float64) prometheus.GaugeFunc {
+	return Add(s, NewGaugeFunc(name, help, f))
+}
+
+// Histogram registers NewHistogram(name, help, buckets) through Add.
+func Histogram(s *Set, name, help string, buckets []float64) prometheus.Histogram {
+	return Add(s, NewHistogram(name, help, buckets))
+}

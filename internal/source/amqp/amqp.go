@@ -178,22 +178,11 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
 	ms := metrics.NewSet(reg)
-	a.received = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_amqp_messages_received_total", Help: "Messages consumed from RabbitMQ.",
-	}))
-	a.reconnects = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_amqp_reconnects_total", Help: "Connections to RabbitMQ lost or abandoned and made again.",
-	}))
-	a.ackFailed = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_amqp_acks_failed_total", Help: "Batch acknowledgements that could not be sent (the messages are redelivered).",
-	}))
-	a.invalid = metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "xrdmon_amqp_messages_invalid_total",
-		Help: "Messages that are not valid shoveler envelopes, acknowledged and dropped, by reason (oversized: more than a UDP datagram can carry).",
-	}, []string{"reason"}))
-	a.connected = metrics.Add(ms, prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "xrdmon_amqp_connected", Help: "1 while the AMQP source is connected and consuming.",
-	}))
+	a.received = metrics.Counter(ms, "xrdmon_amqp_messages_received_total", "Messages consumed from RabbitMQ.")
+	a.reconnects = metrics.Counter(ms, "xrdmon_amqp_reconnects_total", "Connections to RabbitMQ lost or abandoned and made again.")
+	a.ackFailed = metrics.Counter(ms, "xrdmon_amqp_acks_failed_total", "Batch acknowledgements that could not be sent (the messages are redelivered).")
+	a.invalid = metrics.CounterVec(ms, "xrdmon_amqp_messages_invalid_total", "Messages that are not valid shoveler envelopes, acknowledged and dropped, by reason (oversized: more than a UDP datagram can carry).", "reason")
+	a.connected = metrics.Gauge(ms, "xrdmon_amqp_connected", "1 while the AMQP source is connected and consuming.")
 	if err := ms.Err(); err != nil {
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}

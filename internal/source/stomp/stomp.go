@@ -166,22 +166,11 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*STOMP, error
 		return nil, fmt.Errorf("stomp source: %w", err)
 	}
 	ms := metrics.NewSet(reg)
-	s.received = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_stomp_messages_received_total", Help: "Messages consumed from the STOMP broker.",
-	}))
-	s.reconnects = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_stomp_reconnects_total", Help: "Connections to the STOMP broker lost or abandoned and made again.",
-	}))
-	s.ackFailed = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_stomp_acks_failed_total", Help: "Batch acknowledgements that could not be sent to the STOMP broker (the messages are redelivered).",
-	}))
-	s.invalid = metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "xrdmon_stomp_messages_invalid_total",
-		Help: "STOMP messages that are not valid shoveler envelopes, acknowledged and dropped, by reason (oversized: more than a UDP datagram can carry).",
-	}, []string{"reason"}))
-	s.connected = metrics.Add(ms, prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "xrdmon_stomp_connected", Help: "1 while the STOMP source is connected and subscribed.",
-	}))
+	s.received = metrics.Counter(ms, "xrdmon_stomp_messages_received_total", "Messages consumed from the STOMP broker.")
+	s.reconnects = metrics.Counter(ms, "xrdmon_stomp_reconnects_total", "Connections to the STOMP broker lost or abandoned and made again.")
+	s.ackFailed = metrics.Counter(ms, "xrdmon_stomp_acks_failed_total", "Batch acknowledgements that could not be sent to the STOMP broker (the messages are redelivered).")
+	s.invalid = metrics.CounterVec(ms, "xrdmon_stomp_messages_invalid_total", "STOMP messages that are not valid shoveler envelopes, acknowledged and dropped, by reason (oversized: more than a UDP datagram can carry).", "reason")
+	s.connected = metrics.Gauge(ms, "xrdmon_stomp_connected", "1 while the STOMP source is connected and subscribed.")
 	if err := ms.Err(); err != nil {
 		return nil, fmt.Errorf("stomp source: %w", err)
 	}
