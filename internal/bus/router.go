@@ -14,6 +14,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/backoff"
 	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/source"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // RouterOptions tune a Router.
@@ -63,18 +64,12 @@ func NewRouter(d *amqpconn.Dialer, t Topology, opts RouterOptions, log *slog.Log
 		return nil, errors.New("bus: a router needs the shoveler's exchange and a route queue")
 	}
 	def := DefaultRouterOptions()
-	if opts.Prefetch <= 0 {
-		opts.Prefetch = def.Prefetch
-	}
+	units.Default(&opts.Prefetch, def.Prefetch)
 	if opts.Batch <= 0 || opts.Batch > opts.Prefetch {
 		opts.Batch = min(def.Batch, opts.Prefetch)
 	}
-	if opts.Wait <= 0 {
-		opts.Wait = def.Wait
-	}
-	if opts.ConfirmTimeout <= 0 {
-		opts.ConfirmTimeout = def.ConfirmTimeout
-	}
+	units.Default(&opts.Wait, def.Wait)
+	units.Default(&opts.ConfirmTimeout, def.ConfirmTimeout)
 	if opts.ReconnectMin <= 0 || opts.ReconnectMax < opts.ReconnectMin {
 		opts.ReconnectMin, opts.ReconnectMax = def.ReconnectMin, def.ReconnectMax
 	}

@@ -93,24 +93,12 @@ func (c Config) Options() Options {
 
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
-	if o.TTL <= 0 {
-		o.TTL = d.TTL
-	}
-	if o.NegativeTTL <= 0 {
-		o.NegativeTTL = d.NegativeTTL
-	}
-	if o.Size <= 0 {
-		o.Size = d.Size
-	}
-	if o.Workers <= 0 {
-		o.Workers = d.Workers
-	}
-	if o.QueueSize <= 0 {
-		o.QueueSize = d.QueueSize
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = d.Timeout
-	}
+	units.Default(&o.TTL, d.TTL)
+	units.Default(&o.NegativeTTL, d.NegativeTTL)
+	units.Default(&o.Size, d.Size)
+	units.Default(&o.Workers, d.Workers)
+	units.Default(&o.QueueSize, d.QueueSize)
+	units.Default(&o.Timeout, d.Timeout)
 	return o
 }
 

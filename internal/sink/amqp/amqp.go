@@ -61,6 +61,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // The OSG collector's exchange names (connection.sample.conf), for
@@ -173,15 +174,9 @@ func DefaultOptions() Options {
 func (o *Options) fill() {
 	d := DefaultOptions()
 	o.Options = o.Options.WithDefaults(d.Options)
-	if o.ConfirmTimeout <= 0 {
-		o.ConfirmTimeout = d.ConfirmTimeout
-	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = d.DialTimeout
-	}
-	if o.Heartbeat <= 0 {
-		o.Heartbeat = d.Heartbeat
-	}
+	units.Default(&o.ConfirmTimeout, d.ConfirmTimeout)
+	units.Default(&o.DialTimeout, d.DialTimeout)
+	units.Default(&o.Heartbeat, d.Heartbeat)
 	if o.ExchangeKind == "" {
 		o.ExchangeKind = d.ExchangeKind
 	}

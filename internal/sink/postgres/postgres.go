@@ -24,6 +24,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // Config configures the PostgreSQL output: the outputs.postgres section
@@ -102,15 +103,9 @@ func (o *Options) fill() error {
 	if o.PartitionsAhead < 0 {
 		o.PartitionsAhead = 0
 	}
-	if o.ConnectTimeout <= 0 {
-		o.ConnectTimeout = d.ConnectTimeout
-	}
-	if o.StatementTimeout <= 0 {
-		o.StatementTimeout = d.StatementTimeout
-	}
-	if o.RollupInterval <= 0 {
-		o.RollupInterval = d.RollupInterval
-	}
+	units.Default(&o.ConnectTimeout, d.ConnectTimeout)
+	units.Default(&o.StatementTimeout, d.StatementTimeout)
+	units.Default(&o.RollupInterval, d.RollupInterval)
 	return nil
 }
 

@@ -137,12 +137,8 @@ func DefaultOptions() Options {
 func (o *Options) fill() {
 	d := DefaultOptions()
 	o.Options = o.Options.WithDefaults(d.Options)
-	if o.ReceiptTimeout <= 0 {
-		o.ReceiptTimeout = d.ReceiptTimeout
-	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = d.DialTimeout
-	}
+	units.Default(&o.ReceiptTimeout, d.ReceiptTimeout)
+	units.Default(&o.DialTimeout, d.DialTimeout)
 	if o.WLCG == nil {
 		o.WLCG = record.DefaultWLCGMatcher()
 	}
@@ -176,9 +172,7 @@ func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger,
 	if cfg.ContentType == "" {
 		cfg.ContentType = DefaultConfig().ContentType
 	}
-	if cfg.MaxMessageBytes <= 0 {
-		cfg.MaxMessageBytes = DefaultConfig().MaxMessageBytes
-	}
+	units.Default(&cfg.MaxMessageBytes, DefaultConfig().MaxMessageBytes)
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

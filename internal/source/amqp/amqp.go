@@ -21,6 +21,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/backoff"
 	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/source"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // Config configures the AMQP source: the amqp_input section of the
@@ -143,28 +144,16 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 	if cfg.BindingKey == "" {
 		cfg.BindingKey = def.BindingKey
 	}
-	if cfg.Prefetch <= 0 {
-		cfg.Prefetch = def.Prefetch
-	}
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = def.BatchSize
-	}
+	units.Default(&cfg.Prefetch, def.Prefetch)
+	units.Default(&cfg.BatchSize, def.BatchSize)
 	cfg.BatchSize = min(cfg.BatchSize, cfg.Prefetch)
-	if cfg.BatchWait <= 0 {
-		cfg.BatchWait = def.BatchWait
-	}
-	if cfg.ReconnectMin <= 0 {
-		cfg.ReconnectMin = def.ReconnectMin
-	}
+	units.Default(&cfg.BatchWait, def.BatchWait)
+	units.Default(&cfg.ReconnectMin, def.ReconnectMin)
 	if cfg.ReconnectMax < cfg.ReconnectMin {
 		cfg.ReconnectMax = max(def.ReconnectMax, cfg.ReconnectMin)
 	}
-	if cfg.TokenCheck <= 0 {
-		cfg.TokenCheck = def.TokenCheck
-	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = def.DrainTimeout
-	}
+	units.Default(&cfg.TokenCheck, def.TokenCheck)
+	units.Default(&cfg.DrainTimeout, def.DrainTimeout)
 	filter, err := source.NewFilter(cfg.Filter, "amqp", reg)
 	if err != nil {
 		return nil, fmt.Errorf("amqp source: %w", err)

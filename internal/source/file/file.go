@@ -21,6 +21,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/source"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // Options configures the file source.
@@ -72,9 +73,7 @@ func New(cfg Options, log *slog.Logger, reg prometheus.Registerer) (*File, error
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = DefaultOptions().BatchSize
-	}
+	units.Default(&cfg.BatchSize, DefaultOptions().BatchSize)
 	filter, err := source.NewFilter(cfg.Filter, "file", reg)
 	if err != nil {
 		return nil, fmt.Errorf("file source: %w", err)

@@ -133,25 +133,15 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*STOMP, error
 	if cfg.Destination == "" {
 		cfg.Destination = def.Destination
 	}
-	if cfg.Prefetch <= 0 {
-		cfg.Prefetch = def.Prefetch
-	}
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = def.BatchSize
-	}
+	units.Default(&cfg.Prefetch, def.Prefetch)
+	units.Default(&cfg.BatchSize, def.BatchSize)
 	cfg.BatchSize = min(cfg.BatchSize, cfg.Prefetch)
-	if cfg.BatchWait <= 0 {
-		cfg.BatchWait = def.BatchWait
-	}
-	if cfg.ReconnectMin <= 0 {
-		cfg.ReconnectMin = def.ReconnectMin
-	}
+	units.Default(&cfg.BatchWait, def.BatchWait)
+	units.Default(&cfg.ReconnectMin, def.ReconnectMin)
 	if cfg.ReconnectMax < cfg.ReconnectMin {
 		cfg.ReconnectMax = max(def.ReconnectMax, cfg.ReconnectMin)
 	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = def.DrainTimeout
-	}
+	units.Default(&cfg.DrainTimeout, def.DrainTimeout)
 	filter, err := source.NewFilter(cfg.Filter, "stomp", reg)
 	if err != nil {
 		return nil, fmt.Errorf("stomp source: %w", err)

@@ -155,18 +155,10 @@ func New(cfg Options, log *slog.Logger, reg prometheus.Registerer) (*UDP, error)
 	if cfg.Addr == "" {
 		cfg.Addr = def.Addr
 	}
-	if cfg.Readers <= 0 {
-		cfg.Readers = def.Readers
-	}
-	if cfg.BatchMessages <= 0 {
-		cfg.BatchMessages = def.BatchMessages
-	}
-	if cfg.MaxDatagram <= 0 {
-		cfg.MaxDatagram = def.MaxDatagram
-	}
-	if cfg.ReceiveBuffer <= 0 {
-		cfg.ReceiveBuffer = def.ReceiveBuffer
-	}
+	units.Default(&cfg.Readers, def.Readers)
+	units.Default(&cfg.BatchMessages, def.BatchMessages)
+	units.Default(&cfg.MaxDatagram, def.MaxDatagram)
+	units.Default(&cfg.ReceiveBuffer, def.ReceiveBuffer)
 	filter, err := source.NewFilter(cfg.Filter, "udp", reg)
 	if err != nil {
 		return nil, fmt.Errorf("udp source: %w", err)
