@@ -18,7 +18,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/xrdmon/xrdmon/internal/amqpconn"
-	"github.com/xrdmon/xrdmon/internal/backoff"
 	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/source"
 	"github.com/xrdmon/xrdmon/internal/units"
@@ -109,13 +108,11 @@ var errTokenChanged = errors.New("token file changed")
 type AMQP struct {
 	cfg    Config
 	log    *slog.Logger
-	filter *source.Filter
+	dec    source.ShovelerDecoder
 	pool   *source.BatchPool
 	dialer *amqpconn.Dialer
 
 	netConn atomic.Pointer[net.Conn] // the current connection's socket, for tests
-
-	loggedInvalid time.Time // when an invalid message was last logged (Run's goroutine)
 
 	abandon     chan struct{} // closed by Abandon
 	waiting     atomic.Bool   // in awaitHandover, the queue having a consumer (tests)
@@ -158,7 +155,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 	if err != nil {
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
-	a := &AMQP{cfg: cfg, log: log, filter: filter, abandon: make(chan struct{}), pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket)}
+	a := &AMQP{cfg: cfg, log: log, abandon: make(chan struct{}), pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket)}
 	a.dialer, err = amqpconn.NewDialer(cfg.Config, amqpconn.Options{
 		Name: "input",
 		Wrap: func(c net.Conn) net.Conn { a.netConn.Store(&c); return c },
@@ -178,6 +175,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 	for _, r := range source.ShovelerReasons {
 		a.invalid.WithLabelValues(r)
 	}
+	a.dec = source.ShovelerDecoder{Filter: filter, Invalid: a.invalid, Log: log}
 	return a, nil
 }
 
@@ -197,37 +195,20 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 // open would let the next consumer start on newer messages while the older
 // ones wait for the channel to close.)
 func (a *AMQP) Run(ctx context.Context, out chan<- *source.Batch) error {
-	bo := backoff.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
-	first := true
-	for {
-		if !first {
-			a.reconnects.Inc()
-		}
-		first = false
-		start := time.Now()
-		err := a.session(ctx, out)
-		a.connected.Set(0)
-		if ctx.Err() != nil || a.abandoned() {
-			return nil
-		}
-		if errors.Is(err, errTokenChanged) {
-			a.log.Info("AMQP token file changed; reconnecting")
-			bo.Reset()
-			continue
-		}
-		if time.Since(start) > 2*a.cfg.ReconnectMax {
-			bo.Reset() // it worked for a while: start over
-		}
-		wait := bo.Next()
-		a.log.Warn("AMQP connection lost; reconnecting", "err", err, "wait", wait)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-a.abandon:
-			return nil
-		case <-time.After(wait):
-		}
-	}
+	r := source.Reconnect{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax, Reconnects: a.reconnects, Connected: a.connected,
+		Stop: a.abandon,
+		Again: func(err error) bool {
+			if errors.Is(err, errTokenChanged) {
+				a.log.Info("AMQP token file changed; reconnecting")
+				return true
+			}
+			return false
+		},
+		Lost: func(err error, wait time.Duration) {
+			a.log.Warn("AMQP connection lost; reconnecting", "err", err, "wait", wait)
+		}}
+	r.Run(ctx, func() error { return a.session(ctx, out) })
+	return nil
 }
 
 // Abandon makes Run give back at once every delivery it holds: it closes
@@ -237,15 +218,6 @@ func (a *AMQP) Run(ctx context.Context, out chan<- *source.Batch) error {
 // that the next holder of the shard gets those messages, first and in
 // order, without waiting for DrainTimeout.
 func (a *AMQP) Abandon() { a.abandonOnce.Do(func() { close(a.abandon) }) }
-
-func (a *AMQP) abandoned() bool {
-	select {
-	case <-a.abandon:
-		return true
-	default:
-		return false
-	}
-}
 
 // session connects, consumes until the connection ends, and closes it.
 func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
@@ -340,7 +312,7 @@ func (c *consumer) receive(d *amqp.Delivery) error {
 		c.timer.Reset(c.a.cfg.BatchWait)
 	}
 	c.last = d.DeliveryTag
-	c.a.add(c.b, d.Body)
+	c.a.dec.Add(c.b, d.Body)
 	if c.b.Full() || int(c.last-c.first+1) >= c.a.cfg.BatchSize {
 		return c.flush()
 	}
@@ -402,24 +374,6 @@ func (c *consumer) deliveriesClosed() error {
 	}
 	_ = c.flush() // cannot be acknowledged any more, but let the pipeline count them
 	return errors.New("delivery channel closed")
-}
-
-// add decodes a shoveler message into b; an invalid one is counted (and
-// logged at most once a minute).
-func (a *AMQP) add(b *source.PooledBatch, body []byte) {
-	buf, env, err := source.AppendShoveler(b.Buf(), body)
-	if err != nil {
-		a.invalid.WithLabelValues(source.ShovelerReason(err)).Inc()
-		if time.Since(a.loggedInvalid) > time.Minute {
-			a.loggedInvalid = time.Now()
-			a.log.Warn("Dropping invalid shoveler messages (logged at most once a minute)", "err", err,
-				"body", truncate(body, 120))
-		}
-		return
-	}
-	if sender, ok := a.filter.AcceptShoveled(&env); ok {
-		b.Add(buf, env.Data, sender, time.Now())
-	}
 }
 
 // consume opens a channel on conn, declares and binds the queue as
@@ -528,13 +482,6 @@ func (a *AMQP) drain(tr *tracker, closed <-chan *amqp.Error) {
 		case <-tick.C:
 		}
 	}
-}
-
-func truncate(b []byte, n int) string {
-	if len(b) > n {
-		b = b[:n]
-	}
-	return string(b)
 }
 
 // breakConnection closes the current connection's socket under the client

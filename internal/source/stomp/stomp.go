@@ -36,7 +36,6 @@ import (
 	"github.com/go-stomp/stomp/v3/frame"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/xrdmon/xrdmon/internal/backoff"
 	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/source"
 	"github.com/xrdmon/xrdmon/internal/stompconn"
@@ -105,13 +104,11 @@ var ErrStaleAck = errors.New("stomp ack: connection closed since delivery; messa
 type STOMP struct {
 	cfg    Config
 	log    *slog.Logger
-	filter *source.Filter
+	dec    source.ShovelerDecoder
 	pool   *source.BatchPool
 	dialer *stompconn.Dialer
 
 	netConn atomic.Pointer[net.Conn] // the current connection's socket, for tests
-
-	loggedInvalid time.Time // when an invalid message was last logged (Run's goroutine)
 
 	received   prometheus.Counter
 	invalid    *prometheus.CounterVec
@@ -146,7 +143,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*STOMP, error
 	if err != nil {
 		return nil, fmt.Errorf("stomp source: %w", err)
 	}
-	s := &STOMP{cfg: cfg, log: log, filter: filter, pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket)}
+	s := &STOMP{cfg: cfg, log: log, pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket)}
 	opts := stompconn.Options{Wrap: func(c net.Conn) net.Conn { s.netConn.Store(&c); return c }}
 	if s.durable() {
 		opts.ClientID = cfg.Subscription
@@ -167,6 +164,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*STOMP, error
 	for _, r := range source.ShovelerReasons {
 		s.invalid.WithLabelValues(r)
 	}
+	s.dec = source.ShovelerDecoder{Filter: filter, Invalid: s.invalid, Log: log, QuoteBody: true}
 	return s, nil
 }
 
@@ -183,30 +181,12 @@ func (s *STOMP) durable() bool {
 // reconnect can no longer be acknowledged (Ack returns ErrStaleAck); the
 // broker redelivers their messages, so the pipeline may see them twice.
 func (s *STOMP) Run(ctx context.Context, out chan<- *source.Batch) error {
-	bo := backoff.Backoff{Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax}
-	first := true
-	for {
-		if !first {
-			s.reconnects.Inc()
-		}
-		first = false
-		start := time.Now()
-		err := s.session(ctx, out)
-		s.connected.Set(0)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if time.Since(start) > 2*s.cfg.ReconnectMax {
-			bo.Reset() // it worked for a while: start over
-		}
-		wait := bo.Next()
-		s.log.Warn("STOMP connection lost; reconnecting", "url", s.dialer.URL(), "err", err, "wait", wait)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
-	}
+	r := source.Reconnect{Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax, Reconnects: s.reconnects, Connected: s.connected,
+		Lost: func(err error, wait time.Duration) {
+			s.log.Warn("STOMP connection lost; reconnecting", "url", s.dialer.URL(), "err", err, "wait", wait)
+		}}
+	r.Run(ctx, func() error { return s.session(ctx, out) })
+	return nil
 }
 
 // session connects, subscribes, consumes until the connection ends, and
@@ -315,7 +295,7 @@ func (c *consumer) receive(m *stomp.Message) error {
 		c.n = 0
 		c.timer.Reset(c.s.cfg.BatchWait)
 	}
-	c.s.add(c.b, m.Body)
+	c.s.dec.Add(c.b, m.Body)
 	m.Body = nil // copied into the batch; only the headers are kept, to acknowledge
 	c.last = m
 	c.n++
@@ -372,31 +352,6 @@ func (c *consumer) stop() {
 	if err := c.ak.conn.Disconnect(); err != nil {
 		c.s.log.Debug("STOMP disconnect", "err", err)
 	}
-}
-
-// add decodes a shoveler message into b; an invalid one is counted (and
-// logged at most once a minute).
-func (s *STOMP) add(b *source.PooledBatch, body []byte) {
-	buf, env, err := source.AppendShoveler(b.Buf(), body)
-	if err != nil {
-		s.invalid.WithLabelValues(source.ShovelerReason(err)).Inc()
-		if time.Since(s.loggedInvalid) > time.Minute {
-			s.loggedInvalid = time.Now()
-			s.log.Warn("Dropping invalid shoveler messages (logged at most once a minute)", "err", err,
-				"body", truncate(body, 120))
-		}
-		return
-	}
-	if sender, ok := s.filter.AcceptShoveled(&env); ok {
-		b.Add(buf, env.Data, sender, time.Now())
-	}
-}
-
-func truncate(b []byte, n int) string {
-	if len(b) > n {
-		b = b[:n]
-	}
-	return strconv.Quote(string(b))
 }
 
 // breakConnection closes the current connection's socket under the client
