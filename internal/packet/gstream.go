@@ -32,12 +32,9 @@ type GStream struct {
 // DecodeGStream decodes a binary g-stream packet. It must carry at least
 // one non-empty record (ErrEmptyText): producers never send empty buffers.
 func DecodeGStream(b []byte) (GStream, error) {
-	h, err := ParseHeader(b)
+	h, err := parseHeaderCode(b, CodeGStream)
 	if err != nil {
 		return GStream{}, err
-	}
-	if h.Code != CodeGStream {
-		return GStream{}, ErrUnknownCode
 	}
 	if len(b) < GStreamHeaderSize {
 		return GStream{}, ErrShort
