@@ -61,3 +61,12 @@ func (l *Loop) RunSink(ctx context.Context, kind string, close func()) error {
 	}
 	return nil
 }
+
+// SendAndWait is the Deliver of a Pipeliner: Send, then its wait.
+func SendAndWait(ctx context.Context, p Pipeliner, batch []store.Entry) error {
+	wait, err := p.Send(ctx, batch)
+	if err != nil {
+		return err
+	}
+	return wait(ctx)
+}
