@@ -308,6 +308,13 @@ type binReader struct {
 	verr error // the version byte is not this type's
 }
 
+// newBinReader returns a reader of b, started (start) for version.
+func newBinReader(b []byte, version byte) binReader {
+	d := binReader{Dec: codec.NewDec(b)}
+	d.start(version)
+	return d
+}
+
 // start checks the kind-and-version byte, reads the field count and copies
 // the string section.
 func (d *binReader) start(version byte) {
@@ -521,8 +528,7 @@ func (d *binReader) float() float64 {
 // one new allocation, so b may be reused at once. On error, which wraps
 // ErrBinaryVersion or ErrBinaryCorrupt, r is left unchanged.
 func DecodeBinary(b []byte, r *Record) error {
-	d := binReader{Dec: codec.NewDec(b)}
-	d.start(binaryRecordV1)
+	d := newBinReader(b, binaryRecordV1)
 	var x Record
 	flags := d.uvarint()
 	x.IPv6 = flags&rfIPv6 != 0
@@ -604,8 +610,7 @@ func DecodeBinary(b []byte, r *Record) error {
 // strings share one new allocation, Data and Raw are copies. On error, which
 // wraps ErrBinaryVersion or ErrBinaryCorrupt, e is left unchanged.
 func DecodeEventBinary(b []byte, e *Event) error {
-	d := binReader{Dec: codec.NewDec(b)}
-	d.start(binaryEventV1)
+	d := newBinReader(b, binaryEventV1)
 	var x Event
 	flags := d.uvarint()
 	x.Valid = flags&efValid != 0
