@@ -52,20 +52,11 @@ type Config struct {
 	// ExchangeType, when set ("fanout", "topic", "direct"), declares the
 	// exchange (durable) before binding. Empty: the exchange must exist.
 	ExchangeType string `yaml:"-"`
-	// BatchSize is the largest number of messages per batch (at most
-	// Prefetch).
-	BatchSize int `yaml:"-"`
-	// BatchWait is how long a batch waits for more messages after its first.
-	BatchWait time.Duration `yaml:"-"`
-	// ReconnectMin and ReconnectMax bound the exponential reconnect backoff;
-	// each wait has random jitter of up to 50%.
-	ReconnectMin time.Duration `yaml:"-"`
-	ReconnectMax time.Duration `yaml:"-"`
+	// RelayOptions are the batching (BatchSize at most Prefetch), the
+	// reconnect backoff and the drain after cancellation.
+	source.RelayOptions `yaml:"-"`
 	// TokenCheck is how often the token file's modification time is checked.
 	TokenCheck time.Duration `yaml:"-"`
-	// DrainTimeout is how long Run, once cancelled, keeps the connection
-	// open for the pipeline to acknowledge the batches it holds.
-	DrainTimeout time.Duration `yaml:"-"`
 	// HandoverWait, when positive, makes each session wait (up to that
 	// long) until the queue has no consumer before it consumes: a
 	// collector taking a shard over (cluster mode) then starts only after
@@ -89,12 +80,8 @@ func DefaultConfig() Config {
 		Queue:        "xrdmon",
 		BindingKey:   "#",
 		Prefetch:     20000,
-		BatchSize:    256,
-		BatchWait:    5 * time.Millisecond,
-		ReconnectMin: 500 * time.Millisecond,
-		ReconnectMax: 30 * time.Second,
+		RelayOptions: source.DefaultRelayOptions(),
 		TokenCheck:   10 * time.Second,
-		DrainTimeout: 10 * time.Second,
 	}
 }
 
@@ -142,15 +129,8 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 		cfg.BindingKey = def.BindingKey
 	}
 	units.Default(&cfg.Prefetch, def.Prefetch)
-	units.Default(&cfg.BatchSize, def.BatchSize)
-	cfg.BatchSize = min(cfg.BatchSize, cfg.Prefetch)
-	units.Default(&cfg.BatchWait, def.BatchWait)
-	units.Default(&cfg.ReconnectMin, def.ReconnectMin)
-	if cfg.ReconnectMax < cfg.ReconnectMin {
-		cfg.ReconnectMax = max(def.ReconnectMax, cfg.ReconnectMin)
-	}
+	cfg.Fill(cfg.Prefetch)
 	units.Default(&cfg.TokenCheck, def.TokenCheck)
-	units.Default(&cfg.DrainTimeout, def.DrainTimeout)
 	filter, err := source.NewFilter(cfg.Filter, "amqp", reg)
 	if err != nil {
 		return nil, fmt.Errorf("amqp source: %w", err)
@@ -247,10 +227,7 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 			c.stop()
 			return nil
 		case <-a.abandon:
-			if c.b != nil {
-				c.b.Free()
-				c.b = nil
-			}
+			c.bt.Drop()
 			a.log.Info("AMQP input abandoned: unacknowledged deliveries go back to the queue", "batches", c.tr.outstanding())
 			return nil
 		case err := <-c.closed:
@@ -265,7 +242,7 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 				}
 				return errTokenChanged
 			}
-		case <-c.timer.C:
+		case <-c.bt.Timer.C:
 			if err := c.flush(); err != nil {
 				return err
 			}
@@ -280,40 +257,35 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 	}
 }
 
-// consumer is a session's batching: the batch being filled from the
-// deliveries, handed to the pipeline when full or BatchWait after its
-// first message, and the tracker that acknowledges what it hands over.
+// consumer is a session's batching (source.Batcher) and the tracker that
+// acknowledges what it hands over.
 type consumer struct {
 	a      *AMQP
 	ctx    context.Context
-	out    chan<- *source.Batch
+	bt     *source.Batcher
 	tr     *tracker
 	closed chan *amqp.Error // the connection's close notification
-	timer  *time.Timer      // BatchWait after the batch's first message
 
-	b           *source.PooledBatch // nil when no batch is being filled
-	first, last uint64              // the batch's delivery tags
+	first, last uint64 // the delivery tags of the batch being filled
 }
 
 func (a *AMQP) newConsumer(ctx context.Context, out chan<- *source.Batch, ch *amqp.Channel, conn *amqp.Connection) *consumer {
-	c := &consumer{a: a, ctx: ctx, out: out, tr: &tracker{ch: ch},
-		closed: conn.NotifyClose(make(chan *amqp.Error, 1)), timer: time.NewTimer(time.Hour)}
-	c.timer.Stop()
-	return c
+	return &consumer{a: a, ctx: ctx, tr: &tracker{ch: ch},
+		bt:     source.NewBatcher(&a.cfg.RelayOptions, a.pool, out, a.abandon, a.ackFailed),
+		closed: conn.NotifyClose(make(chan *amqp.Error, 1))}
 }
 
 // receive adds a delivery to the batch, starting one if needed, and hands
 // the batch over when it is full.
 func (c *consumer) receive(d *amqp.Delivery) error {
 	c.a.received.Inc()
-	if c.b == nil {
-		c.b = c.a.pool.Get()
+	b, first := c.bt.Batch()
+	if first {
 		c.first = d.DeliveryTag
-		c.timer.Reset(c.a.cfg.BatchWait)
 	}
 	c.last = d.DeliveryTag
-	c.a.dec.Add(c.b, d.Body)
-	if c.b.Full() || int(c.last-c.first+1) >= c.a.cfg.BatchSize {
+	c.a.dec.Add(b, d.Body)
+	if c.bt.Added() {
 		return c.flush()
 	}
 	return nil
@@ -323,44 +295,19 @@ func (c *consumer) receive(d *amqp.Delivery) error {
 // acknowledges its deliveries; a batch of invalid messages only is
 // acknowledged at once.
 func (c *consumer) flush() error {
-	if c.b == nil {
+	pb := c.bt.Take()
+	if pb == nil {
 		return nil
 	}
-	pb := c.b
-	c.b = nil
-	c.timer.Stop()
 	e := c.tr.add(c.first, c.last)
-	if pb.Len() == 0 { // only invalid messages: acknowledge them at once
-		pb.Free()
-		return c.tr.done(e)
-	}
-	pb.Ack = func() error {
-		if err := c.tr.done(e); err != nil {
-			c.a.ackFailed.Inc()
-			return err
-		}
-		return nil
-	}
-	select {
-	case c.out <- &pb.Batch:
-		return nil
-	case <-c.ctx.Done():
-		pb.Free()
-		return c.ctx.Err()
-	case <-c.a.abandon:
-		pb.Free()
-		return errors.New("abandoned")
-	}
+	return c.bt.Hand(c.ctx, pb, func() error { return c.tr.done(e) }, nil)
 }
 
 // stop ends the session after a cancellation: the batch being filled was
 // never handed over (the broker redelivers it later); those handed over
 // are waited for.
 func (c *consumer) stop() {
-	if c.b != nil {
-		c.b.Free()
-		c.b = nil
-	}
+	c.bt.Drop()
 	c.a.drain(c.tr, c.closed)
 }
 

@@ -60,18 +60,9 @@ type Config struct {
 	// Prefetch is how many unacknowledged messages the broker sends ahead.
 	Prefetch int `yaml:"prefetch" help:"unacknowledged messages the broker may send ahead (activemq.prefetchSize, prefetch-count)"`
 
-	// BatchSize is the largest number of messages per batch (at most
-	// Prefetch).
-	BatchSize int `yaml:"-"`
-	// BatchWait is how long a batch waits for more messages after its first.
-	BatchWait time.Duration `yaml:"-"`
-	// ReconnectMin and ReconnectMax bound the exponential reconnect backoff;
-	// each wait has random jitter of up to 50%.
-	ReconnectMin time.Duration `yaml:"-"`
-	ReconnectMax time.Duration `yaml:"-"`
-	// DrainTimeout is how long Run, once cancelled, keeps the connection
-	// open for the pipeline to acknowledge the batches it holds.
-	DrainTimeout time.Duration `yaml:"-"`
+	// RelayOptions are the batching (BatchSize at most Prefetch), the
+	// reconnect backoff and the drain after cancellation.
+	source.RelayOptions `yaml:"-"`
 	// Filter is the allow-list and address map applied to the shoveler's
 	// "remote" (the listen section's).
 	Filter source.FilterConfig `yaml:"-"`
@@ -88,11 +79,7 @@ func DefaultConfig() Config {
 		Destination:  DefaultDestination,
 		Subscription: "xrdmon",
 		Prefetch:     20000,
-		BatchSize:    256,
-		BatchWait:    5 * time.Millisecond,
-		ReconnectMin: 500 * time.Millisecond,
-		ReconnectMax: 30 * time.Second,
-		DrainTimeout: 10 * time.Second,
+		RelayOptions: source.DefaultRelayOptions(),
 	}
 }
 
@@ -131,14 +118,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*STOMP, error
 		cfg.Destination = def.Destination
 	}
 	units.Default(&cfg.Prefetch, def.Prefetch)
-	units.Default(&cfg.BatchSize, def.BatchSize)
-	cfg.BatchSize = min(cfg.BatchSize, cfg.Prefetch)
-	units.Default(&cfg.BatchWait, def.BatchWait)
-	units.Default(&cfg.ReconnectMin, def.ReconnectMin)
-	if cfg.ReconnectMax < cfg.ReconnectMin {
-		cfg.ReconnectMax = max(def.ReconnectMax, cfg.ReconnectMin)
-	}
-	units.Default(&cfg.DrainTimeout, def.DrainTimeout)
+	cfg.Fill(cfg.Prefetch)
 	filter, err := source.NewFilter(cfg.Filter, "stomp", reg)
 	if err != nil {
 		return nil, fmt.Errorf("stomp source: %w", err)
@@ -223,14 +203,13 @@ func (s *STOMP) session(ctx context.Context, out chan<- *source.Batch) error {
 		}
 	}()
 
-	c := &consumer{s: s, ctx: ctx, out: out, ak: ak, timer: time.NewTimer(time.Hour)}
-	c.timer.Stop()
+	c := &consumer{s: s, ctx: ctx, ak: ak, bt: source.NewBatcher(&s.cfg.RelayOptions, s.pool, out, nil, s.ackFailed)}
 	for {
 		select {
 		case <-ctx.Done():
 			c.stop()
 			return nil
-		case <-c.timer.C:
+		case <-c.bt.Timer.C:
 			if err := c.flush(); err != nil {
 				return err
 			}
@@ -271,35 +250,26 @@ func (s *STOMP) subscribeOpts() []func(*frame.Frame) error {
 	return opts
 }
 
-// consumer is a session's batching: the batch being filled from the
-// messages, handed to the pipeline when full or BatchWait after its first
-// message, with an Ack that acknowledges its messages.
+// consumer is a session's batching (source.Batcher), with an Ack that
+// acknowledges its messages.
 type consumer struct {
-	s     *STOMP
-	ctx   context.Context
-	out   chan<- *source.Batch
-	ak    *acker
-	timer *time.Timer // BatchWait after the batch's first message
+	s   *STOMP
+	ctx context.Context
+	bt  *source.Batcher
+	ak  *acker
 
-	b    *source.PooledBatch // nil when no batch is being filled
-	n    int                 // messages in b
-	last *stomp.Message      // b's last message, whose ACK covers the batch
+	last *stomp.Message // the batch's last message, whose ACK covers the batch
 }
 
 // receive adds a message to the batch, starting one if needed, and hands
 // the batch over when it is full.
 func (c *consumer) receive(m *stomp.Message) error {
 	c.s.received.Inc()
-	if c.b == nil {
-		c.b = c.s.pool.Get()
-		c.n = 0
-		c.timer.Reset(c.s.cfg.BatchWait)
-	}
-	c.s.dec.Add(c.b, m.Body)
+	b, _ := c.bt.Batch()
+	c.s.dec.Add(b, m.Body)
 	m.Body = nil // copied into the batch; only the headers are kept, to acknowledge
 	c.last = m
-	c.n++
-	if c.b.Full() || c.n >= c.s.cfg.BatchSize {
+	if c.bt.Added() {
 		return c.flush()
 	}
 	return nil
@@ -309,32 +279,13 @@ func (c *consumer) receive(m *stomp.Message) error {
 // acknowledges its messages; a batch of invalid messages only is
 // acknowledged at once.
 func (c *consumer) flush() error {
-	if c.b == nil {
+	pb, last := c.bt.Take(), c.last
+	if pb == nil {
 		return nil
 	}
-	pb, last := c.b, c.last
-	c.b, c.last = nil, nil
-	c.timer.Stop()
+	c.last = nil
 	b := c.ak.add(last)
-	if pb.Len() == 0 { // only invalid messages: acknowledge them at once
-		pb.Free()
-		return c.ak.ack(b)
-	}
-	pb.Ack = func() error {
-		if err := c.ak.ack(b); err != nil {
-			c.s.ackFailed.Inc()
-			return err
-		}
-		return nil
-	}
-	select {
-	case c.out <- &pb.Batch:
-		return nil
-	case <-c.ctx.Done():
-		pb.Free()
-		c.ak.forget(b)
-		return c.ctx.Err()
-	}
+	return c.bt.Hand(c.ctx, pb, func() error { return c.ak.ack(b) }, func() { c.ak.forget(b) })
 }
 
 // stop ends the session after a cancellation: the batch being filled was
@@ -342,10 +293,7 @@ func (c *consumer) flush() error {
 // are waited for, then the connection is closed with a DISCONNECT whose
 // receipt says the broker has processed every acknowledgement.
 func (c *consumer) stop() {
-	if c.b != nil {
-		c.b.Free()
-		c.b = nil
-	}
+	c.bt.Drop()
 	if !c.ak.drain(c.s.cfg.DrainTimeout) {
 		c.s.log.Warn("STOMP batches not acknowledged before shutdown; they will be redelivered", "batches", c.ak.outstanding())
 	}
