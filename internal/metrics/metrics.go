@@ -6,9 +6,16 @@
 //
 //	s := metrics.NewSet(reg)
 //	m := &metrics{
-//		records: metrics.Add(s, prometheus.NewCounter(prometheus.CounterOpts{...})),
+//		records: metrics.Counter(s, "xrdmon_..._total", "Help text."),
+//		queued:  metrics.Add(s, prometheus.NewGaugeVec(...)),
 //	}
 //	return m, s.Err()
+//
+// Counter, CounterVec, Gauge, GaugeFunc and Histogram make and register
+// the common kinds in one line; Add registers any other collector. A
+// component that registers its metrics after making them (a store that
+// may be opened without a registry) makes them with NewCounter, NewGauge,
+// NewHistogram and NewGaugeFunc.
 //
 // A collector whose name is already registered with the same shape is
 // reused, so that several instances of a component (two UDP listeners,
