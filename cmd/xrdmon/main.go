@@ -15,6 +15,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+
+	"github.com/xrdmon/xrdmon/internal/config"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -135,7 +137,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 func suggestFlag(fs *flag.FlagSet, name string) string {
 	best, bestD := "", max(2, len(name)/4)+1
 	fs.VisitAll(func(f *flag.Flag) {
-		if d := editDistance(name, f.Name); d < bestD || (d == bestD && f.Name < best) {
+		if d := config.EditDistance(name, f.Name); d < bestD || (d == bestD && f.Name < best) {
 			best, bestD = f.Name, d
 		}
 	})
@@ -143,26 +145,6 @@ func suggestFlag(fs *flag.FlagSet, name string) string {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean --%s?)", best)
-}
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func versionString() string {

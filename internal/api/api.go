@@ -32,6 +32,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/rollup"
 	"github.com/xrdmon/xrdmon/internal/store"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // Prefix is where the API is mounted.
@@ -122,27 +123,13 @@ func New(recs Records, opts Options, log *slog.Logger) *API {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.MaxLimit <= 0 {
-		opts.MaxLimit = 1000
-	}
-	if opts.MaxPageBytes <= 0 {
-		opts.MaxPageBytes = DefaultMaxPageBytes
-	}
-	if opts.MaxPoints <= 0 {
-		opts.MaxPoints = DefaultMaxPoints
-	}
-	if opts.MaxConcurrent <= 0 {
-		opts.MaxConcurrent = max(2, runtime.GOMAXPROCS(0))
-	}
-	if opts.QueueWait <= 0 {
-		opts.QueueWait = DefaultQueueWait
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultTimeout
-	}
-	if opts.WriteStall <= 0 {
-		opts.WriteStall = DefaultWriteStall
-	}
+	units.Default(&opts.MaxLimit, 1000)
+	units.Default(&opts.MaxPageBytes, DefaultMaxPageBytes)
+	units.Default(&opts.MaxPoints, DefaultMaxPoints)
+	units.Default(&opts.MaxConcurrent, max(2, runtime.GOMAXPROCS(0)))
+	units.Default(&opts.QueueWait, DefaultQueueWait)
+	units.Default(&opts.Timeout, DefaultTimeout)
+	units.Default(&opts.WriteStall, DefaultWriteStall)
 	a := &API{recs: recs, opts: opts, log: log, mux: http.NewServeMux(), slots: make(chan struct{}, opts.MaxConcurrent)}
 	a.mux.HandleFunc("GET "+Prefix+"records", a.records)
 	a.mux.HandleFunc("GET "+Prefix+"events", a.events)

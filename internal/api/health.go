@@ -18,6 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/xrdmon/xrdmon/internal/atomicfile"
 )
 
 // History samples the collector's own metrics at a fixed step and keeps the
@@ -152,18 +154,10 @@ func (h *History) save() error {
 		return nil
 	}
 	a := h.Answer(time.Time{})
-	b, err := json.Marshal(struct {
+	if err := atomicfile.WriteJSON(h.path, struct {
 		Names   []string       `json:"names"`
 		Samples []HealthSample `json:"samples"`
-	}{a.Names, a.Samples})
-	if err != nil {
-		return fmt.Errorf("save health history: %w", err)
-	}
-	tmp := h.path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("save health history: %w", err)
-	}
-	if err := os.Rename(tmp, h.path); err != nil {
+	}{a.Names, a.Samples}); err != nil {
 		return fmt.Errorf("save health history: %w", err)
 	}
 	return nil

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/loadgen"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // Target is the collector under test, started afresh for every step.
@@ -170,21 +171,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) ([]Row, error) {
 		return nil, err
 	}
 	d := DefaultConfig()
-	if cfg.Poll <= 0 {
-		cfg.Poll = d.Poll
-	}
-	if cfg.Quiet <= 0 {
-		cfg.Quiet = d.Quiet
-	}
-	if cfg.MaxSettle <= 0 {
-		cfg.MaxSettle = d.MaxSettle
-	}
-	if cfg.StepDuration <= 0 {
-		cfg.StepDuration = d.StepDuration
-	}
-	if cfg.Packets <= 0 {
-		cfg.Packets = d.Packets
-	}
+	units.Default(&cfg.Poll, d.Poll)
+	units.Default(&cfg.Quiet, d.Quiet)
+	units.Default(&cfg.MaxSettle, d.MaxSettle)
+	units.Default(&cfg.StepDuration, d.StepDuration)
+	units.Default(&cfg.Packets, d.Packets)
 	if cfg.WorkDir == "" {
 		if cfg.WorkDir, err = os.MkdirTemp("", "xrdmon-bench-"); err != nil {
 			return nil, fmt.Errorf("bench work dir: %w", err)

@@ -16,6 +16,8 @@ import (
 
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
+
+	"github.com/xrdmon/xrdmon/internal/atomicfile"
 )
 
 // nullBatch is the most datagrams one recvmmsg returns to the null receiver.
@@ -117,11 +119,7 @@ func RunNullReceiver(ctx context.Context, addr, countFile string, rcvbuf int) er
 			return nil
 		}
 		p, b := r.Counts()
-		tmp := countFile + ".tmp"
-		if err := os.WriteFile(tmp, fmt.Appendf(nil, "%d %d\n", p, b), 0o644); err != nil {
-			return fmt.Errorf("null receiver: write count: %w", err)
-		}
-		if err := os.Rename(tmp, countFile); err != nil {
+		if err := atomicfile.Write(countFile, fmt.Appendf(nil, "%d %d\n", p, b), 0o644); err != nil {
 			return fmt.Errorf("null receiver: write count: %w", err)
 		}
 		return nil

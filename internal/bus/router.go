@@ -14,6 +14,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/backoff"
 	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/source"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // RouterOptions tune a Router.
@@ -63,18 +64,12 @@ func NewRouter(d *amqpconn.Dialer, t Topology, opts RouterOptions, log *slog.Log
 		return nil, errors.New("bus: a router needs the shoveler's exchange and a route queue")
 	}
 	def := DefaultRouterOptions()
-	if opts.Prefetch <= 0 {
-		opts.Prefetch = def.Prefetch
-	}
+	units.Default(&opts.Prefetch, def.Prefetch)
 	if opts.Batch <= 0 || opts.Batch > opts.Prefetch {
 		opts.Batch = min(def.Batch, opts.Prefetch)
 	}
-	if opts.Wait <= 0 {
-		opts.Wait = def.Wait
-	}
-	if opts.ConfirmTimeout <= 0 {
-		opts.ConfirmTimeout = def.ConfirmTimeout
-	}
+	units.Default(&opts.Wait, def.Wait)
+	units.Default(&opts.ConfirmTimeout, def.ConfirmTimeout)
 	if opts.ReconnectMin <= 0 || opts.ReconnectMax < opts.ReconnectMin {
 		opts.ReconnectMin, opts.ReconnectMax = def.ReconnectMin, def.ReconnectMax
 	}
@@ -83,19 +78,10 @@ func NewRouter(d *amqpconn.Dialer, t Topology, opts RouterOptions, log *slog.Log
 	}
 	ms := metrics.NewSet(reg)
 	r := &Router{dialer: d, t: t, opts: opts, log: log.With("component", "router"),
-		routed: metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_bus_routed_total", Help: "Shoveler messages republished to the shard exchange and acknowledged upstream.",
-		})),
-		unkeyed: metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_bus_unkeyed_total", Help: "Shoveler messages without a readable remote, routed with an empty key (their collector rejects them).",
-		})),
-		oversized: metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_bus_oversized_total",
-			Help: "Messages larger than a shoveler message can be (the collector would reject them), acknowledged and dropped, not republished.",
-		})),
-		reconnects: metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_bus_reconnects_total", Help: "Router sessions that ended in an error and were started again.",
-		})),
+		routed:     metrics.Counter(ms, "xrdmon_bus_routed_total", "Shoveler messages republished to the shard exchange and acknowledged upstream."),
+		unkeyed:    metrics.Counter(ms, "xrdmon_bus_unkeyed_total", "Shoveler messages without a readable remote, routed with an empty key (their collector rejects them)."),
+		oversized:  metrics.Counter(ms, "xrdmon_bus_oversized_total", "Messages larger than a shoveler message can be (the collector would reject them), acknowledged and dropped, not republished."),
+		reconnects: metrics.Counter(ms, "xrdmon_bus_reconnects_total", "Router sessions that ended in an error and were started again."),
 	}
 	return r, ms.Err()
 }

@@ -482,7 +482,7 @@ func cleanYAMLError(err error) string {
 func suggest(key string, known map[string][]int) string {
 	best, bestD := "", 3
 	for k := range known {
-		if d := editDistance(key, k); d < bestD || (d == bestD && best != "" && k < best) {
+		if d := EditDistance(key, k); d < bestD || (d == bestD && best != "" && k < best) {
 			best, bestD = k, d
 		}
 	}
@@ -497,7 +497,9 @@ func suggest(key string, known map[string][]int) string {
 	return fmt.Sprintf(" (did you mean %q?)", best)
 }
 
-func editDistance(a, b string) int {
+// EditDistance is the Levenshtein distance of a and b (the suggestions
+// for a misspelt key or flag).
+func EditDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {

@@ -93,24 +93,12 @@ func (c Config) Options() Options {
 
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
-	if o.TTL <= 0 {
-		o.TTL = d.TTL
-	}
-	if o.NegativeTTL <= 0 {
-		o.NegativeTTL = d.NegativeTTL
-	}
-	if o.Size <= 0 {
-		o.Size = d.Size
-	}
-	if o.Workers <= 0 {
-		o.Workers = d.Workers
-	}
-	if o.QueueSize <= 0 {
-		o.QueueSize = d.QueueSize
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = d.Timeout
-	}
+	units.Default(&o.TTL, d.TTL)
+	units.Default(&o.NegativeTTL, d.NegativeTTL)
+	units.Default(&o.Size, d.Size)
+	units.Default(&o.Workers, d.Workers)
+	units.Default(&o.QueueSize, d.QueueSize)
+	units.Default(&o.Timeout, d.Timeout)
 	return o
 }
 
@@ -199,47 +187,22 @@ func New(opts Options, log *slog.Logger, reg prometheus.Registerer) *Cache {
 	}
 
 	ms := metrics.NewSet(reg)
-	c.hits = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_dns_cache_hits_total",
-		Help: "Reverse DNS lookups answered from the cache (names and cached failures).",
-	}))
-	c.misses = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_dns_cache_misses_total",
-		Help: "Reverse DNS lookups not answered from the cache.",
-	}))
-	c.dropped = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_dns_queue_dropped_total",
-		Help: "Reverse DNS lookups not queued because the queue was full.",
-	}))
-	lookups := metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "xrdmon_dns_lookups_total",
-		Help: "Reverse DNS lookups performed, by result.",
-	}, []string{"result"}))
+	c.hits = metrics.Counter(ms, "xrdmon_dns_cache_hits_total", "Reverse DNS lookups answered from the cache (names and cached failures).")
+	c.misses = metrics.Counter(ms, "xrdmon_dns_cache_misses_total", "Reverse DNS lookups not answered from the cache.")
+	c.dropped = metrics.Counter(ms, "xrdmon_dns_queue_dropped_total", "Reverse DNS lookups not queued because the queue was full.")
+	lookups := metrics.CounterVec(ms, "xrdmon_dns_lookups_total", "Reverse DNS lookups performed, by result.", "result")
 	c.lookups = map[string]prometheus.Counter{}
 	for _, r := range []string{resultOK, resultNotFound, resultTimeout, resultError} {
 		c.lookups[r] = lookups.WithLabelValues(r)
 	}
-	waits := metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "xrdmon_dns_waits_total",
-		Help: "Waits for a name, by result: cached, resolved in time, or timeout (the address was used).",
-	}, []string{"result"}))
+	waits := metrics.CounterVec(ms, "xrdmon_dns_waits_total", "Waits for a name, by result: cached, resolved in time, or timeout (the address was used).", "result")
 	c.waits = map[string]prometheus.Counter{}
 	for _, r := range []string{waitCached, waitResolved, waitTimeout} {
 		c.waits[r] = waits.WithLabelValues(r)
 	}
-	c.duration = metrics.Add(ms, prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "xrdmon_dns_lookup_duration_seconds",
-		Help:    "Duration of reverse DNS lookups.",
-		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-	}))
-	metrics.Add(ms, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "xrdmon_dns_queue_depth",
-		Help: "Reverse DNS lookups waiting for a worker.",
-	}, func() float64 { return float64(len(c.queue)) }))
-	metrics.Add(ms, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "xrdmon_dns_cache_entries",
-		Help: "Addresses in the reverse DNS cache, including lookups in flight.",
-	}, func() float64 { return float64(c.entries.Load()) }))
+	c.duration = metrics.Histogram(ms, "xrdmon_dns_lookup_duration_seconds", "Duration of reverse DNS lookups.", []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10})
+	metrics.GaugeFunc(ms, "xrdmon_dns_queue_depth", "Reverse DNS lookups waiting for a worker.", func() float64 { return float64(len(c.queue)) })
+	metrics.GaugeFunc(ms, "xrdmon_dns_cache_entries", "Addresses in the reverse DNS cache, including lookups in flight.", func() float64 { return float64(c.entries.Load()) })
 	if err := ms.Err(); err != nil {
 		log.Warn("Cannot register DNS cache metrics", "err", err)
 	}

@@ -6,9 +6,16 @@
 //
 //	s := metrics.NewSet(reg)
 //	m := &metrics{
-//		records: metrics.Add(s, prometheus.NewCounter(prometheus.CounterOpts{...})),
+//		records: metrics.Counter(s, "xrdmon_..._total", "Help text."),
+//		queued:  metrics.Add(s, prometheus.NewGaugeVec(...)),
 //	}
 //	return m, s.Err()
+//
+// Counter, CounterVec, Gauge, GaugeFunc and Histogram make and register
+// the common kinds in one line; Add registers any other collector. A
+// component that registers its metrics after making them (a store that
+// may be opened without a registry) makes them with NewCounter, NewGauge,
+// NewHistogram and NewGaugeFunc.
 //
 // A collector whose name is already registered with the same shape is
 // reused, so that several instances of a component (two UDP listeners,
@@ -67,4 +74,53 @@ func (s *Set) Unregister() {
 		s.reg.Unregister(c)
 	}
 	s.registered = nil
+}
+
+// NewCounter returns an unregistered counter named name with the help text
+// help.
+func NewCounter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+// NewGauge returns an unregistered gauge named name with the help text help.
+func NewGauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+// NewHistogram returns an unregistered histogram named name with the help
+// text help and the bucket bounds buckets.
+func NewHistogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+}
+
+// NewGaugeFunc returns an unregistered gauge named name with the help text
+// help whose value is f's at scrape time.
+func NewGaugeFunc(name, help string, f func() float64) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+}
+
+// Counter registers NewCounter(name, help) through Add.
+func Counter(s *Set, name, help string) prometheus.Counter {
+	return Add(s, NewCounter(name, help))
+}
+
+// CounterVec registers, through Add, a counter vector named name with the
+// help text help and the labels labels.
+func CounterVec(s *Set, name, help string, labels ...string) *prometheus.CounterVec {
+	return Add(s, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+}
+
+// Gauge registers NewGauge(name, help) through Add.
+func Gauge(s *Set, name, help string) prometheus.Gauge {
+	return Add(s, NewGauge(name, help))
+}
+
+// GaugeFunc registers NewGaugeFunc(name, help, f) through Add.
+func GaugeFunc(s *Set, name, help string, f func() float64) prometheus.GaugeFunc {
+	return Add(s, NewGaugeFunc(name, help, f))
+}
+
+// Histogram registers NewHistogram(name, help, buckets) through Add.
+func Histogram(s *Set, name, help string, buckets []float64) prometheus.Histogram {
+	return Add(s, NewHistogram(name, help, buckets))
 }

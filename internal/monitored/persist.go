@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/xrdmon/xrdmon/internal/atomicfile"
 )
 
 // savedServer is a server as the file keeps it.
@@ -106,15 +108,7 @@ func (m *Monitor) save() error {
 		saved = append(saved, v)
 	}
 	m.mu.Unlock()
-	b, err := json.Marshal(saved)
-	if err != nil {
-		return fmt.Errorf("save servers heard: %w", err)
-	}
-	tmp := m.path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("save servers heard: %w", err)
-	}
-	if err := os.Rename(tmp, m.path); err != nil {
+	if err := atomicfile.WriteJSON(m.path, saved); err != nil {
 		return fmt.Errorf("save servers heard: %w", err)
 	}
 	return nil

@@ -62,12 +62,9 @@ type FStream struct {
 // and the declared counts must match what is present. A packet that fails
 // any check is rejected whole, so nothing from it is half-applied.
 func DecodeFStream(b []byte) (FStream, error) {
-	h, err := ParseHeader(b)
+	h, err := parseHeaderCode(b, CodeFStream)
 	if err != nil {
 		return FStream{}, err
-	}
-	if h.Code != CodeFStream {
-		return FStream{}, ErrUnknownCode
 	}
 	if len(b) < HeaderSize+TimeSizeOld {
 		return FStream{}, ErrShort

@@ -32,12 +32,9 @@ type GStream struct {
 // DecodeGStream decodes a binary g-stream packet. It must carry at least
 // one non-empty record (ErrEmptyText): producers never send empty buffers.
 func DecodeGStream(b []byte) (GStream, error) {
-	h, err := ParseHeader(b)
+	h, err := parseHeaderCode(b, CodeGStream)
 	if err != nil {
 		return GStream{}, err
-	}
-	if h.Code != CodeGStream {
-		return GStream{}, ErrUnknownCode
 	}
 	if len(b) < GStreamHeaderSize {
 		return GStream{}, ErrShort
@@ -281,30 +278,6 @@ func trimPad(b []byte) []byte {
 // other values run to the next ',' or '}'. In CGI, values run to the next
 // '&' or newline (except "data", which runs to the end).
 func textValue(hdr []byte, key string, cgi bool) []byte {
-	if cgi {
-		for off := 0; off < len(hdr); {
-			i := bytes.Index(hdr[off:], []byte(key))
-			if i < 0 {
-				return nil
-			}
-			i += off
-			j := i + len(key)
-			if (i == 0 || hdr[i-1] == '&' || hdr[i-1] == '\n') && j < len(hdr) && hdr[j] == '=' {
-				v := hdr[j+1:]
-				if key == "data" {
-					return v
-				}
-				for k, c := range v {
-					if c == '&' || c == '\n' {
-						return v[:k]
-					}
-				}
-				return v
-			}
-			off = j
-		}
-		return nil
-	}
 	for off := 0; off < len(hdr); {
 		i := bytes.Index(hdr[off:], []byte(key))
 		if i < 0 {
@@ -312,27 +285,49 @@ func textValue(hdr []byte, key string, cgi bool) []byte {
 		}
 		i += off
 		j := i + len(key)
-		if i > 0 && hdr[i-1] == '"' && j+1 < len(hdr) && hdr[j] == '"' && hdr[j+1] == ':' {
-			v := hdr[j+2:]
-			if len(v) > 0 && v[0] == '"' {
-				v = v[1:]
-				if key == "data" {
-					if k := bytes.LastIndexByte(v, '"'); k >= 0 {
-						return v[:k]
-					}
-					return v
-				}
-				if k := bytes.IndexByte(v, '"'); k >= 0 {
-					return v[:k]
-				}
-				return v
-			}
-			if k := bytes.IndexAny(v, ",}"); k >= 0 {
-				v = v[:k]
-			}
-			return v
+		if cgi && (i == 0 || hdr[i-1] == '&' || hdr[i-1] == '\n') && j < len(hdr) && hdr[j] == '=' {
+			return cgiValue(hdr[j+1:], key)
+		}
+		if !cgi && i > 0 && hdr[i-1] == '"' && j+1 < len(hdr) && hdr[j] == '"' && hdr[j+1] == ':' {
+			return jsonValue(hdr[j+2:], key)
 		}
 		off = j
 	}
 	return nil
+}
+
+// cgiValue returns the CGI value v of key up to the next '&' or newline
+// (all of it for "data").
+func cgiValue(v []byte, key string) []byte {
+	if key == "data" {
+		return v
+	}
+	for k, c := range v {
+		if c == '&' || c == '\n' {
+			return v[:k]
+		}
+	}
+	return v
+}
+
+// jsonValue returns the JSON value v of key: a string without its quotes
+// ("data" up to its last quote), anything else up to the next ',' or '}'.
+func jsonValue(v []byte, key string) []byte {
+	if len(v) > 0 && v[0] == '"' {
+		v = v[1:]
+		if key == "data" {
+			if k := bytes.LastIndexByte(v, '"'); k >= 0 {
+				return v[:k]
+			}
+			return v
+		}
+		if k := bytes.IndexByte(v, '"'); k >= 0 {
+			return v[:k]
+		}
+		return v
+	}
+	if k := bytes.IndexAny(v, ",}"); k >= 0 {
+		v = v[:k]
+	}
+	return v
 }

@@ -124,6 +124,16 @@ func ParseHeader(b []byte) (Header, error) {
 	return h, nil
 }
 
+// parseHeaderCode is ParseHeader for the decoder of one code's packets:
+// a header of another code is ErrUnknownCode.
+func parseHeaderCode(b []byte, code byte) (Header, error) {
+	h, err := ParseHeader(b)
+	if err == nil && h.Code != code {
+		err = ErrUnknownCode
+	}
+	return h, err
+}
+
 // putHeader writes h into b[0:8].
 func putHeader(b []byte, h Header) {
 	b[0] = h.Code

@@ -32,12 +32,9 @@ type Trace struct {
 // DecodeTrace decodes a t-stream packet: a whole number of 16-byte entries,
 // each of a known kind.
 func DecodeTrace(b []byte) (Trace, error) {
-	h, err := ParseHeader(b)
+	h, err := parseHeaderCode(b, CodeTrace)
 	if err != nil {
 		return Trace{}, err
-	}
-	if h.Code != CodeTrace {
-		return Trace{}, ErrUnknownCode
 	}
 	body := b[HeaderSize:]
 	if len(body) == 0 {
@@ -139,12 +136,9 @@ const (
 // DecodeRedir decodes an r-stream packet: the server-id slot, then 8-byte
 // slots of timing marks and redirect entries with their text slots.
 func DecodeRedir(b []byte) (Redir, error) {
-	h, err := ParseHeader(b)
+	h, err := parseHeaderCode(b, CodeRedir)
 	if err != nil {
 		return Redir{}, err
-	}
-	if h.Code != CodeRedir {
-		return Redir{}, ErrUnknownCode
 	}
 	if len(b) < redirFixed {
 		return Redir{}, ErrShort

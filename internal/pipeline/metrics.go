@@ -21,31 +21,12 @@ type metrics struct {
 
 func newMetrics(p *Pipeline, reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "xrdmon_pipeline_commit_duration_seconds",
-			Help:    "Time to name (DNS), store and acknowledge one commit of records.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}),
-		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_pipeline_commit_errors_total",
-			Help: "Commits to the store that failed and were retried.",
-		}),
-		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_pipeline_commit_failures_total",
-			Help: "Commits given up: the store refused them for good, or shutdown came while they were retried. Their input was not acknowledged.",
-		}),
-		ackErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_pipeline_ack_errors_total",
-			Help: "Input acknowledgements that failed (the input will be redelivered).",
-		}),
-		recordsCommitted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_pipeline_records_committed_total",
-			Help: "Transfer records committed to the store (before deduplication).",
-		}),
-		eventsCommitted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_pipeline_events_committed_total",
-			Help: "g-stream events committed to the store (before deduplication).",
-		}),
+		commitSeconds:    xmetrics.NewHistogram("xrdmon_pipeline_commit_duration_seconds", "Time to name (DNS), store and acknowledge one commit of records.", prometheus.ExponentialBuckets(0.0005, 2, 16)),
+		commitErrors:     xmetrics.NewCounter("xrdmon_pipeline_commit_errors_total", "Commits to the store that failed and were retried."),
+		commitFailures:   xmetrics.NewCounter("xrdmon_pipeline_commit_failures_total", "Commits given up: the store refused them for good, or shutdown came while they were retried. Their input was not acknowledged."),
+		ackErrors:        xmetrics.NewCounter("xrdmon_pipeline_ack_errors_total", "Input acknowledgements that failed (the input will be redelivered)."),
+		recordsCommitted: xmetrics.NewCounter("xrdmon_pipeline_records_committed_total", "Transfer records committed to the store (before deduplication)."),
+		eventsCommitted:  xmetrics.NewCounter("xrdmon_pipeline_events_committed_total", "g-stream events committed to the store (before deduplication)."),
 	}
 	ms := xmetrics.NewSet(reg)
 	for _, c := range []prometheus.Collector{m.commitSeconds, m.commitErrors, m.commitFailures, m.ackErrors,

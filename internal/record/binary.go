@@ -98,6 +98,26 @@ func appendFloatBin(dst []byte, f float64) []byte {
 	return binary.LittleEndian.AppendUint64(dst, math.Float64bits(f))
 }
 
+// appendBinHead appends the head that records and events share: the kind
+// and the field count (one uvarint byte each), the size of the string
+// section and its bytes, the flags and the strings' lengths.
+func appendBinHead(dst []byte, kind, fields byte, strs []string, flags uint64) []byte {
+	n := 0
+	for _, s := range strs {
+		n += len(s)
+	}
+	dst = append(dst, kind, fields)
+	dst = binary.AppendUvarint(dst, uint64(n))
+	for _, s := range strs {
+		dst = append(dst, s...)
+	}
+	dst = binary.AppendUvarint(dst, flags)
+	for _, s := range strs {
+		dst = binary.AppendUvarint(dst, uint64(len(s)))
+	}
+	return dst
+}
+
 func boolBit(v bool, bit uint64) uint64 {
 	if v {
 		return bit
@@ -190,10 +210,6 @@ func AppendBinary(dst []byte, r *Record) []byte {
 		r.Groups, r.ClientRelease, r.AppName, r.AppInfo, r.TokenSubject, r.TokenUser, r.TokenOrg,
 		r.TokenRole, r.TokenGroups, r.Path,
 	}
-	n := 0
-	for _, s := range strs {
-		n += len(s)
-	}
 	sz, sw := timeFlags(r.Start)
 	ez, ew := timeFlags(r.End)
 	rz, rw := timeFlags(r.Received)
@@ -203,15 +219,7 @@ func AppendBinary(dst []byte, r *Record) []byte {
 		boolBit(sw, rfStartWide) | boolBit(ew, rfEndWide) | boolBit(rw, rfReceivedWide)
 	flags |= boolBit(r.HasIO, rfHasIO) | boolBit(r.StartUnknown, rfStartUnknown) | boolBit(r.ClockAhead, rfClockAhead)
 
-	dst = append(dst, binaryRecordV1, recordFieldsV1) // the count is one uvarint byte
-	dst = binary.AppendUvarint(dst, uint64(n))
-	for _, s := range strs {
-		dst = append(dst, s...)
-	}
-	dst = binary.AppendUvarint(dst, flags)
-	for _, s := range strs {
-		dst = binary.AppendUvarint(dst, uint64(len(s)))
-	}
+	dst = appendBinHead(dst, binaryRecordV1, recordFieldsV1, strs[:], flags)
 	dst = appendTimeBin(dst, r.Start, sz, sw)
 	dst = appendTimeBin(dst, r.End, ez, ew)
 	dst = appendTimeBin(dst, r.Received, rz, rw)
@@ -273,24 +281,12 @@ func AppendBinary(dst []byte, r *Record) []byte {
 // that times are in UTC and lose their monotonic clock reading.
 func AppendEventBinary(dst []byte, e *Event) []byte {
 	strs := [...]string{e.EventID, string(e.Type), e.Provider, e.ServerIP, e.ServerHost, e.Site}
-	n := 0
-	for _, s := range strs {
-		n += len(s)
-	}
 	tz, tw := timeFlags(e.Time)
 	rz, rw := timeFlags(e.Received)
 	flags := boolBit(e.Valid, efValid) | boolBit(e.Data != nil, efData) | boolBit(e.Raw != nil, efRaw) |
 		boolBit(tz, efTimeZero) | boolBit(rz, efReceivedZero) | boolBit(tw, efTimeWide) | boolBit(rw, efReceivedWide)
 
-	dst = append(dst, binaryEventV1, eventFieldsV1) // the count is one uvarint byte
-	dst = binary.AppendUvarint(dst, uint64(n))
-	for _, s := range strs {
-		dst = append(dst, s...)
-	}
-	dst = binary.AppendUvarint(dst, flags)
-	for _, s := range strs {
-		dst = binary.AppendUvarint(dst, uint64(len(s)))
-	}
+	dst = appendBinHead(dst, binaryEventV1, eventFieldsV1, strs[:], flags)
 	dst = appendTimeBin(dst, e.Time, tz, tw)
 	dst = appendTimeBin(dst, e.Received, rz, rw)
 	dst = binary.AppendUvarint(dst, e.ServerID)
@@ -310,6 +306,13 @@ type binReader struct {
 	s    string // the string section (a copy)
 	soff int
 	verr error // the version byte is not this type's
+}
+
+// newBinReader returns a reader of b, started (start) for version.
+func newBinReader(b []byte, version byte) binReader {
+	d := binReader{Dec: codec.NewDec(b)}
+	d.start(version)
+	return d
 }
 
 // start checks the kind-and-version byte, reads the field count and copies
@@ -525,8 +528,7 @@ func (d *binReader) float() float64 {
 // one new allocation, so b may be reused at once. On error, which wraps
 // ErrBinaryVersion or ErrBinaryCorrupt, r is left unchanged.
 func DecodeBinary(b []byte, r *Record) error {
-	d := binReader{Dec: codec.NewDec(b)}
-	d.start(binaryRecordV1)
+	d := newBinReader(b, binaryRecordV1)
 	var x Record
 	flags := d.uvarint()
 	x.IPv6 = flags&rfIPv6 != 0
@@ -608,8 +610,7 @@ func DecodeBinary(b []byte, r *Record) error {
 // strings share one new allocation, Data and Raw are copies. On error, which
 // wraps ErrBinaryVersion or ErrBinaryCorrupt, e is left unchanged.
 func DecodeEventBinary(b []byte, e *Event) error {
-	d := binReader{Dec: codec.NewDec(b)}
-	d.start(binaryEventV1)
+	d := newBinReader(b, binaryEventV1)
 	var x Event
 	flags := d.uvarint()
 	x.Valid = flags&efValid != 0

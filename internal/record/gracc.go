@@ -35,11 +35,7 @@ func AppendGRACC(dst []byte, r *Record) []byte {
 	dst = append(dst, `,"server_ip":`...)
 	dst = appendString(dst, r.ServerIP)
 	dst = append(dst, `,"serverID":"`...)
-	dst = strconv.AppendInt(dst, r.ServerStod, 10)
-	dst = append(dst, '#')
-	dst = appendEscaped(dst, r.ServerIP)
-	dst = append(dst, '#')
-	dst = strconv.AppendUint(dst, r.ServerID, 10)
+	dst = appendServerID(dst, r)
 	dst = append(dst, `","server":`...)
 	dst = appendString(dst, r.ServerIP)
 	dst = append(dst, `,"site":`...)
@@ -306,4 +302,14 @@ func sigma(sumSq, sum float64, n int64) float64 {
 		return 0
 	}
 	return math.Sqrt(v)
+}
+
+// appendServerID appends the serverID of the GRACC documents, unquoted:
+// the server's start time, address and id, joined by '#'.
+func appendServerID(dst []byte, r *Record) []byte {
+	dst = strconv.AppendInt(dst, r.ServerStod, 10)
+	dst = append(dst, '#')
+	dst = appendEscaped(dst, r.ServerIP)
+	dst = append(dst, '#')
+	return strconv.AppendUint(dst, r.ServerID, 10)
 }

@@ -102,14 +102,8 @@ func NewFilter(cfg FilterConfig, source string, reg prometheus.Registerer) (*Fil
 	}
 
 	ms := metrics.NewSet(reg)
-	denied := metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "xrdmon_packets_denied_total",
-		Help: "Packets dropped because their sender is not in the source's allow-list.",
-	}, []string{"source"}))
-	unresolved := metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "xrdmon_packets_unresolved_total",
-		Help: "Relayed packets dropped because their remote is a host name with no entry in the address map.",
-	}, []string{"source"}))
+	denied := metrics.CounterVec(ms, "xrdmon_packets_denied_total", "Packets dropped because their sender is not in the source's allow-list.", "source")
+	unresolved := metrics.CounterVec(ms, "xrdmon_packets_unresolved_total", "Relayed packets dropped because their remote is a host name with no entry in the address map.", "source")
 	if err := ms.Err(); err != nil {
 		return nil, fmt.Errorf("source filter: %w", err)
 	}

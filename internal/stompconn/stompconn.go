@@ -82,9 +82,7 @@ func NewDialer(cfg Config, opts Options) (*Dialer, error) {
 		cfg.User = u.User.Username() // stomp://user@host: the login, when user is not set
 	}
 	d := &Dialer{cfg: cfg, opts: opts, addr: addr}
-	if d.opts.Timeout <= 0 {
-		d.opts.Timeout = 10 * time.Second
-	}
+	units.Default(&d.opts.Timeout, 10*time.Second)
 	tc, err := cfg.TLS.ClientConfig()
 	if err != nil {
 		return nil, err

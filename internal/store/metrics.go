@@ -27,61 +27,19 @@ type metrics struct {
 
 func newMetrics(s *Store) *metrics {
 	return &metrics{
-		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "xrdmon_store_batch_duration_seconds",
-			Help:    "Time to append one batch to the store, from encoding to durable commit.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		}),
-		recordsAppended: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_store_records_appended_total",
-			Help: "Records appended to the store (duplicates excluded).",
-		}),
-		eventsAppended: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_store_events_appended_total",
-			Help: "G-stream events appended to the store (duplicates excluded).",
-		}),
-		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_store_duplicates_total",
-			Help: "Records and events not appended because their id was already stored.",
-		}),
-		timesClamped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_store_times_clamped_total",
-			Help: "Records and events whose time lay more than an hour after their receive time (a server clock or a forged packet in the future), indexed and retained at that bound.",
-		}),
-		appendErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_store_append_errors_total",
-			Help: "Append transactions that failed and were rolled back.",
-		}),
-		fullRefusals: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_store_full_total",
-			Help: "Appends refused with ErrFull (max bytes reached or disk full).",
-		}),
-		retentionDeleted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_store_retention_deleted_total",
-			Help: "Entries deleted by retention passes (age or max bytes).",
-		}),
-		maxBytesDropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xrdmon_store_max_bytes_dropped_total",
-			Help: "Delivered entries deleted before their retention time to stay under max bytes.",
-		}),
-		blockBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "xrdmon_store_block_bytes",
-			Help:    "Compressed size of the blocks written to the store (up to 4096 entries or 4 MiB of entries each).",
-			Buckets: prometheus.ExponentialBuckets(256, 4, 9),
-		}),
-		postDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "xrdmon_store_posting_pass_duration_seconds",
-			Help:    "Time of one posting pass (the name postings of the blocks written since the last one, every 10 s).",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-		}),
-		bytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "xrdmon_store_bytes",
-			Help: "Size of the store's database and WAL files on disk.",
-		}, func() float64 { return float64(s.diskBytes()) }),
-		lastSeq: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "xrdmon_store_last_seq",
-			Help: "Sequence number of the last entry appended to the store.",
-		}, func() float64 { return float64(s.lastSeq.Load()) }),
+		batchDuration:    xmetrics.NewHistogram("xrdmon_store_batch_duration_seconds", "Time to append one batch to the store, from encoding to durable commit.", prometheus.ExponentialBuckets(0.0005, 2, 14)),
+		recordsAppended:  xmetrics.NewCounter("xrdmon_store_records_appended_total", "Records appended to the store (duplicates excluded)."),
+		eventsAppended:   xmetrics.NewCounter("xrdmon_store_events_appended_total", "G-stream events appended to the store (duplicates excluded)."),
+		duplicates:       xmetrics.NewCounter("xrdmon_store_duplicates_total", "Records and events not appended because their id was already stored."),
+		timesClamped:     xmetrics.NewCounter("xrdmon_store_times_clamped_total", "Records and events whose time lay more than an hour after their receive time (a server clock or a forged packet in the future), indexed and retained at that bound."),
+		appendErrors:     xmetrics.NewCounter("xrdmon_store_append_errors_total", "Append transactions that failed and were rolled back."),
+		fullRefusals:     xmetrics.NewCounter("xrdmon_store_full_total", "Appends refused with ErrFull (max bytes reached or disk full)."),
+		retentionDeleted: xmetrics.NewCounter("xrdmon_store_retention_deleted_total", "Entries deleted by retention passes (age or max bytes)."),
+		maxBytesDropped:  xmetrics.NewCounter("xrdmon_store_max_bytes_dropped_total", "Delivered entries deleted before their retention time to stay under max bytes."),
+		blockBytes:       xmetrics.NewHistogram("xrdmon_store_block_bytes", "Compressed size of the blocks written to the store (up to 4096 entries or 4 MiB of entries each).", prometheus.ExponentialBuckets(256, 4, 9)),
+		postDuration:     xmetrics.NewHistogram("xrdmon_store_posting_pass_duration_seconds", "Time of one posting pass (the name postings of the blocks written since the last one, every 10 s).", prometheus.ExponentialBuckets(0.001, 2, 14)),
+		bytes:            xmetrics.NewGaugeFunc("xrdmon_store_bytes", "Size of the store's database and WAL files on disk.", func() float64 { return float64(s.diskBytes()) }),
+		lastSeq:          xmetrics.NewGaugeFunc("xrdmon_store_last_seq", "Sequence number of the last entry appended to the store.", func() float64 { return float64(s.lastSeq.Load()) }),
 		backlog: &backlogCollector{s: s, desc: prometheus.NewDesc("xrdmon_sink_backlog_records",
 			"Entries (records and events) in the store that the sink has not yet delivered.",
 			[]string{"sink"}, nil)},

@@ -156,12 +156,8 @@ func (o *Options) fill() error {
 	if o.Path == "" {
 		return errors.New("empty path")
 	}
-	if o.RetentionInterval <= 0 {
-		o.RetentionInterval = d.RetentionInterval
-	}
-	if o.BatchSize <= 0 {
-		o.BatchSize = d.BatchSize
-	}
+	units.Default(&o.RetentionInterval, d.RetentionInterval)
+	units.Default(&o.BatchSize, d.BatchSize)
 	switch o.Synchronous {
 	case "":
 		o.Synchronous = d.Synchronous
@@ -169,24 +165,12 @@ func (o *Options) fill() error {
 	default:
 		return fmt.Errorf("synchronous %q: want %s or %s", o.Synchronous, SyncFull, SyncNormal)
 	}
-	if o.BusyTimeout <= 0 {
-		o.BusyTimeout = d.BusyTimeout
-	}
-	if o.ReadConns <= 0 {
-		o.ReadConns = d.ReadConns
-	}
-	if o.WALLimit <= 0 {
-		o.WALLimit = d.WALLimit
-	}
-	if o.PageSize <= 0 {
-		o.PageSize = d.PageSize
-	}
-	if o.CheckpointPages <= 0 {
-		o.CheckpointPages = d.CheckpointPages
-	}
-	if o.CacheBytes <= 0 {
-		o.CacheBytes = d.CacheBytes
-	}
+	units.Default(&o.BusyTimeout, d.BusyTimeout)
+	units.Default(&o.ReadConns, d.ReadConns)
+	units.Default(&o.WALLimit, d.WALLimit)
+	units.Default(&o.PageSize, d.PageSize)
+	units.Default(&o.CheckpointPages, d.CheckpointPages)
+	units.Default(&o.CacheBytes, d.CacheBytes)
 	if o.Retention < 0 || o.MaxBytes < 0 {
 		return errors.New("negative retention or max bytes")
 	}

@@ -207,3 +207,11 @@ func (b ByteSize) MarshalYAML() (any, error) {
 	}
 	return s, nil
 }
+
+// Default sets *v to def when *v is zero or negative: how a component's
+// constructor fills in the settings its caller left unset.
+func Default[T ~int | ~int32 | ~int64 | ~float64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}

@@ -50,8 +50,6 @@ package amqp
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
@@ -61,6 +59,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // The OSG collector's exchange names (connection.sample.conf), for
@@ -173,15 +172,9 @@ func DefaultOptions() Options {
 func (o *Options) fill() {
 	d := DefaultOptions()
 	o.Options = o.Options.WithDefaults(d.Options)
-	if o.ConfirmTimeout <= 0 {
-		o.ConfirmTimeout = d.ConfirmTimeout
-	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = d.DialTimeout
-	}
-	if o.Heartbeat <= 0 {
-		o.Heartbeat = d.Heartbeat
-	}
+	units.Default(&o.ConfirmTimeout, d.ConfirmTimeout)
+	units.Default(&o.DialTimeout, d.DialTimeout)
+	units.Default(&o.Heartbeat, d.Heartbeat)
 	if o.ExchangeKind == "" {
 		o.ExchangeKind = d.ExchangeKind
 	}
@@ -206,27 +199,19 @@ func New(cfg Config, st *store.Store, log *slog.Logger, reg prometheus.Registere
 // does not connect: Run does, and keeps retrying while the broker is down.
 // Metrics are registered on reg (nil: not registered); a nil log discards.
 func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
-	if st == nil {
-		return nil, errors.New("new amqp sink: nil store")
-	}
-	if cfg.URL == "" {
-		return nil, errors.New("new amqp sink: empty url")
+	if err := deliver.CheckSink("amqp", st, cfg.URL); err != nil {
+		return nil, err
 	}
 	if !cfg.Exchanges.any() {
 		return nil, errors.New("new amqp sink: no exchange configured")
 	}
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
 	opts.fill()
 	opts.WLCGOnly = opts.WLCGOnly || cfg.WLCGOnly
-	p, err := newPublisher(cfg, opts, log.With("sink", opts.Name))
+	l, p, err := deliver.NewSink("amqp", st, opts.Options, log, reg, func(log *slog.Logger) (*publisher, error) {
+		return newPublisher(cfg, opts, log)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("new amqp sink: %w", err)
-	}
-	l, err := deliver.New(st, p, opts.Options, log, reg)
-	if err != nil {
-		return nil, fmt.Errorf("new amqp sink: %w", err)
+		return nil, err
 	}
 	return &Sink{loop: l, pub: p}, nil
 }
@@ -236,9 +221,5 @@ func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger,
 // returns. Failures are retried forever; Run returns an error only when it
 // cannot start (the cursor cannot be read).
 func (s *Sink) Run(ctx context.Context) error {
-	defer s.pub.close()
-	if err := s.loop.Run(ctx); err != nil {
-		return fmt.Errorf("amqp sink %s: %w", s.loop.Name(), err)
-	}
-	return nil
+	return s.loop.RunSink(ctx, "amqp", s.pub.close)
 }

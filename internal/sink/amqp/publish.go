@@ -13,6 +13,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/busmsg"
 	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
@@ -37,7 +38,7 @@ type publisher struct {
 	chClosed chan *amqp.Error // the channel's: the broker closes it to refuse a message
 
 	// per-batch scratch, reused
-	groups  [numKinds]group
+	groups  [numKinds]busmsg.Message       // the routing key is each message's Key
 	pending []*amqp.DeferredConfirmation   // the confirms of the batch being published
 	free    [][]*amqp.DeferredConfirmation // pending slices of confirmed batches, for reuse
 }
@@ -69,15 +70,6 @@ const (
 	kindEvents
 	numKinds
 )
-
-// group accumulates the entries of one exchange into one message body.
-type group struct {
-	body    []byte
-	n       int    // entries in body
-	firstID string // message id
-	typ     string // message type
-	key     string // routing key of the message in body
-}
 
 func (p *publisher) exchange(k kind) string {
 	e := p.cfg.Exchanges
@@ -141,11 +133,7 @@ func (p *publisher) close() {
 // Deliver publishes every message of batch and waits for all confirms.
 // On any failure the connection is dropped; the next call reconnects.
 func (p *publisher) Deliver(ctx context.Context, batch []store.Entry) error {
-	wait, err := p.Send(ctx, batch)
-	if err != nil {
-		return err
-	}
-	return wait(ctx)
+	return deliver.SendAndWait(ctx, p, batch)
 }
 
 // Send publishes every message of batch and returns without waiting for
@@ -184,7 +172,7 @@ func (p *publisher) Send(ctx context.Context, batch []store.Entry) (wait func(co
 
 func (p *publisher) publishBatch(ctx context.Context, batch []store.Entry) error {
 	for i := range p.groups {
-		p.groups[i].n = 0
+		p.groups[i].N = 0
 	}
 	var err error
 	for i := range batch {
@@ -192,13 +180,13 @@ func (p *publisher) publishBatch(ctx context.Context, batch []store.Entry) error
 		switch {
 		case e.Record != nil:
 			r := e.Record
-			wlcg := p.cfg.Exchanges.WLCG != "" && p.opts.WLCG.Match(r)
+			wlcg, records := busmsg.Routes(r, p.opts.WLCG, p.cfg.Exchanges.WLCG != "", p.cfg.Exchanges.Records != "", p.opts.WLCGOnly)
 			if wlcg {
 				if err = p.add(ctx, kindWLCG, RoutingKeyFileClose, "wlcg", r.RecordID, func(b []byte) []byte { return record.AppendWLCG(b, r) }); err != nil {
 					return err
 				}
 			}
-			if p.cfg.Exchanges.Records != "" && !(wlcg && p.opts.WLCGOnly) {
+			if records {
 				if err = p.add(ctx, kindRecords, RoutingKeyFileClose, "gracc", r.RecordID, func(b []byte) []byte { return p.gracc(b, r) }); err != nil {
 					return err
 				}
@@ -231,23 +219,12 @@ func (p *publisher) publishBatch(ctx context.Context, batch []store.Entry) error
 // add appends one entry to group k, publishing the group first when it is
 // full or its routing key differs.
 func (p *publisher) add(ctx context.Context, k kind, key, typ, id string, enc func([]byte) []byte) error {
-	g := &p.groups[k]
-	if g.n > 0 && (g.n >= p.perMsg || g.key != key) {
+	if p.groups[k].Full(p.perMsg, key) {
 		if err := p.flush(ctx, k); err != nil {
 			return err
 		}
 	}
-	if g.n == 0 {
-		g.body = g.body[:0]
-		g.firstID, g.key, g.typ = id, key, typ
-		if p.perMsg > 1 {
-			g.body = append(g.body, '[')
-		}
-	} else {
-		g.body = append(g.body, ',')
-	}
-	g.body = enc(g.body)
-	g.n++
+	p.groups[k].Add(p.perMsg, key, typ, id, enc)
 	return nil
 }
 
@@ -255,25 +232,22 @@ func (p *publisher) add(ctx context.Context, k kind, key, typ, id string, enc fu
 // once: Publish has written it to the connection when it returns.
 func (p *publisher) flush(ctx context.Context, k kind) error {
 	g := &p.groups[k]
-	if g.n == 0 {
+	n := g.Close(p.perMsg)
+	if n == 0 {
 		return nil
-	}
-	if p.perMsg > 1 {
-		g.body = append(g.body, ']')
 	}
 	msg := amqp.Publishing{
 		ContentType:  "application/json",
 		DeliveryMode: amqp.Persistent,
-		MessageId:    g.firstID,
-		Type:         g.typ,
+		MessageId:    g.FirstID,
+		Type:         g.Type,
 		AppId:        "xrdmon",
-		Body:         g.body,
+		Body:         g.Body,
 	}
 	if p.perMsg > 1 {
-		msg.Headers = amqp.Table{"x-xrdmon-count": int32(g.n)}
+		msg.Headers = amqp.Table{"x-xrdmon-count": int32(n)}
 	}
-	g.n = 0
-	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange(k), g.key, false, false, msg)
+	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange(k), g.Key, false, false, msg)
 	if err != nil {
 		return fmt.Errorf("publish to %s: %w", p.exchange(k), err)
 	}

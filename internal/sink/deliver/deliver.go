@@ -39,6 +39,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/backoff"
 	"github.com/xrdmon/xrdmon/internal/store"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // ErrRefused marks a Deliverer's error as a refusal: the destination
@@ -116,24 +117,14 @@ func (o Options) WithDefaults(d Options) Options {
 	if o.Name == "" {
 		o.Name = d.Name
 	}
-	if o.BatchSize <= 0 {
-		o.BatchSize = d.BatchSize
-	}
-	if o.InFlight <= 0 {
-		o.InFlight = max(d.InFlight, 1)
-	}
-	if o.PollInterval <= 0 {
-		o.PollInterval = d.PollInterval
-	}
-	if o.MinBackoff <= 0 {
-		o.MinBackoff = d.MinBackoff
-	}
+	units.Default(&o.BatchSize, d.BatchSize)
+	units.Default(&o.InFlight, max(d.InFlight, 1))
+	units.Default(&o.PollInterval, d.PollInterval)
+	units.Default(&o.MinBackoff, d.MinBackoff)
 	if o.MaxBackoff < o.MinBackoff {
 		o.MaxBackoff = max(d.MaxBackoff, o.MinBackoff)
 	}
-	if o.DrainTimeout <= 0 {
-		o.DrainTimeout = d.DrainTimeout
-	}
+	units.Default(&o.DrainTimeout, d.DrainTimeout)
 	return o
 }
 

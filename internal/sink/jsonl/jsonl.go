@@ -132,9 +132,7 @@ func NewWithOptions(path string, opts deliver.Options, st *store.Store, log *slo
 	if path == "" {
 		return nil, errors.New("new jsonl sink: empty path")
 	}
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	log = deliver.Discard(log)
 	if opts.Name == "" {
 		opts.Name = "jsonl:" + path
 	}

@@ -14,9 +14,7 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // Config configures the PostgreSQL output: the outputs.postgres section
@@ -102,15 +101,9 @@ func (o *Options) fill() error {
 	if o.PartitionsAhead < 0 {
 		o.PartitionsAhead = 0
 	}
-	if o.ConnectTimeout <= 0 {
-		o.ConnectTimeout = d.ConnectTimeout
-	}
-	if o.StatementTimeout <= 0 {
-		o.StatementTimeout = d.StatementTimeout
-	}
-	if o.RollupInterval <= 0 {
-		o.RollupInterval = d.RollupInterval
-	}
+	units.Default(&o.ConnectTimeout, d.ConnectTimeout)
+	units.Default(&o.StatementTimeout, d.StatementTimeout)
+	units.Default(&o.RollupInterval, d.RollupInterval)
 	return nil
 }
 
@@ -132,25 +125,18 @@ func New(cfg Config, st *store.Store, log *slog.Logger, reg prometheus.Registere
 // schema), and keeps retrying while the database is down. Metrics are
 // registered on reg (nil: not registered); a nil log discards.
 func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
-	if st == nil {
-		return nil, errors.New("new postgres sink: nil store")
-	}
-	if cfg.URL == "" {
-		return nil, errors.New("new postgres sink: empty url")
+	if err := deliver.CheckSink("postgres", st, cfg.URL); err != nil {
+		return nil, err
 	}
 	if err := opts.fill(); err != nil {
 		return nil, fmt.Errorf("new postgres sink: %w", err)
 	}
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	w, err := NewWriter(cfg.URL, opts, log.With("sink", opts.Name))
+	log = deliver.Discard(log)
+	l, w, err := deliver.NewSink("postgres", st, opts.Options, log, reg, func(log *slog.Logger) (*Writer, error) {
+		return NewWriter(cfg.URL, opts, log)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("new postgres sink: %w", err)
-	}
-	l, err := deliver.New(st, w, opts.Options, log, reg)
-	if err != nil {
-		return nil, fmt.Errorf("new postgres sink: %w", err)
+		return nil, err
 	}
 	s := &Sink{loop: l, w: w}
 	if cfg.Rollups {
@@ -173,8 +159,5 @@ func (s *Sink) Run(ctx context.Context) error {
 		go func() { s.rollups.run(ctx); close(done) }()
 		defer func() { <-done }()
 	}
-	if err := s.loop.Run(ctx); err != nil {
-		return fmt.Errorf("postgres sink %s: %w", s.loop.Name(), err)
-	}
-	return nil
+	return s.loop.RunSink(ctx, "postgres", nil)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/go-stomp/stomp/v3/frame"
 
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/busmsg"
 	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/stompconn"
 	"github.com/xrdmon/xrdmon/internal/store"
@@ -32,7 +33,7 @@ type publisher struct {
 	conn *stomp.Conn
 	tx   *stomp.Transaction // the transaction of the batch being sent
 
-	groups [numKinds]group
+	groups [numKinds]busmsg.Message // each message's Key is its Type
 }
 
 // kind indexes the message groups of a batch.
@@ -44,15 +45,6 @@ const (
 	kindEvents
 	numKinds
 )
-
-// group accumulates the entries of one destination into one message
-// body.
-type group struct {
-	body    []byte
-	n       int    // entries in body
-	firstID string // xrdmon-id
-	typ     string // xrdmon-type
-}
 
 func newPublisher(cfg Config, opts Options, log *slog.Logger) (*publisher, error) {
 	d, err := stompconn.NewDialer(cfg.Config, stompconn.Options{Timeout: opts.DialTimeout})
@@ -110,11 +102,7 @@ func (p *publisher) close() {
 
 // Deliver sends batch and waits for its receipt.
 func (p *publisher) Deliver(ctx context.Context, batch []store.Entry) error {
-	wait, err := p.Send(ctx, batch)
-	if err != nil {
-		return err
-	}
-	return wait(ctx)
+	return deliver.SendAndWait(ctx, p, batch)
 }
 
 // Send sends batch in a transaction and returns without waiting for the
@@ -185,20 +173,20 @@ func refusedMessage(msg string) bool {
 
 func (p *publisher) sendBatch(batch []store.Entry) error {
 	for i := range p.groups {
-		p.groups[i].n = 0
+		p.groups[i].N = 0
 	}
 	for i := range batch {
 		e := &batch[i]
 		switch {
 		case e.Record != nil:
 			r := e.Record
-			wlcg := p.cfg.Destinations.WLCG != "" && p.opts.WLCG.Match(r)
+			wlcg, records := busmsg.Routes(r, p.opts.WLCG, p.cfg.Destinations.WLCG != "", p.cfg.Destinations.Records != "", p.cfg.WLCGOnly)
 			if wlcg {
 				if err := p.add(kindWLCG, "wlcg", r.RecordID, func(b []byte) []byte { return record.AppendWLCG(b, r) }); err != nil {
 					return err
 				}
 			}
-			if p.cfg.Destinations.Records != "" && !(wlcg && p.cfg.WLCGOnly) {
+			if records {
 				if err := p.add(kindRecords, "gracc", r.RecordID, func(b []byte) []byte { return p.gracc(b, r) }); err != nil {
 					return err
 				}
@@ -221,23 +209,12 @@ func (p *publisher) sendBatch(batch []store.Entry) error {
 // add appends one entry to group k, sending the group first when it is
 // full.
 func (p *publisher) add(k kind, typ, id string, enc func([]byte) []byte) error {
-	g := &p.groups[k]
-	if g.n > 0 && (g.n >= p.perMsg || g.typ != typ) {
+	if p.groups[k].Full(p.perMsg, typ) {
 		if err := p.flush(k); err != nil {
 			return err
 		}
 	}
-	if g.n == 0 {
-		g.body = g.body[:0]
-		g.firstID, g.typ = id, typ
-		if p.perMsg > 1 {
-			g.body = append(g.body, '[')
-		}
-	} else {
-		g.body = append(g.body, ',')
-	}
-	g.body = enc(g.body)
-	g.n++
+	p.groups[k].Add(p.perMsg, typ, typ, id, enc)
 	return nil
 }
 
@@ -246,26 +223,22 @@ func (p *publisher) add(k kind, typ, id string, enc func([]byte) []byte) error {
 // a copy.
 func (p *publisher) flush(k kind) error {
 	g := &p.groups[k]
-	if g.n == 0 {
+	n := g.Close(p.perMsg)
+	if n == 0 {
 		return nil
 	}
-	if p.perMsg > 1 {
-		g.body = append(g.body, ']')
-	}
-	n := g.n
-	g.n = 0
-	if len(g.body) > int(p.cfg.MaxMessageBytes) {
-		return fmt.Errorf("%w: a %s message of %d bytes, over max_message_bytes (%d)", deliver.ErrRefused, g.typ, len(g.body), p.cfg.MaxMessageBytes)
+	if len(g.Body) > int(p.cfg.MaxMessageBytes) {
+		return fmt.Errorf("%w: a %s message of %d bytes, over max_message_bytes (%d)", deliver.ErrRefused, g.Type, len(g.Body), p.cfg.MaxMessageBytes)
 	}
 	opts := []func(*frame.Frame) error{
 		stomp.SendOpt.Header("persistent", "true"),
-		stomp.SendOpt.Header("xrdmon-type", g.typ),
-		stomp.SendOpt.Header("xrdmon-id", g.firstID),
+		stomp.SendOpt.Header("xrdmon-type", g.Type),
+		stomp.SendOpt.Header("xrdmon-id", g.FirstID),
 	}
 	if p.perMsg > 1 {
 		opts = append(opts, stomp.SendOpt.Header("xrdmon-count", strconv.Itoa(n)))
 	}
-	body := append([]byte(nil), g.body...)
+	body := append([]byte(nil), g.Body...)
 	if err := p.tx.Send(p.destination(k), p.cfg.ContentType, body, opts...); err != nil {
 		return fmt.Errorf("send to %s: %w", p.destination(k), err)
 	}

@@ -44,8 +44,6 @@ package stomp
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
@@ -137,12 +135,8 @@ func DefaultOptions() Options {
 func (o *Options) fill() {
 	d := DefaultOptions()
 	o.Options = o.Options.WithDefaults(d.Options)
-	if o.ReceiptTimeout <= 0 {
-		o.ReceiptTimeout = d.ReceiptTimeout
-	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = d.DialTimeout
-	}
+	units.Default(&o.ReceiptTimeout, d.ReceiptTimeout)
+	units.Default(&o.DialTimeout, d.DialTimeout)
 	if o.WLCG == nil {
 		o.WLCG = record.DefaultWLCGMatcher()
 	}
@@ -164,11 +158,8 @@ func New(cfg Config, st *store.Store, log *slog.Logger, reg prometheus.Registere
 // does not connect: Run does, and keeps retrying while the broker is down.
 // Metrics are registered on reg (nil: not registered); a nil log discards.
 func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
-	if st == nil {
-		return nil, errors.New("new stomp sink: nil store")
-	}
-	if cfg.URL == "" {
-		return nil, errors.New("new stomp sink: empty url")
+	if err := deliver.CheckSink("stomp", st, cfg.URL); err != nil {
+		return nil, err
 	}
 	if !cfg.Destinations.any() {
 		return nil, errors.New("new stomp sink: no destination configured")
@@ -176,20 +167,13 @@ func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger,
 	if cfg.ContentType == "" {
 		cfg.ContentType = DefaultConfig().ContentType
 	}
-	if cfg.MaxMessageBytes <= 0 {
-		cfg.MaxMessageBytes = DefaultConfig().MaxMessageBytes
-	}
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	units.Default(&cfg.MaxMessageBytes, DefaultConfig().MaxMessageBytes)
 	opts.fill()
-	p, err := newPublisher(cfg, opts, log.With("sink", opts.Name))
+	l, p, err := deliver.NewSink("stomp", st, opts.Options, log, reg, func(log *slog.Logger) (*publisher, error) {
+		return newPublisher(cfg, opts, log)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("new stomp sink: %w", err)
-	}
-	l, err := deliver.New(st, p, opts.Options, log, reg)
-	if err != nil {
-		return nil, fmt.Errorf("new stomp sink: %w", err)
+		return nil, err
 	}
 	return &Sink{loop: l, pub: p}, nil
 }
@@ -199,9 +183,5 @@ func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger,
 // are retried forever; Run returns an error only when it cannot start (the
 // cursor cannot be read).
 func (s *Sink) Run(ctx context.Context) error {
-	defer s.pub.close()
-	if err := s.loop.Run(ctx); err != nil {
-		return fmt.Errorf("stomp sink %s: %w", s.loop.Name(), err)
-	}
-	return nil
+	return s.loop.RunSink(ctx, "stomp", s.pub.close)
 }

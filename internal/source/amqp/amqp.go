@@ -18,9 +18,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/xrdmon/xrdmon/internal/amqpconn"
-	"github.com/xrdmon/xrdmon/internal/backoff"
 	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/source"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // Config configures the AMQP source: the amqp_input section of the
@@ -52,20 +52,11 @@ type Config struct {
 	// ExchangeType, when set ("fanout", "topic", "direct"), declares the
 	// exchange (durable) before binding. Empty: the exchange must exist.
 	ExchangeType string `yaml:"-"`
-	// BatchSize is the largest number of messages per batch (at most
-	// Prefetch).
-	BatchSize int `yaml:"-"`
-	// BatchWait is how long a batch waits for more messages after its first.
-	BatchWait time.Duration `yaml:"-"`
-	// ReconnectMin and ReconnectMax bound the exponential reconnect backoff;
-	// each wait has random jitter of up to 50%.
-	ReconnectMin time.Duration `yaml:"-"`
-	ReconnectMax time.Duration `yaml:"-"`
+	// RelayOptions are the batching (BatchSize at most Prefetch), the
+	// reconnect backoff and the drain after cancellation.
+	source.RelayOptions `yaml:"-"`
 	// TokenCheck is how often the token file's modification time is checked.
 	TokenCheck time.Duration `yaml:"-"`
-	// DrainTimeout is how long Run, once cancelled, keeps the connection
-	// open for the pipeline to acknowledge the batches it holds.
-	DrainTimeout time.Duration `yaml:"-"`
 	// HandoverWait, when positive, makes each session wait (up to that
 	// long) until the queue has no consumer before it consumes: a
 	// collector taking a shard over (cluster mode) then starts only after
@@ -89,12 +80,8 @@ func DefaultConfig() Config {
 		Queue:        "xrdmon",
 		BindingKey:   "#",
 		Prefetch:     20000,
-		BatchSize:    256,
-		BatchWait:    5 * time.Millisecond,
-		ReconnectMin: 500 * time.Millisecond,
-		ReconnectMax: 30 * time.Second,
+		RelayOptions: source.DefaultRelayOptions(),
 		TokenCheck:   10 * time.Second,
-		DrainTimeout: 10 * time.Second,
 	}
 }
 
@@ -108,13 +95,11 @@ var errTokenChanged = errors.New("token file changed")
 type AMQP struct {
 	cfg    Config
 	log    *slog.Logger
-	filter *source.Filter
+	dec    source.ShovelerDecoder
 	pool   *source.BatchPool
 	dialer *amqpconn.Dialer
 
 	netConn atomic.Pointer[net.Conn] // the current connection's socket, for tests
-
-	loggedInvalid time.Time // when an invalid message was last logged (Run's goroutine)
 
 	abandon     chan struct{} // closed by Abandon
 	waiting     atomic.Bool   // in awaitHandover, the queue having a consumer (tests)
@@ -143,33 +128,14 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 	if cfg.BindingKey == "" {
 		cfg.BindingKey = def.BindingKey
 	}
-	if cfg.Prefetch <= 0 {
-		cfg.Prefetch = def.Prefetch
-	}
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = def.BatchSize
-	}
-	cfg.BatchSize = min(cfg.BatchSize, cfg.Prefetch)
-	if cfg.BatchWait <= 0 {
-		cfg.BatchWait = def.BatchWait
-	}
-	if cfg.ReconnectMin <= 0 {
-		cfg.ReconnectMin = def.ReconnectMin
-	}
-	if cfg.ReconnectMax < cfg.ReconnectMin {
-		cfg.ReconnectMax = max(def.ReconnectMax, cfg.ReconnectMin)
-	}
-	if cfg.TokenCheck <= 0 {
-		cfg.TokenCheck = def.TokenCheck
-	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = def.DrainTimeout
-	}
+	units.Default(&cfg.Prefetch, def.Prefetch)
+	cfg.Fill(cfg.Prefetch)
+	units.Default(&cfg.TokenCheck, def.TokenCheck)
 	filter, err := source.NewFilter(cfg.Filter, "amqp", reg)
 	if err != nil {
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
-	a := &AMQP{cfg: cfg, log: log, filter: filter, abandon: make(chan struct{}), pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket)}
+	a := &AMQP{cfg: cfg, log: log, abandon: make(chan struct{}), pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket)}
 	a.dialer, err = amqpconn.NewDialer(cfg.Config, amqpconn.Options{
 		Name: "input",
 		Wrap: func(c net.Conn) net.Conn { a.netConn.Store(&c); return c },
@@ -178,28 +144,18 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
 	ms := metrics.NewSet(reg)
-	a.received = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_amqp_messages_received_total", Help: "Messages consumed from RabbitMQ.",
-	}))
-	a.reconnects = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_amqp_reconnects_total", Help: "Connections to RabbitMQ lost or abandoned and made again.",
-	}))
-	a.ackFailed = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_amqp_acks_failed_total", Help: "Batch acknowledgements that could not be sent (the messages are redelivered).",
-	}))
-	a.invalid = metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "xrdmon_amqp_messages_invalid_total",
-		Help: "Messages that are not valid shoveler envelopes, acknowledged and dropped, by reason (oversized: more than a UDP datagram can carry).",
-	}, []string{"reason"}))
-	a.connected = metrics.Add(ms, prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "xrdmon_amqp_connected", Help: "1 while the AMQP source is connected and consuming.",
-	}))
+	a.received = metrics.Counter(ms, "xrdmon_amqp_messages_received_total", "Messages consumed from RabbitMQ.")
+	a.reconnects = metrics.Counter(ms, "xrdmon_amqp_reconnects_total", "Connections to RabbitMQ lost or abandoned and made again.")
+	a.ackFailed = metrics.Counter(ms, "xrdmon_amqp_acks_failed_total", "Batch acknowledgements that could not be sent (the messages are redelivered).")
+	a.invalid = metrics.CounterVec(ms, "xrdmon_amqp_messages_invalid_total", "Messages that are not valid shoveler envelopes, acknowledged and dropped, by reason (oversized: more than a UDP datagram can carry).", "reason")
+	a.connected = metrics.Gauge(ms, "xrdmon_amqp_connected", "1 while the AMQP source is connected and consuming.")
 	if err := ms.Err(); err != nil {
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
 	for _, r := range source.ShovelerReasons {
 		a.invalid.WithLabelValues(r)
 	}
+	a.dec = source.ShovelerDecoder{Filter: filter, Invalid: a.invalid, Log: log}
 	return a, nil
 }
 
@@ -219,37 +175,20 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 // open would let the next consumer start on newer messages while the older
 // ones wait for the channel to close.)
 func (a *AMQP) Run(ctx context.Context, out chan<- *source.Batch) error {
-	bo := backoff.Backoff{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax}
-	first := true
-	for {
-		if !first {
-			a.reconnects.Inc()
-		}
-		first = false
-		start := time.Now()
-		err := a.session(ctx, out)
-		a.connected.Set(0)
-		if ctx.Err() != nil || a.abandoned() {
-			return nil
-		}
-		if errors.Is(err, errTokenChanged) {
-			a.log.Info("AMQP token file changed; reconnecting")
-			bo.Reset()
-			continue
-		}
-		if time.Since(start) > 2*a.cfg.ReconnectMax {
-			bo.Reset() // it worked for a while: start over
-		}
-		wait := bo.Next()
-		a.log.Warn("AMQP connection lost; reconnecting", "err", err, "wait", wait)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-a.abandon:
-			return nil
-		case <-time.After(wait):
-		}
-	}
+	r := source.Reconnect{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax, Reconnects: a.reconnects, Connected: a.connected,
+		Stop: a.abandon,
+		Again: func(err error) bool {
+			if errors.Is(err, errTokenChanged) {
+				a.log.Info("AMQP token file changed; reconnecting")
+				return true
+			}
+			return false
+		},
+		Lost: func(err error, wait time.Duration) {
+			a.log.Warn("AMQP connection lost; reconnecting", "err", err, "wait", wait)
+		}}
+	r.Run(ctx, func() error { return a.session(ctx, out) })
+	return nil
 }
 
 // Abandon makes Run give back at once every delivery it holds: it closes
@@ -259,15 +198,6 @@ func (a *AMQP) Run(ctx context.Context, out chan<- *source.Batch) error {
 // that the next holder of the shard gets those messages, first and in
 // order, without waiting for DrainTimeout.
 func (a *AMQP) Abandon() { a.abandonOnce.Do(func() { close(a.abandon) }) }
-
-func (a *AMQP) abandoned() bool {
-	select {
-	case <-a.abandon:
-		return true
-	default:
-		return false
-	}
-}
 
 // session connects, consumes until the connection ends, and closes it.
 func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
@@ -297,10 +227,7 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 			c.stop()
 			return nil
 		case <-a.abandon:
-			if c.b != nil {
-				c.b.Free()
-				c.b = nil
-			}
+			c.bt.Drop()
 			a.log.Info("AMQP input abandoned: unacknowledged deliveries go back to the queue", "batches", c.tr.outstanding())
 			return nil
 		case err := <-c.closed:
@@ -315,7 +242,7 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 				}
 				return errTokenChanged
 			}
-		case <-c.timer.C:
+		case <-c.bt.Timer.C:
 			if err := c.flush(); err != nil {
 				return err
 			}
@@ -330,40 +257,35 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 	}
 }
 
-// consumer is a session's batching: the batch being filled from the
-// deliveries, handed to the pipeline when full or BatchWait after its
-// first message, and the tracker that acknowledges what it hands over.
+// consumer is a session's batching (source.Batcher) and the tracker that
+// acknowledges what it hands over.
 type consumer struct {
 	a      *AMQP
 	ctx    context.Context
-	out    chan<- *source.Batch
+	bt     *source.Batcher
 	tr     *tracker
 	closed chan *amqp.Error // the connection's close notification
-	timer  *time.Timer      // BatchWait after the batch's first message
 
-	b           *source.PooledBatch // nil when no batch is being filled
-	first, last uint64              // the batch's delivery tags
+	first, last uint64 // the delivery tags of the batch being filled
 }
 
 func (a *AMQP) newConsumer(ctx context.Context, out chan<- *source.Batch, ch *amqp.Channel, conn *amqp.Connection) *consumer {
-	c := &consumer{a: a, ctx: ctx, out: out, tr: &tracker{ch: ch},
-		closed: conn.NotifyClose(make(chan *amqp.Error, 1)), timer: time.NewTimer(time.Hour)}
-	c.timer.Stop()
-	return c
+	return &consumer{a: a, ctx: ctx, tr: &tracker{ch: ch},
+		bt:     source.NewBatcher(&a.cfg.RelayOptions, a.pool, out, a.abandon, a.ackFailed),
+		closed: conn.NotifyClose(make(chan *amqp.Error, 1))}
 }
 
 // receive adds a delivery to the batch, starting one if needed, and hands
 // the batch over when it is full.
 func (c *consumer) receive(d *amqp.Delivery) error {
 	c.a.received.Inc()
-	if c.b == nil {
-		c.b = c.a.pool.Get()
+	b, first := c.bt.Batch()
+	if first {
 		c.first = d.DeliveryTag
-		c.timer.Reset(c.a.cfg.BatchWait)
 	}
 	c.last = d.DeliveryTag
-	c.a.add(c.b, d.Body)
-	if c.b.Full() || int(c.last-c.first+1) >= c.a.cfg.BatchSize {
+	c.a.dec.Add(b, d.Body)
+	if c.bt.Added() {
 		return c.flush()
 	}
 	return nil
@@ -373,44 +295,19 @@ func (c *consumer) receive(d *amqp.Delivery) error {
 // acknowledges its deliveries; a batch of invalid messages only is
 // acknowledged at once.
 func (c *consumer) flush() error {
-	if c.b == nil {
+	pb := c.bt.Take()
+	if pb == nil {
 		return nil
 	}
-	pb := c.b
-	c.b = nil
-	c.timer.Stop()
 	e := c.tr.add(c.first, c.last)
-	if pb.Len() == 0 { // only invalid messages: acknowledge them at once
-		pb.Free()
-		return c.tr.done(e)
-	}
-	pb.Ack = func() error {
-		if err := c.tr.done(e); err != nil {
-			c.a.ackFailed.Inc()
-			return err
-		}
-		return nil
-	}
-	select {
-	case c.out <- &pb.Batch:
-		return nil
-	case <-c.ctx.Done():
-		pb.Free()
-		return c.ctx.Err()
-	case <-c.a.abandon:
-		pb.Free()
-		return errors.New("abandoned")
-	}
+	return c.bt.Hand(c.ctx, pb, func() error { return c.tr.done(e) }, nil)
 }
 
 // stop ends the session after a cancellation: the batch being filled was
 // never handed over (the broker redelivers it later); those handed over
 // are waited for.
 func (c *consumer) stop() {
-	if c.b != nil {
-		c.b.Free()
-		c.b = nil
-	}
+	c.bt.Drop()
 	c.a.drain(c.tr, c.closed)
 }
 
@@ -424,24 +321,6 @@ func (c *consumer) deliveriesClosed() error {
 	}
 	_ = c.flush() // cannot be acknowledged any more, but let the pipeline count them
 	return errors.New("delivery channel closed")
-}
-
-// add decodes a shoveler message into b; an invalid one is counted (and
-// logged at most once a minute).
-func (a *AMQP) add(b *source.PooledBatch, body []byte) {
-	buf, env, err := source.AppendShoveler(b.Buf(), body)
-	if err != nil {
-		a.invalid.WithLabelValues(source.ShovelerReason(err)).Inc()
-		if time.Since(a.loggedInvalid) > time.Minute {
-			a.loggedInvalid = time.Now()
-			a.log.Warn("Dropping invalid shoveler messages (logged at most once a minute)", "err", err,
-				"body", truncate(body, 120))
-		}
-		return
-	}
-	if sender, ok := a.filter.AcceptShoveled(&env); ok {
-		b.Add(buf, env.Data, sender, time.Now())
-	}
 }
 
 // consume opens a channel on conn, declares and binds the queue as
@@ -550,13 +429,6 @@ func (a *AMQP) drain(tr *tracker, closed <-chan *amqp.Error) {
 		case <-tick.C:
 		}
 	}
-}
-
-func truncate(b []byte, n int) string {
-	if len(b) > n {
-		b = b[:n]
-	}
-	return string(b)
 }
 
 // breakConnection closes the current connection's socket under the client

@@ -188,7 +188,7 @@ func TestConsumeAll(t *testing.T) {
 
 func TestUnackedRedelivered(t *testing.T) {
 	url, ch, name := broker(t)
-	cfg := Config{Config: amqpconn.Config{URL: url}, Queue: name, Exchange: "-", DrainTimeout: 10 * time.Millisecond}
+	cfg := Config{Config: amqpconn.Config{URL: url}, Queue: name, Exchange: "-", RelayOptions: source.RelayOptions{DrainTimeout: 10 * time.Millisecond}}
 	if _, err := ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestUnackedRedelivered(t *testing.T) {
 func TestReconnect(t *testing.T) {
 	url, ch, name := broker(t)
 	reg := prometheus.NewRegistry()
-	cfg := Config{Config: amqpconn.Config{URL: url}, Queue: name, Exchange: name, ExchangeType: "fanout", ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond}
+	cfg := Config{Config: amqpconn.Config{URL: url}, Queue: name, Exchange: name, ExchangeType: "fanout", RelayOptions: source.RelayOptions{ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond}}
 	r := run(t, cfg, reg)
 	waitFor(t, func() bool { return testutil.ToFloat64(r.a.connected) == 1 })
 	publish(t, ch, name, 0, 100)
@@ -255,7 +255,7 @@ func TestTokenFile(t *testing.T) {
 	u, _ := amqp.ParseURI(url)
 	reg := prometheus.NewRegistry()
 	cfg := Config{Config: amqpconn.Config{URL: fmt.Sprintf("amqp://guest@%s:%d/", u.Host, u.Port), TokenFile: tok}, Queue: name, Exchange: "-",
-		TokenCheck: 20 * time.Millisecond, ReconnectMin: 10 * time.Millisecond}
+		TokenCheck: 20 * time.Millisecond, RelayOptions: source.RelayOptions{ReconnectMin: 10 * time.Millisecond}}
 	r := run(t, cfg, reg)
 	defer r.stop(t)
 	waitFor(t, func() bool { return testutil.ToFloat64(r.a.connected) == 1 })
@@ -333,7 +333,7 @@ func TestHandoverKeepsOrder(t *testing.T) {
 				}
 			}
 			base := Config{Config: amqpconn.Config{URL: url}, Queue: name, Exchange: "-", SingleActiveConsumer: tc.sac,
-				Prefetch: 100, BatchSize: 10}
+				Prefetch: 100, RelayOptions: source.RelayOptions{BatchSize: 10}}
 			// The old holder: takes what the broker sends ahead, acknowledges
 			// nothing, and is stopped with a drain that would last a minute.
 			old := base

@@ -21,6 +21,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/source"
+	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // Options configures the file source.
@@ -72,9 +73,7 @@ func New(cfg Options, log *slog.Logger, reg prometheus.Registerer) (*File, error
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = DefaultOptions().BatchSize
-	}
+	units.Default(&cfg.BatchSize, DefaultOptions().BatchSize)
 	filter, err := source.NewFilter(cfg.Filter, "file", reg)
 	if err != nil {
 		return nil, fmt.Errorf("file source: %w", err)
@@ -84,20 +83,10 @@ func New(cfg Options, log *slog.Logger, reg prometheus.Registerer) (*File, error
 		pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket),
 	}
 	ms := metrics.NewSet(reg)
-	f.packets = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_file_packets_read_total", Help: "Datagrams read from files.",
-	}))
-	f.bytes = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_file_bytes_read_total", Help: "Datagram bytes read from files.",
-	}))
-	f.skipped = metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "xrdmon_file_frames_skipped_total",
-		Help: "Captured frames that carried no usable UDP datagram, by reason.",
-	}, []string{"reason"}))
-	f.badLines = metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "xrdmon_file_lines_invalid_total",
-		Help: "JSON lines that are not valid shoveler messages, by reason (oversized: more than a UDP datagram can carry; such a line is skipped without being buffered).",
-	}, []string{"reason"}))
+	f.packets = metrics.Counter(ms, "xrdmon_file_packets_read_total", "Datagrams read from files.")
+	f.bytes = metrics.Counter(ms, "xrdmon_file_bytes_read_total", "Datagram bytes read from files.")
+	f.skipped = metrics.CounterVec(ms, "xrdmon_file_frames_skipped_total", "Captured frames that carried no usable UDP datagram, by reason.", "reason")
+	f.badLines = metrics.CounterVec(ms, "xrdmon_file_lines_invalid_total", "JSON lines that are not valid shoveler messages, by reason (oversized: more than a UDP datagram can carry; such a line is skipped without being buffered).", "reason")
 	if err := ms.Err(); err != nil {
 		return nil, fmt.Errorf("file source: %w", err)
 	}

@@ -36,7 +36,6 @@ import (
 	"github.com/go-stomp/stomp/v3/frame"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/xrdmon/xrdmon/internal/backoff"
 	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/source"
 	"github.com/xrdmon/xrdmon/internal/stompconn"
@@ -61,18 +60,9 @@ type Config struct {
 	// Prefetch is how many unacknowledged messages the broker sends ahead.
 	Prefetch int `yaml:"prefetch" help:"unacknowledged messages the broker may send ahead (activemq.prefetchSize, prefetch-count)"`
 
-	// BatchSize is the largest number of messages per batch (at most
-	// Prefetch).
-	BatchSize int `yaml:"-"`
-	// BatchWait is how long a batch waits for more messages after its first.
-	BatchWait time.Duration `yaml:"-"`
-	// ReconnectMin and ReconnectMax bound the exponential reconnect backoff;
-	// each wait has random jitter of up to 50%.
-	ReconnectMin time.Duration `yaml:"-"`
-	ReconnectMax time.Duration `yaml:"-"`
-	// DrainTimeout is how long Run, once cancelled, keeps the connection
-	// open for the pipeline to acknowledge the batches it holds.
-	DrainTimeout time.Duration `yaml:"-"`
+	// RelayOptions are the batching (BatchSize at most Prefetch), the
+	// reconnect backoff and the drain after cancellation.
+	source.RelayOptions `yaml:"-"`
 	// Filter is the allow-list and address map applied to the shoveler's
 	// "remote" (the listen section's).
 	Filter source.FilterConfig `yaml:"-"`
@@ -89,11 +79,7 @@ func DefaultConfig() Config {
 		Destination:  DefaultDestination,
 		Subscription: "xrdmon",
 		Prefetch:     20000,
-		BatchSize:    256,
-		BatchWait:    5 * time.Millisecond,
-		ReconnectMin: 500 * time.Millisecond,
-		ReconnectMax: 30 * time.Second,
-		DrainTimeout: 10 * time.Second,
+		RelayOptions: source.DefaultRelayOptions(),
 	}
 }
 
@@ -105,13 +91,11 @@ var ErrStaleAck = errors.New("stomp ack: connection closed since delivery; messa
 type STOMP struct {
 	cfg    Config
 	log    *slog.Logger
-	filter *source.Filter
+	dec    source.ShovelerDecoder
 	pool   *source.BatchPool
 	dialer *stompconn.Dialer
 
 	netConn atomic.Pointer[net.Conn] // the current connection's socket, for tests
-
-	loggedInvalid time.Time // when an invalid message was last logged (Run's goroutine)
 
 	received   prometheus.Counter
 	invalid    *prometheus.CounterVec
@@ -133,30 +117,13 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*STOMP, error
 	if cfg.Destination == "" {
 		cfg.Destination = def.Destination
 	}
-	if cfg.Prefetch <= 0 {
-		cfg.Prefetch = def.Prefetch
-	}
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = def.BatchSize
-	}
-	cfg.BatchSize = min(cfg.BatchSize, cfg.Prefetch)
-	if cfg.BatchWait <= 0 {
-		cfg.BatchWait = def.BatchWait
-	}
-	if cfg.ReconnectMin <= 0 {
-		cfg.ReconnectMin = def.ReconnectMin
-	}
-	if cfg.ReconnectMax < cfg.ReconnectMin {
-		cfg.ReconnectMax = max(def.ReconnectMax, cfg.ReconnectMin)
-	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = def.DrainTimeout
-	}
+	units.Default(&cfg.Prefetch, def.Prefetch)
+	cfg.Fill(cfg.Prefetch)
 	filter, err := source.NewFilter(cfg.Filter, "stomp", reg)
 	if err != nil {
 		return nil, fmt.Errorf("stomp source: %w", err)
 	}
-	s := &STOMP{cfg: cfg, log: log, filter: filter, pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket)}
+	s := &STOMP{cfg: cfg, log: log, pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket)}
 	opts := stompconn.Options{Wrap: func(c net.Conn) net.Conn { s.netConn.Store(&c); return c }}
 	if s.durable() {
 		opts.ClientID = cfg.Subscription
@@ -166,28 +133,18 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*STOMP, error
 		return nil, fmt.Errorf("stomp source: %w", err)
 	}
 	ms := metrics.NewSet(reg)
-	s.received = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_stomp_messages_received_total", Help: "Messages consumed from the STOMP broker.",
-	}))
-	s.reconnects = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_stomp_reconnects_total", Help: "Connections to the STOMP broker lost or abandoned and made again.",
-	}))
-	s.ackFailed = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_stomp_acks_failed_total", Help: "Batch acknowledgements that could not be sent to the STOMP broker (the messages are redelivered).",
-	}))
-	s.invalid = metrics.Add(ms, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "xrdmon_stomp_messages_invalid_total",
-		Help: "STOMP messages that are not valid shoveler envelopes, acknowledged and dropped, by reason (oversized: more than a UDP datagram can carry).",
-	}, []string{"reason"}))
-	s.connected = metrics.Add(ms, prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "xrdmon_stomp_connected", Help: "1 while the STOMP source is connected and subscribed.",
-	}))
+	s.received = metrics.Counter(ms, "xrdmon_stomp_messages_received_total", "Messages consumed from the STOMP broker.")
+	s.reconnects = metrics.Counter(ms, "xrdmon_stomp_reconnects_total", "Connections to the STOMP broker lost or abandoned and made again.")
+	s.ackFailed = metrics.Counter(ms, "xrdmon_stomp_acks_failed_total", "Batch acknowledgements that could not be sent to the STOMP broker (the messages are redelivered).")
+	s.invalid = metrics.CounterVec(ms, "xrdmon_stomp_messages_invalid_total", "STOMP messages that are not valid shoveler envelopes, acknowledged and dropped, by reason (oversized: more than a UDP datagram can carry).", "reason")
+	s.connected = metrics.Gauge(ms, "xrdmon_stomp_connected", "1 while the STOMP source is connected and subscribed.")
 	if err := ms.Err(); err != nil {
 		return nil, fmt.Errorf("stomp source: %w", err)
 	}
 	for _, r := range source.ShovelerReasons {
 		s.invalid.WithLabelValues(r)
 	}
+	s.dec = source.ShovelerDecoder{Filter: filter, Invalid: s.invalid, Log: log, QuoteBody: true}
 	return s, nil
 }
 
@@ -204,30 +161,12 @@ func (s *STOMP) durable() bool {
 // reconnect can no longer be acknowledged (Ack returns ErrStaleAck); the
 // broker redelivers their messages, so the pipeline may see them twice.
 func (s *STOMP) Run(ctx context.Context, out chan<- *source.Batch) error {
-	bo := backoff.Backoff{Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax}
-	first := true
-	for {
-		if !first {
-			s.reconnects.Inc()
-		}
-		first = false
-		start := time.Now()
-		err := s.session(ctx, out)
-		s.connected.Set(0)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if time.Since(start) > 2*s.cfg.ReconnectMax {
-			bo.Reset() // it worked for a while: start over
-		}
-		wait := bo.Next()
-		s.log.Warn("STOMP connection lost; reconnecting", "url", s.dialer.URL(), "err", err, "wait", wait)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
-	}
+	r := source.Reconnect{Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax, Reconnects: s.reconnects, Connected: s.connected,
+		Lost: func(err error, wait time.Duration) {
+			s.log.Warn("STOMP connection lost; reconnecting", "url", s.dialer.URL(), "err", err, "wait", wait)
+		}}
+	r.Run(ctx, func() error { return s.session(ctx, out) })
+	return nil
 }
 
 // session connects, subscribes, consumes until the connection ends, and
@@ -264,14 +203,13 @@ func (s *STOMP) session(ctx context.Context, out chan<- *source.Batch) error {
 		}
 	}()
 
-	c := &consumer{s: s, ctx: ctx, out: out, ak: ak, timer: time.NewTimer(time.Hour)}
-	c.timer.Stop()
+	c := &consumer{s: s, ctx: ctx, ak: ak, bt: source.NewBatcher(&s.cfg.RelayOptions, s.pool, out, nil, s.ackFailed)}
 	for {
 		select {
 		case <-ctx.Done():
 			c.stop()
 			return nil
-		case <-c.timer.C:
+		case <-c.bt.Timer.C:
 			if err := c.flush(); err != nil {
 				return err
 			}
@@ -312,35 +250,26 @@ func (s *STOMP) subscribeOpts() []func(*frame.Frame) error {
 	return opts
 }
 
-// consumer is a session's batching: the batch being filled from the
-// messages, handed to the pipeline when full or BatchWait after its first
-// message, with an Ack that acknowledges its messages.
+// consumer is a session's batching (source.Batcher), with an Ack that
+// acknowledges its messages.
 type consumer struct {
-	s     *STOMP
-	ctx   context.Context
-	out   chan<- *source.Batch
-	ak    *acker
-	timer *time.Timer // BatchWait after the batch's first message
+	s   *STOMP
+	ctx context.Context
+	bt  *source.Batcher
+	ak  *acker
 
-	b    *source.PooledBatch // nil when no batch is being filled
-	n    int                 // messages in b
-	last *stomp.Message      // b's last message, whose ACK covers the batch
+	last *stomp.Message // the batch's last message, whose ACK covers the batch
 }
 
 // receive adds a message to the batch, starting one if needed, and hands
 // the batch over when it is full.
 func (c *consumer) receive(m *stomp.Message) error {
 	c.s.received.Inc()
-	if c.b == nil {
-		c.b = c.s.pool.Get()
-		c.n = 0
-		c.timer.Reset(c.s.cfg.BatchWait)
-	}
-	c.s.add(c.b, m.Body)
+	b, _ := c.bt.Batch()
+	c.s.dec.Add(b, m.Body)
 	m.Body = nil // copied into the batch; only the headers are kept, to acknowledge
 	c.last = m
-	c.n++
-	if c.b.Full() || c.n >= c.s.cfg.BatchSize {
+	if c.bt.Added() {
 		return c.flush()
 	}
 	return nil
@@ -350,32 +279,13 @@ func (c *consumer) receive(m *stomp.Message) error {
 // acknowledges its messages; a batch of invalid messages only is
 // acknowledged at once.
 func (c *consumer) flush() error {
-	if c.b == nil {
+	pb, last := c.bt.Take(), c.last
+	if pb == nil {
 		return nil
 	}
-	pb, last := c.b, c.last
-	c.b, c.last = nil, nil
-	c.timer.Stop()
+	c.last = nil
 	b := c.ak.add(last)
-	if pb.Len() == 0 { // only invalid messages: acknowledge them at once
-		pb.Free()
-		return c.ak.ack(b)
-	}
-	pb.Ack = func() error {
-		if err := c.ak.ack(b); err != nil {
-			c.s.ackFailed.Inc()
-			return err
-		}
-		return nil
-	}
-	select {
-	case c.out <- &pb.Batch:
-		return nil
-	case <-c.ctx.Done():
-		pb.Free()
-		c.ak.forget(b)
-		return c.ctx.Err()
-	}
+	return c.bt.Hand(c.ctx, pb, func() error { return c.ak.ack(b) }, func() { c.ak.forget(b) })
 }
 
 // stop ends the session after a cancellation: the batch being filled was
@@ -383,41 +293,13 @@ func (c *consumer) flush() error {
 // are waited for, then the connection is closed with a DISCONNECT whose
 // receipt says the broker has processed every acknowledgement.
 func (c *consumer) stop() {
-	if c.b != nil {
-		c.b.Free()
-		c.b = nil
-	}
+	c.bt.Drop()
 	if !c.ak.drain(c.s.cfg.DrainTimeout) {
 		c.s.log.Warn("STOMP batches not acknowledged before shutdown; they will be redelivered", "batches", c.ak.outstanding())
 	}
 	if err := c.ak.conn.Disconnect(); err != nil {
 		c.s.log.Debug("STOMP disconnect", "err", err)
 	}
-}
-
-// add decodes a shoveler message into b; an invalid one is counted (and
-// logged at most once a minute).
-func (s *STOMP) add(b *source.PooledBatch, body []byte) {
-	buf, env, err := source.AppendShoveler(b.Buf(), body)
-	if err != nil {
-		s.invalid.WithLabelValues(source.ShovelerReason(err)).Inc()
-		if time.Since(s.loggedInvalid) > time.Minute {
-			s.loggedInvalid = time.Now()
-			s.log.Warn("Dropping invalid shoveler messages (logged at most once a minute)", "err", err,
-				"body", truncate(body, 120))
-		}
-		return
-	}
-	if sender, ok := s.filter.AcceptShoveled(&env); ok {
-		b.Add(buf, env.Data, sender, time.Now())
-	}
-}
-
-func truncate(b []byte, n int) string {
-	if len(b) > n {
-		b = b[:n]
-	}
-	return strconv.Quote(string(b))
 }
 
 // breakConnection closes the current connection's socket under the client

@@ -161,18 +161,10 @@ func New(cfg Options, log *slog.Logger, reg prometheus.Registerer) (*UDP, error)
 	if cfg.Addr == "" {
 		cfg.Addr = def.Addr
 	}
-	if cfg.Readers <= 0 {
-		cfg.Readers = def.Readers
-	}
-	if cfg.BatchMessages <= 0 {
-		cfg.BatchMessages = def.BatchMessages
-	}
-	if cfg.MaxDatagram <= 0 {
-		cfg.MaxDatagram = def.MaxDatagram
-	}
-	if cfg.ReceiveBuffer <= 0 {
-		cfg.ReceiveBuffer = def.ReceiveBuffer
-	}
+	units.Default(&cfg.Readers, def.Readers)
+	units.Default(&cfg.BatchMessages, def.BatchMessages)
+	units.Default(&cfg.MaxDatagram, def.MaxDatagram)
+	units.Default(&cfg.ReceiveBuffer, def.ReceiveBuffer)
 	filter, err := source.NewFilter(cfg.Filter, "udp", reg)
 	if err != nil {
 		return nil, fmt.Errorf("udp source: %w", err)
@@ -193,23 +185,11 @@ func New(cfg Options, log *slog.Logger, reg prometheus.Registerer) (*UDP, error)
 
 func (u *UDP) metrics(reg prometheus.Registerer) error {
 	ms := metrics.NewSet(reg)
-	u.packets = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_udp_packets_received_total", Help: "UDP datagrams received (before the allow-list).",
-	}))
-	u.bytes = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_udp_bytes_received_total", Help: "UDP payload bytes received.",
-	}))
-	u.truncated = metrics.Add(ms, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "xrdmon_udp_packets_truncated_total", Help: "UDP datagrams longer than the receive buffer, dropped.",
-	}))
-	u.batchSize = metrics.Add(ms, prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "xrdmon_udp_read_batch_size",
-		Help:    "Datagrams returned by one batched socket read.",
-		Buckets: prometheus.ExponentialBuckets(1, 2, 8), // 1 .. 128
-	}))
-	u.rcvbuf = metrics.Add(ms, prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "xrdmon_udp_receive_buffer_bytes", Help: "Effective socket receive buffer (as the kernel reports it).",
-	}))
+	u.packets = metrics.Counter(ms, "xrdmon_udp_packets_received_total", "UDP datagrams received (before the allow-list).")
+	u.bytes = metrics.Counter(ms, "xrdmon_udp_bytes_received_total", "UDP payload bytes received.")
+	u.truncated = metrics.Counter(ms, "xrdmon_udp_packets_truncated_total", "UDP datagrams longer than the receive buffer, dropped.")
+	u.batchSize = metrics.Histogram(ms, "xrdmon_udp_read_batch_size", "Datagrams returned by one batched socket read.", prometheus.ExponentialBuckets(1, 2, 8)) // 1 .. 128
+	u.rcvbuf = metrics.Gauge(ms, "xrdmon_udp_receive_buffer_bytes", "Effective socket receive buffer (as the kernel reports it).")
 	// The kernel's count of datagrams dropped because our receive queue
 	// was full: one collector per registry sums every listener on it (the
 	// detailed and the summary port).

@@ -1,0 +1,29 @@
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestWriteJSON(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f.json")
+	for _, v := range []any{[]int{1, 2}, map[string]string{"a": "b"}} {
+		if err := WriteJSON(path, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || string(b) != `{"a":"b"}` {
+		t.Fatalf("content %q, %v", b, err)
+	}
+	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
+		t.Fatalf("temporary file left: %v", err)
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", st.Mode())
+	}
+	if err := WriteJSON(path, func() {}); err == nil {
+		t.Fatal("no error for a value JSON cannot encode")
+	}
+}
