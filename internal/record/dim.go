@@ -111,7 +111,7 @@ func (r *Record) locality() string {
 // isName reports whether host is a host name with a domain (not an
 // address, not a bare name).
 func isName(host string) bool {
-	h := strings.Trim(host, "[]")
+	h := trimBrackets(host)
 	if h == "" || isAddr(h) {
 		return false
 	}
@@ -130,10 +130,23 @@ func isAddr(h string) bool {
 	return err == nil
 }
 
+// trimBrackets is strings.Trim(s, "[]") (an IPv6 address in brackets)
+// without building the cut set at each call: the rollups ask for the
+// domain and locality of every record.
+func trimBrackets(s string) string {
+	for len(s) > 0 && (s[0] == '[' || s[0] == ']') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == '[' || s[len(s)-1] == ']') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
 // domain returns the domain of a host name (all but its first label), or
 // the host itself when it is an address.
 func domain(host string) string {
-	h := strings.Trim(host, "[]")
+	h := trimBrackets(host)
 	if isAddr(h) {
 		return h
 	}

@@ -767,6 +767,28 @@ func TestSearchUsers(t *testing.T) {
 			}
 		}
 	}
+	// Hashes spread over 32 bits, as real ones are: the entry guess.
+	for n := range 1100 {
+		set := make([]uint32, n)
+		for i := range set {
+			set[i] = rng.Uint32()
+		}
+		slices.Sort(set)
+		set = slices.Compact(set)
+		probes := []uint32{0, 1, 1<<32 - 1, 1<<32 - 2}
+		for range 50 {
+			probes = append(probes, rng.Uint32())
+		}
+		for _, x := range set[:min(len(set), 50)] {
+			probes = append(probes, x, x-1, x+1)
+		}
+		for _, h := range probes {
+			wi, wf := slices.BinarySearch(set, h)
+			if gi, gf := searchUsers(set, h); gi != wi || gf != wf {
+				t.Fatalf("set of %d, hash %d: searchUsers = %d, %v; want %d, %v", len(set), h, gi, gf, wi, wf)
+			}
+		}
+	}
 }
 
 // TestRollupsYield: while the input is busy the builder sums nothing (its
