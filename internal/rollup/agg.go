@@ -454,10 +454,9 @@ func (h *Hist) Quantile(q float64) float64 {
 //
 //	uvarint  read, readv, write, transfers, partial
 //	uvarint  n, then n pairs (reason index, count) of the non-zero PartialBy
-//	byte     users kind: 0 exact (uvarint n, n × 4-byte hash; 8-byte
-//	         before part version 4), 1 HLL (uvarint len, sketch)
+//	byte     users kind: 0 exact (uvarint n, n × 4-byte hash), 1 HLL (uvarint len, sketch)
 //	hist     duration, size: uvarint n, n × (varint index delta, uvarint count)
-//	uvarint  duration sum, milliseconds (part version 2; 0 in version 1)
+//	uvarint  duration sum, milliseconds
 
 func appendAgg(b []byte, a *Agg) []byte {
 	for _, v := range []int64{a.ReadBytes, a.ReadvBytes, a.WriteBytes, a.Transfers, a.Partial} {
@@ -512,7 +511,6 @@ var errCorrupt = codec.ErrCorrupt
 // failure every read returns zero and Err says why.
 type decoder struct {
 	codec.Dec
-	version byte // of the part being read
 }
 
 // sums reads the leading sums of an Agg: bytes and transfers.
@@ -532,14 +530,8 @@ func (d *decoder) agg(a *Agg) {
 	}
 	switch d.Byte() {
 	case 0:
-		if d.version < 4 { // 64-bit hashes: their low halves are today's
-			for range d.Count(8) {
-				a.Users.small = append(a.Users.small, uint32(d.Uint64LE()))
-			}
-		} else {
-			for range d.Count(4) {
-				a.Users.small = append(a.Users.small, d.Uint32LE())
-			}
+		for range d.Count(4) {
+			a.Users.small = append(a.Users.small, d.Uint32LE())
 		}
 		if d.Err() == nil && !slices.IsSorted(a.Users.small) {
 			slices.Sort(a.Users.small)
@@ -558,9 +550,7 @@ func (d *decoder) agg(a *Agg) {
 	}
 	d.hist(&a.Duration)
 	d.hist(&a.Size)
-	if d.version >= 2 {
-		a.DurationMS = int64(d.Uvarint())
-	}
+	a.DurationMS = int64(d.Uvarint())
 }
 
 func (d *decoder) hist(h *Hist) {

@@ -996,16 +996,15 @@ func (b *Builder) expireOpen(wm int64) {
 // one section per part, a part per spec, so that a query reads only its
 // spec's series):
 //
-//	byte    0 (an S2 block, the older formats, never starts with 0)
-//	byte    version (4; version 3, still read, has 8-byte user hashes)
+//	byte    0
+//	byte    version (4)
 //	uvarint number of sections, then per section, in spec order:
 //	uvarint spec length, spec, uvarint length, S2-compressed series:
 //	  uvarint number of series, then per series in key order:
 //	  uvarint key length, key, uvarint Agg length, Agg (appendAgg)
 //
-// Versions 1 and 2 (still read) are the series of every spec in one
-// S2-compressed block: a version byte, then the series as above;
-// version 1 has no duration sum.
+// Earlier versions (one S2 block of every spec; 8-byte user hashes) were
+// never released and are not read.
 
 const partVersion = 4
 
@@ -1111,41 +1110,26 @@ func walkStored(data []byte, w walk, fn func(key string, a *Agg)) error {
 		return err
 	}
 	for _, sc := range secs {
-		if err := walkSeries(&decoder{Dec: codec.NewDec(sc.raw)}, sc.v, w, fn); err != nil {
+		if err := walkSeries(&decoder{Dec: codec.NewDec(sc.raw)}, w, fn); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// section is a decompressed list of series of a part of version v.
+// section is a decompressed list of series of a part.
 type section struct {
-	v   byte
 	raw []byte
 }
 
 // sectionsOf returns the decompressed sections of a stored part that can
 // hold keys starting with prefix: a prefix of a spec and its zero byte
-// selects that spec's section only (parts of versions 1 and 2 have one
-// section of every spec).
+// selects that spec's section only.
 func sectionsOf(data []byte, prefix string) ([]section, error) {
-	if len(data) == 0 || data[0] != 0 {
-		raw, err := s2.Decode(nil, data) // versions 1 and 2
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", errCorrupt, err)
-		}
-		d := decoder{Dec: codec.NewDec(raw)}
-		v := d.Byte()
-		if d.Err() == nil && (v < 1 || v > 2) {
-			return nil, fmt.Errorf("%w: part version %d", errCorrupt, v)
-		}
-		return []section{{v, d.Rest()}}, d.Err()
+	if len(data) < 2 || data[0] != 0 || data[1] != partVersion {
+		return nil, fmt.Errorf("%w: not a part of version %d", errCorrupt, partVersion)
 	}
-	d := decoder{Dec: codec.NewDec(data[1:])}
-	v := d.Byte()
-	if d.Err() == nil && v != 3 && v != partVersion {
-		return nil, fmt.Errorf("%w: part version %d", errCorrupt, v)
-	}
+	d := decoder{Dec: codec.NewDec(data[2:])}
 	spec, whole := strings.CutSuffix(prefix, "\x00")
 	whole = whole && !strings.Contains(spec, "\x00")
 	var out []section
@@ -1162,14 +1146,14 @@ func sectionsOf(data []byte, prefix string) ([]section, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", errCorrupt, err)
 		}
-		out = append(out, section{v, raw})
+		out = append(out, section{raw})
 	}
 	return out, d.Err()
 }
 
-// walkSeries calls fn with each series of d, a list of series of a part
-// of version v, that w selects.
-func walkSeries(d *decoder, v byte, w walk, fn func(key string, a *Agg)) error {
+// walkSeries calls fn with each series of d, a list of series of a part,
+// that w selects.
+func walkSeries(d *decoder, w walk, fn func(key string, a *Agg)) error {
 	var a Agg
 	for range d.Count(2) {
 		key := d.Bytes(d.Count(1))
@@ -1181,7 +1165,7 @@ func walkSeries(d *decoder, v byte, w walk, fn func(key string, a *Agg)) error {
 			continue
 		}
 		a.reset()
-		ad := decoder{Dec: codec.NewDec(ab), version: v}
+		ad := decoder{Dec: codec.NewDec(ab)}
 		if w.light {
 			ad.sums(&a)
 		} else {

@@ -230,7 +230,7 @@ func (qr *Querier) Top(ctx context.Context, by []record.Dim, from, to time.Time,
 	pass := func(w walk) (map[string]*Agg, error) {
 		sums := make(map[string]*Agg)
 		for _, sc := range secs {
-			if err := walkSeries(&decoder{Dec: codec.NewDec(sc.raw)}, sc.v, w, func(k string, a *Agg) { mergeInto(sums, k, a) }); err != nil {
+			if err := walkSeries(&decoder{Dec: codec.NewDec(sc.raw)}, w, func(k string, a *Agg) { mergeInto(sums, k, a) }); err != nil {
 				return nil, err
 			}
 		}

@@ -1,8 +1,6 @@
 package rollup
 
 import (
-	"encoding/binary"
-	"maps"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -17,9 +15,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/cespare/xxhash/v2"
-	"github.com/klauspost/compress/s2"
 
 	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/loadgen"
@@ -400,23 +395,7 @@ func TestUsers(t *testing.T) {
 	}
 }
 
-// legacyPart encodes m as a version 2 part: every spec in one S2 block.
-func legacyPart(m map[string]*Agg) []byte {
-	keys := slices.Sorted(maps.Keys(m))
-	b := []byte{2}
-	b = appendUvarint(b, uint64(len(keys)))
-	for _, k := range keys {
-		ab := appendAgg(nil, m[k])
-		b = appendUvarint(b, uint64(len(k)))
-		b = append(b, k...)
-		b = appendUvarint(b, uint64(len(ab)))
-		b = append(b, ab...)
-	}
-	return s2.Encode(nil, b)
-}
-
-// A part is read by spec: a query of one spec gets its series only, from
-// the sectioned format and from the single-block format of version 2.
+// A part is read by spec: a query of one spec gets its series only.
 func TestPartFormats(t *testing.T) {
 	m := map[string]*Agg{}
 	for i, k := range []string{"\x00", "site\x00\x01A", "site\x00\x01B", "site,vo\x00\x01A\x03cms", "vo\x00\x03cms"} {
@@ -431,7 +410,7 @@ func TestPartFormats(t *testing.T) {
 	if len(v3) != 4 {
 		t.Fatalf("%d parts, want one per spec (4)", len(v3))
 	}
-	for name, parts := range map[string][][]byte{"v3": v3, "v2": {legacyPart(m)}} {
+	for name, parts := range map[string][][]byte{"v4": v3} {
 		for _, prefix := range []string{"", "site\x00", "site,vo\x00", "vo\x00", "\x00", "dir\x00"} {
 			got := map[string]*Agg{}
 			for _, data := range parts {
@@ -456,46 +435,6 @@ func TestPartFormats(t *testing.T) {
 	}
 }
 
-// A version 3 part (8-byte user hashes) is read with the hashes' low 32
-// bits, today's hashes of the same identities, sorted and without
-// repeats: a user counted in a stored part and again in the head is one.
-func TestPartVersion3Users(t *testing.T) {
-	ids := []string{"alice", "bob", "carol"}
-	var sums []byte
-	for range 5 { // read, readv, write, transfers, partial
-		sums = appendUvarint(sums, 1)
-	}
-	sums = append(sums, 0, 0) // no partial reasons; users kind 0
-	sums = appendUvarint(sums, uint64(len(ids)))
-	for _, id := range ids {
-		sums = binary.LittleEndian.AppendUint64(sums, xxhash.Sum64String(id))
-	}
-	sums = append(sums, 0, 0, 0) // two empty histograms, duration sum 0
-	const key = "\x00"
-	body := appendUvarint(nil, 1)
-	body = appendUvarint(body, uint64(len(key)))
-	body = append(body, key...)
-	body = appendUvarint(body, uint64(len(sums)))
-	body = append(body, sums...)
-	z := s2.Encode(nil, body)
-	part := []byte{0, 3, 1, 0} // version 3, one section, spec ""
-	part = appendUvarint(part, uint64(len(z)))
-	part = append(part, z...)
-	var got *Agg
-	if err := walkStored(part, walk{}, func(_ string, a *Agg) { got = a.clone() }); err != nil {
-		t.Fatal(err)
-	}
-	if got == nil || got.Users.Count() != 3 || !slices.IsSorted(got.Users.small) {
-		t.Fatalf("users %+v, want 3 sorted hashes", got)
-	}
-	for _, id := range ids {
-		got.Users.Add(hashIdentity(id)) // the same users, hashed today
-	}
-	if got.Users.Count() != 3 {
-		t.Errorf("%d users after adding the same three again, want 3", got.Users.Count())
-	}
-}
-
 func TestReasons(t *testing.T) {
 	if numReasons != len(record.Reasons) {
 		t.Fatalf("numReasons %d, record.Reasons has %d", numReasons, len(record.Reasons))
@@ -508,7 +447,6 @@ func FuzzPart(f *testing.F) {
 	a.Users.Add(1)
 	a.Size.Observe(1e6)
 	f.Add(encodeParts(map[string]*Agg{"site\x00\x03abc": a, "\x00": a})[1].data)
-	f.Add(legacyPart(map[string]*Agg{"site\x00\x03abc": a}))
 	f.Add([]byte{1, 200, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_ = walkStored(b, walk{}, func(string, *Agg) {})
