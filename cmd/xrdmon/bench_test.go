@@ -93,6 +93,10 @@ func TestBenchQuick(t *testing.T) {
 		if num(row, "latency_p99_ms") < num(row, "latency_p50_ms") {
 			t.Errorf("%s: p99 below p50", row[0])
 		}
+		// The CPU is sampled once the rollups have summed the whole log.
+		if got := num(row, "rollups_caught_up_s"); got < 0 {
+			t.Errorf("%s: rollups_caught_up_s = %g: the rollups did not catch up", row[0], got)
+		}
 	}
 	if !bytes.Contains(stdout.Bytes(), []byte("clients=10")) {
 		t.Errorf("table on stdout lacks the second step:\n%s", stdout.String())
