@@ -218,9 +218,6 @@ func (r *replayWriter) Append(_ context.Context, recs []record.Record, evs []rec
 	buf := r.buf[:0]
 	defer func() { r.buf = buf }()
 	for i := range evs {
-		if evs[i].Type.Internal() {
-			continue
-		}
 		buf = record.AppendEventJSON(buf, &evs[i])
 		buf = append(buf, '\n')
 		if len(buf) >= replayChunk {

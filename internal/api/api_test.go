@@ -48,16 +48,24 @@ func serve(t *testing.T, n int, opts Options) (*httptest.Server, []record.Record
 	}
 	recs[n-1].User = `<script>alert(1)</script>`
 	recs[n-1].Path = "/store/\"><img src=x onerror=alert(1)>\xff\xfe"
-	// Events: one every 2 seconds, redirects, third-party copies and
-	// (internal, never listed) progress, interleaved with the records.
-	evs := make([]record.Event, n)
-	for i := range evs {
-		typ := []record.EventType{record.EventRedirect, record.EventTPC, record.EventProgress}[i%3]
-		evs[i] = record.Event{EventID: fmt.Sprintf("e%d", i), Type: typ, Time: t0.Add(time.Duration(2*i) * time.Second),
-			ServerIP: "192.0.2.1", ServerHost: fmt.Sprintf("xrd%d.example.org", i%2), Site: "T2_TEST", Data: json.RawMessage(`{"n":1}`), Valid: true}
-	}
+	// Every 2 seconds a redirect, a third-party copy or a progress
+	// snapshot (internal, never listed as an event), interleaved with
+	// the records.
 	for i := 0; i < n; i += 50 {
-		if err := st.Append(context.Background(), recs[i:min(i+50, n)], evs[i:min(i+50, n)]); err != nil {
+		var evs []record.Event
+		var progress []record.Record
+		for k := i; k < min(i+50, n); k++ {
+			at, host := t0.Add(time.Duration(2*k)*time.Second), fmt.Sprintf("xrd%d.example.org", k%2)
+			if k%3 == 2 {
+				progress = append(progress, record.Record{Start: at.Add(-time.Minute), End: at, ServerIP: "192.0.2.1", ServerHost: host,
+					Site: "T2_TEST", FileID: uint32(k), ReadBytes: int64(k)})
+				continue
+			}
+			typ := []record.EventType{record.EventRedirect, record.EventTPC}[k%3]
+			evs = append(evs, record.Event{EventID: fmt.Sprintf("e%d", k), Type: typ, Time: at,
+				ServerIP: "192.0.2.1", ServerHost: host, Site: "T2_TEST", Data: json.RawMessage(`{"n":1}`), Valid: true})
+		}
+		if err := st.AppendWithProgress(context.Background(), recs[i:min(i+50, n)], evs, progress); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -227,7 +227,7 @@ func (s *storeSource) Drain(ctx context.Context) ([]timedObs, error) {
 		for _, e := range entries {
 			after = e.Seq
 			if e.Record == nil {
-				if e.Event != nil && !e.Event.Type.Internal() {
+				if e.Event != nil {
 					s.events++
 				}
 				continue

@@ -94,9 +94,7 @@ func (c *Store) appendShared(ctx context.Context, recs []record.Record, evs []re
 		batch = append(batch, store.Entry{Record: &recs[i]})
 	}
 	for i := range evs {
-		if !evs[i].Type.Internal() { // progress events stay in the local store, as with every output
-			batch = append(batch, store.Entry{Event: &evs[i]})
-		}
+		batch = append(batch, store.Entry{Event: &evs[i]})
 	}
 	if len(batch) == 0 {
 		return nil

@@ -36,8 +36,7 @@ type Output struct {
 	Opens []Open
 
 	// Progress are the progress snapshots of open files, with
-	// Config.ReportProgress (record.ProgressEvent makes them events):
-	// records with no RecordID whose End is their isXfr's time and whose
+	// Config.ReportProgress: records with no RecordID whose End is their isXfr's time and whose
 	// bytes are cumulative, in the order taken, at most one per file and
 	// minute. A file's snapshots precede its record: those not yet drained
 	// when it closes are dropped (its record carries all its bytes), so

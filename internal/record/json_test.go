@@ -301,27 +301,3 @@ func TestGRACCGoRules(t *testing.T) {
 		}
 	}
 }
-
-// TestProgressDataJSON: a progress event's data is what encoding/json
-// makes of it, byte for byte, whatever its strings hold, and it still
-// parses back to the same snapshot.
-func TestProgressDataJSON(t *testing.T) {
-	for _, s := range []string{"", "plain", "/store/a b<&>\"q\"\\", "\xff\xfebad\x01ctl\ttab\n", "日本語 \u2028", "emoji \U0001F600"} {
-		d := progressData{FileID: 4294967295, Start: time.Date(2026, 11, 26, 1, 2, 3, 450_000_000, time.UTC),
-			Protocol: s, User: s, ClientHost: "h", ClientName: s, DN: s, VO: s, AppName: s, TokenSubject: s, Path: s,
-			ReadBytes: 1 << 40, ReadvBytes: -1, WriteBytes: 0}
-		want, err := json.Marshal(&d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := appendProgressData(nil, &d); string(got) != string(want) {
-			t.Errorf("%q:\n got %s\nwant %s", s, got, want)
-		}
-	}
-	r := Record{ServerIP: "192.0.2.1", FileID: 7, Start: time.Unix(100, 0), End: time.Unix(160, 0), Path: "/p\xff", User: "u", ReadBytes: 5}
-	e := ProgressEvent(&r)
-	p, err := ParseProgress(&e)
-	if err != nil || p.Path != "/p\ufffd" || p.ReadBytes != 5 || p.FileID != 7 || !p.Start.Equal(r.Start) {
-		t.Fatalf("parsed back %+v, %v", p, err)
-	}
-}

@@ -438,13 +438,8 @@ func (b *Builder) Feed(entries []store.Entry) {
 	}
 	n := 0
 	for i := range entries {
-		switch e := &entries[i]; {
-		case e.Record != nil || e.Progress != nil:
+		if e := &entries[i]; e.Record != nil || e.Progress != nil {
 			n++
-		case e.Event != nil && e.Event.Type == record.EventProgress:
-			// A progress snapshot as an event, which only older builds
-			// append: Run reads it from the log (applyLocked).
-			return
 		}
 	}
 	fb := &feedBatch{first: entries[0].Seq, last: entries[len(entries)-1].Seq, items: make([]feedItem, 0, n)}
@@ -524,16 +519,6 @@ func (b *Builder) applyLocked(entries []store.Entry) {
 			b.applyRecord(e.Record)
 		case e.Progress != nil:
 			b.applyProgress(e.Progress)
-		case e.Event != nil && e.Event.Type == record.EventProgress:
-			// A log written before progress snapshots had an entry
-			// kind of their own (store schema version 9) holds them as
-			// JSON events.
-			p, err := record.ParseProgress(e.Event)
-			if err != nil {
-				b.m.invalid.Inc()
-				break
-			}
-			b.applyProgress(&p)
 		}
 		b.cursor = e.Seq
 	}

@@ -8,18 +8,17 @@ import (
 
 // metrics are the rollup builder's metrics.
 type metrics struct {
-	records, progress, invalid, openEvicted prometheus.Counter
-	feedDropped, yields, yieldSeconds       prometheus.Counter
-	flushes, compactions, errors            prometheus.Counter
-	flushSeconds                            prometheus.Histogram
-	cursor, headBytes, openBytes            prometheus.Gauge
+	records, progress, openEvicted    prometheus.Counter
+	feedDropped, yields, yieldSeconds prometheus.Counter
+	flushes, compactions, errors      prometheus.Counter
+	flushSeconds                      prometheus.Histogram
+	cursor, headBytes, openBytes      prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		records:      xmetrics.NewCounter("xrdmon_rollup_records_total", "Records summed into the rollups."),
 		progress:     xmetrics.NewCounter("xrdmon_rollup_progress_total", "Progress events (isXfr updates of open files) that added bytes to the rollups."),
-		invalid:      xmetrics.NewCounter("xrdmon_rollup_invalid_total", "Progress events the rollup builder could not read (skipped)."),
 		openEvicted:  xmetrics.NewCounter("xrdmon_rollup_open_evicted_total", "Progress events not counted because the rollup builder's table of open accesses was at rollup.max_open_bytes; their bytes count at the close."),
 		feedDropped:  xmetrics.NewCounter("xrdmon_rollup_feed_dropped_total", "Batches of committed entries the rollups could not queue (they were behind); those entries are read back from the store instead."),
 		yields:       xmetrics.NewCounter("xrdmon_rollup_yields_total", "Times the rollups paused because the UDP input was behind (rollup.max_yield)."),
@@ -33,7 +32,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		openBytes:    xmetrics.NewGauge("xrdmon_rollup_open_bytes", "Estimated bytes of the rollup builder's table of open accesses (bytes counted so far)."),
 	}
 	ms := xmetrics.NewSet(reg)
-	for _, c := range []prometheus.Collector{m.records, m.progress, m.invalid, m.openEvicted, m.feedDropped, m.yields, m.yieldSeconds, m.flushes, m.compactions, m.errors, m.flushSeconds, m.cursor, m.headBytes, m.openBytes} {
+	for _, c := range []prometheus.Collector{m.records, m.progress, m.openEvicted, m.feedDropped, m.yields, m.yieldSeconds, m.flushes, m.compactions, m.errors, m.flushSeconds, m.cursor, m.headBytes, m.openBytes} {
 		xmetrics.Add(ms, c)
 	}
 	return m, ms.Err()

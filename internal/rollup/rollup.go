@@ -10,8 +10,7 @@
 // and buckets past their resolution's retention are deleted.
 //
 // Bytes of long transfers count as they flow: a progress snapshot (an
-// isXfr update, store.Entry.Progress; in logs of older builds an event,
-// record.EventProgress) adds the bytes moved since the access's
+// isXfr update, store.Entry.Progress) adds the bytes moved since the access's
 // previous one, in the minute it was sent; the record at the close adds
 // only the rest. Transfers, partial transfers, distinct users and the
 // duration and size distributions count at the close, in the bucket of the

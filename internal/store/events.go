@@ -34,8 +34,7 @@ type EventQuery struct {
 
 func (q *EventQuery) match(e *record.Event, t int64) bool {
 	switch {
-	case e.Type.Internal(),
-		!q.From.IsZero() && t < q.From.UnixNano(),
+	case !q.From.IsZero() && t < q.From.UnixNano(),
 		!q.To.IsZero() && t >= q.To.UnixNano(),
 		len(q.Types) > 0 && !slices.Contains(q.Types, e.Type),
 		q.Server != "" && serverName(e.ServerHost, e.ServerIP) != q.Server,

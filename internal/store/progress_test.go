@@ -24,8 +24,7 @@ func testProgress(i int, d time.Duration, read int64) record.Record {
 // after the batch's records and events, read back and given to listeners
 // as Entry.Progress with every field; they are internal, listed neither as
 // records nor as events, count as events, and are deduplicated by
-// record.ProgressID, also against a progress event of the same snapshot
-// that an earlier build stored.
+// record.ProgressID.
 func TestProgressEntries(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openTest(t, nil)
@@ -93,27 +92,5 @@ func TestProgressEntries(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(s.m.duplicates); got != 3 {
 		t.Errorf("duplicates = %v, want 3", got)
-	}
-
-	// A progress event an earlier build stored is read as before, and
-	// the same snapshot appended as a progress entry is its duplicate.
-	p4 := testProgress(3, -5*time.Second, 300)
-	old := record.ProgressEvent(&p4)
-	if err := s.Append(ctx, nil, []record.Event{old}); err != nil {
-		t.Fatal(err)
-	}
-	s = reopen(t, s)
-	if err := s.AppendWithProgress(ctx, nil, nil, []record.Record{p4}); err != nil {
-		t.Fatal(err)
-	}
-	all, err = s.Read(ctx, 6, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(all) != 1 || all[0].Event == nil || all[0].Event.Type != record.EventProgress || !all[0].Internal() {
-		t.Fatalf("after seq 6: %+v, want the progress event alone", all)
-	}
-	if p, err := record.ParseProgress(all[0].Event); err != nil || p.ReadBytes != 300 || p.FileID != p4.FileID {
-		t.Fatalf("old progress event parses to %+v, %v", p, err)
 	}
 }

@@ -30,12 +30,8 @@ type Entry struct {
 }
 
 // Internal reports whether e is kept for xrdmon's own use (the rollups)
-// and delivered to no output: a progress snapshot, or an event of an
-// internal type (record.EventType.Internal: the progress events of logs
-// written before progress snapshots had an entry kind of their own).
-func (e *Entry) Internal() bool {
-	return e.Progress != nil || (e.Event != nil && e.Event.Type.Internal())
-}
+// and delivered to no output: a progress snapshot.
+func (e *Entry) Internal() bool { return e.Progress != nil }
 
 // Reader reads a store: the log from any position (Read), records by time,
 // server, site, user and path (Query), and checkpoint state. A Store reads

@@ -316,7 +316,7 @@ func storeContents(t testing.TB, dir string) (map[string]record.Record, map[stri
 			return out, evs
 		}
 		for _, e := range es {
-			if e.Event != nil && !e.Event.Type.Internal() {
+			if e.Event != nil {
 				if evs[e.Event.EventID] {
 					t.Errorf("store holds event_id %s twice", e.Event.EventID)
 				}

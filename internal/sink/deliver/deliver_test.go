@@ -618,8 +618,8 @@ func TestAppendWakesTheLoop(t *testing.T) {
 }
 
 // TestProgressNotDelivered: progress snapshots (the store's progress
-// entries) and the progress events of older logs are internal: no sink
-// gets them, and the cursor moves past them.
+// entries) are internal: no sink gets them, and the cursor moves past
+// them.
 func TestProgressNotDelivered(t *testing.T) {
 	st := openStore(t, 2)
 	ctx := context.Background()
@@ -628,8 +628,8 @@ func TestProgressNotDelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap.End, snap.ReadBytes = snap.End.Add(time.Minute), 20
-	if err := st.Append(ctx, []record.Record{{RecordID: "later", End: t0, ServerIP: "192.0.2.1"}},
-		[]record.Event{record.ProgressEvent(&snap)}); err != nil {
+	if err := st.AppendWithProgress(ctx, []record.Record{{RecordID: "later", End: t0, ServerIP: "192.0.2.1"}}, nil,
+		[]record.Record{snap}); err != nil {
 		t.Fatal(err)
 	}
 	f := &fake{st: st, name: "s"}
