@@ -4,6 +4,7 @@ package crash
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -69,14 +70,15 @@ func TestClusterFailover(t *testing.T) {
 func TestClusterPostgresOutage(t *testing.T) {
 	bc := newBusCluster(t)
 	bc.startMembers()
-	cfg := clusterWorkload()
-	cfg.Duration = 100 * time.Minute // long enough for both incidents to land mid-stream
-	published := bc.publish(cfg)
+	// The other cluster tests' workload (about 160,000 messages), so that
+	// the clean run is shared (cleanRuns); both incidents land well
+	// before its end, as TestClusterFailover's kills do (left0, left1).
+	published := bc.publish(clusterWorkload())
 
 	outage := bc.failover("PostgreSQL outage", 40000, func() { bc.postgresOutage(3 * time.Second) })
 	left0 := bc.waiting()
 	var blocked time.Duration
-	mid := bc.failover("kill in a checkpoint", 150000, func() { blocked = bc.killInCheckpoint(2) })
+	mid := bc.failover("kill in a checkpoint", 100000, func() { blocked = bc.killInCheckpoint(2) })
 	left1 := bc.waiting()
 	truth := <-published
 	if left0 == 0 || left1 == 0 {
@@ -558,21 +560,8 @@ func (bc *busCluster) finish(truth *loadgen.Truth) clusterResult {
 
 	// The clean run: one collector, no cluster, no incident, on the same
 	// messages, loading its PostgreSQL output into a database of its own.
-	cleanDir := t.TempDir()
-	cleanURL := newDatabase(t, bc.pgURL, bc.hostPort)
-	cc := startCollector(t, cleanDir, filepath.Join(bc.logDir, "clean.log"), "--listen.udp=", "--amqp_input.enabled=true",
-		"--amqp_input.url="+bc.url, "--amqp_input.queue="+bc.clean, "--amqp_input.exchange=-", "--correlate.shards=2",
-		"--outputs.postgres.enabled=true", "--outputs.postgres.url="+cleanURL)
-	waitDrained(t, cc, bc.url, bc.clean, 5*time.Minute)
-	if !waitFor(2*time.Minute, 100*time.Millisecond, func() bool {
-		return cc.metric(`xrdmon_sink_backlog_records{sink="postgres"}`) == 0
-	}) {
-		t.Fatal("the clean run's PostgreSQL output never caught up")
-	}
-	if err := cc.stop(30 * time.Second); err != nil {
-		t.Fatalf("clean run: %v", err)
-	}
-	cleanRecs, cleanEvs := storeContents(t, cleanDir)
+	clean := bc.cleanRun(truth)
+	cleanRecs, cleanEvs, cleanURL := clean.recs, clean.evs, clean.url
 	if evLost, ex := setDiff(cleanEvs, gotEvs); evLost != 0 || len(cleanEvs) != len(gotEvs) {
 		t.Errorf("events: clean run %d, cluster %d: %d missing (e.g. %s)", len(cleanEvs), len(gotEvs), evLost, ex)
 	}
@@ -595,6 +584,78 @@ func (bc *busCluster) finish(truth *loadgen.Truth) clusterResult {
 	t.Logf("RESULT cluster: clean run %d records; compared field by field: %d rows of PostgreSQL (%s), %d records made by the holders (%d made twice, dropped by record_id; %s); total %s",
 		len(cleanRecs), len(got), pgDiffer, made, made-len(got), madeDiffer, time.Since(bc.t0).Round(time.Second))
 	return clusterResult{leases: leases}
+}
+
+// cleanRun is what a single collector's clean run on a cluster workload
+// made: no cluster, no incident; it consumed the workload's every message
+// (the queue bc.clean) into a store of its own and, through its PostgreSQL
+// output, a database of its own.
+type cleanRun struct {
+	recs map[string]record.Record
+	evs  map[string]bool
+	url  string // the database its PostgreSQL output loaded
+	test string // the test that made it
+}
+
+// cleanRuns are the clean runs made so far, by the digest of their
+// workload's truth. The cluster tests publish the same workload
+// (clusterWorkload), and loadgen is deterministic (the same configuration
+// makes the same messages, and the same truth): a later test compares
+// with an earlier test's clean run when its truth is the same, field for
+// field (the digest of the whole truth, every expected record, every
+// server's counts), which saves a run of a minute or more per test. A
+// test run alone makes its own. Their databases are dropped when the
+// package's tests end.
+var cleanRuns = map[[sha256.Size]byte]*cleanRun{}
+
+// truthDigest is the SHA-256 of the truth's JSON (maps in key order).
+func truthDigest(t testing.TB, truth *loadgen.Truth) [sha256.Size]byte {
+	t.Helper()
+	b, err := json.Marshal(truth)
+	if err != nil {
+		t.Fatalf("encode the truth: %v", err)
+	}
+	return sha256.Sum256(b)
+}
+
+// cleanRun returns the clean run on the messages of truth: an earlier
+// test's on the same workload (see cleanRuns), or one it makes from the
+// queue bc.clean, which got every message of the run.
+func (bc *busCluster) cleanRun(truth *loadgen.Truth) *cleanRun {
+	t := bc.t
+	key := truthDigest(t, truth)
+	if cr := cleanRuns[key]; cr != nil {
+		t.Logf("clean run: %s's, on the same messages (same workload, same truth): %d records, %d events", cr.test, len(cr.recs), len(cr.evs))
+		return cr
+	}
+	cleanDir := t.TempDir()
+	cleanURL, drop := createDatabase(t, bc.pgURL, bc.hostPort)
+	packageCleanup(func() {
+		if err := drop(); err != nil {
+			fmt.Fprintf(os.Stderr, "crash tests: cleanup: %v\n", err)
+		}
+	})
+	cc := startCollector(t, cleanDir, filepath.Join(bc.logDir, "clean.log"), "--listen.udp=", "--amqp_input.enabled=true",
+		"--amqp_input.url="+bc.url, "--amqp_input.queue="+bc.clean, "--amqp_input.exchange=-", "--correlate.shards=2",
+		"--outputs.postgres.enabled=true", "--outputs.postgres.url="+cleanURL)
+	waitDrained(t, cc, bc.url, bc.clean, 5*time.Minute)
+	if !waitFor(2*time.Minute, 100*time.Millisecond, func() bool {
+		return cc.metric(`xrdmon_sink_backlog_records{sink="postgres"}`) == 0
+	}) {
+		t.Fatal("the clean run's PostgreSQL output never caught up")
+	}
+	if err := cc.stop(30 * time.Second); err != nil {
+		t.Fatalf("clean run: %v", err)
+	}
+	recs, evs := storeContents(t, cleanDir)
+	cr := &cleanRun{recs: recs, evs: evs, url: cleanURL, test: t.Name()}
+	if !t.Failed() {
+		// (Shared only from a test that has passed so far, so that the
+		// store certainly passed storeContents's checks: otherwise the
+		// next test makes its own, and checks it again.)
+		cleanRuns[key] = cr
+	}
+	return cr
 }
 
 // skippedColumns are the records columns (and Record fields) that differ

@@ -53,9 +53,19 @@ func TestMain(m *testing.M) {
 	}
 	fmt.Fprintf(os.Stderr, "crash tests: built %s in %s\n", xrdmonBin, time.Since(start).Round(time.Millisecond))
 	code := m.Run()
+	for i := len(packageCleanups) - 1; i >= 0; i-- {
+		packageCleanups[i]()
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+// packageCleanups run after the last test of the package, last added
+// first: they release what tests share (the cluster tests' clean runs).
+var packageCleanups []func()
+
+// packageCleanup adds f to packageCleanups.
+func packageCleanup(f func()) { packageCleanups = append(packageCleanups, f) }
 
 // amqpHostPort returns the broker's host:port from its URL.
 func amqpHostPort(t testing.TB, u string) string {

@@ -4,6 +4,7 @@ package crash
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/url"
 	"os/exec"
@@ -46,6 +47,20 @@ func withDatabase(t testing.TB, u, db string) string {
 // test, and returns its URL.
 func newDatabase(t testing.TB, base, hostPort string) string {
 	t.Helper()
+	u, drop := createDatabase(t, base, hostPort)
+	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
+	})
+	return u
+}
+
+// createDatabase creates a database on the server of base and returns its
+// URL and a function that drops it (for newDatabase, and for a database
+// that outlives its test: see packageCleanup).
+func createDatabase(t testing.TB, base, hostPort string) (string, func() error) {
+	t.Helper()
 	ctx := context.Background()
 	db := strings.ReplaceAll(testenv.Uniq("xrdmon_crash"), "-", "_")
 	admin, err := pgx.Connect(ctx, base)
@@ -56,23 +71,23 @@ func newDatabase(t testing.TB, base, hostPort string) string {
 		t.Fatal(err)
 	}
 	admin.Close(ctx)
-	t.Cleanup(func() {
+	drop := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if !waitPort(hostPort, time.Minute) {
-			return
+			return nil
 		}
 		a, err := pgx.Connect(ctx, base)
 		if err != nil {
-			t.Logf("cleanup: %v", err)
-			return
+			return err
 		}
 		defer a.Close(ctx)
 		if _, err := a.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Logf("cleanup: drop database %s: %v", db, err)
+			return fmt.Errorf("drop database %s: %w", db, err)
 		}
-	})
-	return withDatabase(t, base, db)
+		return nil
+	}
+	return withDatabase(t, base, db), drop
 }
 
 // TestPostgresRestart is issue "Nothing lost", part (c): PostgreSQL is
