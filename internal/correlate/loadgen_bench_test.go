@@ -1,6 +1,7 @@
 package correlate_test
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -87,4 +88,54 @@ func benchLoadgen(b *testing.B, cfg loadgen.Config) {
 	if st := s.Stats(); st.TotalLost() != 0 || st.TotalRejected() != 0 {
 		b.Fatalf("stats: %+v", st)
 	}
+}
+
+// BenchmarkSnapshotLoadgen measures a checkpoint of a shard in the state
+// `xrdmon bench` puts it in at 150,000 packets/s: loadgen's default
+// servers and clients, their packets received at that rate (the shard's
+// clock, which expires sessions and files, is the arrival's), 1,500,000 of
+// them (10 s), then Snapshot as the pipeline takes it every checkpoint:
+//
+//	go test ./internal/correlate -run '^$' -bench SnapshotLoadgen -benchtime 10x
+func BenchmarkSnapshotLoadgen(b *testing.B) {
+	cfg := loadgen.DefaultConfig()
+	cfg.Count, cfg.Duration, cfg.KeepRecords = 1_500_000, 0, false
+	g, err := loadgen.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var mem loadgen.Memory
+	if _, err := g.Run(context.Background(), &mem); err != nil {
+		b.Fatal(err)
+	}
+	s := correlate.NewShard(correlate.DefaultConfig())
+	var out correlate.Output
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var tick time.Time
+	for i := range mem.Packets {
+		p := &mem.Packets[i]
+		at := t0.Add(time.Duration(i) * time.Second / 150_000)
+		s.Handle(p.Data, p.Sender, at)
+		if at.Sub(tick) >= time.Second {
+			tick = at
+			s.Tick(at)
+			out.Records, out.Events, out.Opens = out.Records[:0], out.Events[:0], out.Opens[:0]
+			s.Drain(&out)
+			s.Recycle(out.Records)
+		}
+	}
+	var buf bytes.Buffer
+	if err := s.Snapshot(&buf); err != nil { // warm the scratch buffers
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		buf.Reset()
+		if err := s.Snapshot(&buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(buf.Len()), "bytes")
+	b.ReportMetric(float64(s.Stats().Sessions), "sessions")
 }

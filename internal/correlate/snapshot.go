@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/record"
@@ -24,7 +25,7 @@ import (
 // pending, traces, then a CRC-32C.
 const (
 	snapMagic   = "XRDMCSNP"
-	snapVersion = 5
+	snapVersion = 6
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -42,10 +43,27 @@ type snapScratch struct {
 	tokens   map[*tokenInfo]uint32
 	filePos  []int32 // slab index -> position in the snapshot
 	sessPos  []int32
+	indexed  []bool // slab index -> the session is its userid text's in byText
 	keys     []uint64
-	texts    []string
 	nStrings uint32
+	// seen caches, by where a string's bytes are, the index strs gave
+	// it: the shard's strings are interned, so the same host, user or
+	// protocol is one string in memory, and most of str's lookups are
+	// answered here without hashing and comparing its bytes in a map of
+	// every string written (a snapshot's largest cost). An entry with the
+	// same pointer and length is the same string: the output is what the
+	// map alone gives, byte for byte.
+	seen [1 << strCacheBits]strSlot
 }
+
+// strSlot is an entry of snapScratch.seen.
+type strSlot struct {
+	p  *byte
+	n  int
+	id uint32
+}
+
+const strCacheBits = 12
 
 // Snapshot writes the shard's complete correlation state to w in a
 // compact versioned binary format: server incarnations, sessions, open
@@ -173,6 +191,15 @@ func (e *snapScratch) incarnations(s *Shard) {
 func (e *snapScratch) sessions(s *Shard) error {
 	// sessions, numbered in snapshot order
 	e.sessPos = slices.Grow(e.sessPos[:0], len(s.sess))[:len(s.sess)]
+	// The byText index is a flag of its sessions (the latest one of each
+	// userid text): RestoreShard rebuilds it from their texts.
+	e.indexed = slices.Grow(e.indexed[:0], len(s.sess))[:len(s.sess)]
+	clear(e.indexed)
+	for _, inc := range s.incList {
+		for _, i := range inc.byText {
+			e.indexed[i] = true
+		}
+	}
 	e.uv(uint64(len(s.sessIdx)))
 	pos := int32(0)
 	for _, l := range [2]*list{&s.sessLRU, &s.sessDisc} {
@@ -182,7 +209,7 @@ func (e *snapScratch) sessions(s *Shard) error {
 			ss := &s.sess[i]
 			e.uv(uint64(ss.inc))
 			e.uv(uint64(ss.dictID))
-			e.str(ss.userText)
+			e.raw(ss.userText) // one a session: no index of its own
 			e.str(ss.prot)
 			e.str(ss.user)
 			e.str(ss.host)
@@ -191,7 +218,7 @@ func (e *snapScratch) sessions(s *Shard) error {
 			e.str(ss.appInfo)
 			e.v(int64(ss.exp))
 			e.v(int64(ss.act))
-			e.buf = append(e.buf, b2u(ss.hasUEAC)|b2u(ss.disc)<<1)
+			e.buf = append(e.buf, b2u(ss.hasUEAC)|b2u(ss.disc)<<1|b2u(e.indexed[i])<<2)
 			e.v(ss.seen)
 		}
 	}
@@ -251,16 +278,6 @@ func (e *snapScratch) lists(s *Shard) {
 		e.uv(uint64(inc.sessions.n))
 		for i := inc.sessions.head; i >= 0; i = s.sess[i].ln[sessInc].next {
 			e.uv(uint64(e.sessPos[i]))
-		}
-		e.texts = e.texts[:0]
-		for t := range inc.byText {
-			e.texts = append(e.texts, t)
-		}
-		slices.Sort(e.texts)
-		e.uv(uint64(len(e.texts)))
-		for _, t := range e.texts {
-			e.str(t)
-			e.uv(uint64(e.sessPos[inc.byText[t]]))
 		}
 	}
 	for _, l := range [2]*list{&s.sessLRU, &s.sessDisc} {
@@ -336,7 +353,7 @@ func (e *snapScratch) reset() {
 	clear(e.strs)
 	clear(e.logins)
 	clear(e.tokens)
-	clear(e.texts)
+	clear(e.seen[:])
 	e.nStrings = 0
 	e.w = nil
 }
@@ -361,13 +378,28 @@ func (e *snapScratch) str(s string) {
 		e.buf = append(e.buf, 0)
 		return
 	}
+	p := unsafe.StringData(s)
+	c := &e.seen[(uint64(uintptr(unsafe.Pointer(p)))^uint64(len(s)))*0x9E3779B97F4A7C15>>(64-strCacheBits)]
+	if c.p == p && c.n == len(s) {
+		e.uv(uint64(c.id) + 2)
+		return
+	}
 	if i, ok := e.strs[s]; ok {
+		*c = strSlot{p, len(s), i}
 		e.uv(uint64(i) + 2)
 		return
 	}
+	*c = strSlot{p, len(s), e.nStrings}
 	e.strs[s] = e.nStrings
 	e.nStrings++
 	e.buf = append(e.buf, 1)
+	e.uv(uint64(len(s)))
+	e.buf = append(e.buf, s...)
+}
+
+// raw writes s as a uvarint length and its bytes, outside the string
+// index (a string that is seldom written twice).
+func (e *snapScratch) raw(s string) {
 	e.uv(uint64(len(s)))
 	e.buf = append(e.buf, s...)
 }
@@ -494,6 +526,16 @@ type decoder struct {
 
 // str reads a string reference; in is the interning table it belongs to
 // (nil: kept as is, e.g. raw userid text).
+// raw reads what snapScratch.raw wrote.
+func (d *decoder) raw() string {
+	n := d.Uvarint()
+	if n > uint64(d.Len()) {
+		d.Fail("truncated string")
+		return ""
+	}
+	return string(d.Bytes(int(n)))
+}
+
 func (d *decoder) str(in *interner) string {
 	switch x := d.Uvarint(); {
 	case d.Err() != nil || x == 0:
@@ -809,7 +851,11 @@ func (d *decoder) sessions() {
 		ss := &s.sess[i]
 		ss.inc = d.Uint32()
 		ss.dictID = d.Uint32()
-		ss.userText = d.str(nil)
+		if d.version >= 6 {
+			ss.userText = d.raw()
+		} else {
+			ss.userText = d.str(nil)
+		}
 		ss.prot, ss.user, ss.host = d.str(&s.names), d.str(&s.names), d.str(&s.names)
 		ss.login = d.login()
 		ss.token = d.token()
@@ -820,11 +866,19 @@ func (d *decoder) sessions() {
 		ss.seen = d.Varint()
 		ss.files = newList()
 		k := dictKey(ss.inc, ss.dictID)
-		if _, dup := s.sessIdx[k]; dup || s.byID[ss.inc] == nil {
+		inc := s.byID[ss.inc]
+		if _, dup := s.sessIdx[k]; dup || inc == nil {
 			d.Fail("session %d: unknown server or duplicate", ss.dictID)
 			break
 		}
 		s.sessIdx[k] = int32(i)
+		if fl&4 != 0 && d.version >= 6 { // the latest session of its userid text
+			if _, dup := inc.byText[ss.userText]; dup {
+				d.Fail("session %d: userid text indexed twice", ss.dictID)
+				break
+			}
+			inc.byText[ss.userText] = int32(i)
+		}
 		if ss.disc {
 			lpush(s.sess, &s.sessDisc, sessLRU, int32(i))
 		} else {
@@ -907,6 +961,9 @@ func (d *decoder) lists() {
 				lpush(s.sess, &inc.sessions, sessInc, si)
 				ns++
 			}
+		}
+		if d.version >= 6 {
+			continue // the byText index came with the sessions
 		}
 		for n, j := d.Count(1), 0; j < n && d.Err() == nil; j++ {
 			t := d.str(nil)
