@@ -36,6 +36,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -302,7 +303,7 @@ func (p *Pipeline) restoreShard(ctx context.Context, i int) (*correlate.Shard, i
 		// partial record: refuse to start instead.
 		return nil, 0, fmt.Errorf("read correlation checkpoint %s: %w", key, err)
 	}
-	c, err := correlate.RestoreShard(p.opts.Correlate, bytes.NewReader(blob))
+	c, err := correlate.RestoreShard(p.opts.Correlate, shardState(blob))
 	if err != nil {
 		return nil, 0, fmt.Errorf("correlation checkpoint %s is unreadable (%d bytes): %w", key, len(blob), err)
 	}
@@ -374,7 +375,8 @@ type shard struct {
 	id, n int
 	c     *correlate.Shard
 	in    chan shardMsg
-	snap  bytes.Buffer
+	snap  bytes.Buffer // the last checkpoint, compressed (kept for its room)
+	zw    *s2.Writer   // compresses the snapshot into snap as it is written
 }
 
 func (s *shard) run(p *Pipeline) {
@@ -408,10 +410,7 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 	var state []byte
 	var err error
 	if br.checkpoint {
-		s.snap.Reset()
-		if err = s.c.Snapshot(&s.snap); err == nil {
-			state = bytes.Clone(s.snap.Bytes())
-		}
+		state, err = s.checkpoint()
 	}
 	st := s.c.Stats()
 	p.statsMu.Lock()
@@ -436,6 +435,41 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 		br.err = fmt.Errorf("snapshot shard %d: %w", s.id, err)
 	}
 	br.mu.Unlock()
+}
+
+// shardStateMagic starts a shard's checkpoint as stored: the snapshot
+// (docs/checkpoint.md) compressed as an S2 stream. It is compressed as
+// it is written, so that neither the shard nor the store holds the
+// uncompressed bytes (24 MB for a shard of 235,000 sessions, about 2.2
+// times its compressed size), and it is written at every checkpoint, to
+// PostgreSQL too in a cluster.
+const shardStateMagic = "XRDMCSS2"
+
+// checkpoint returns the shard's state as stored (shardStateMagic).
+func (s *shard) checkpoint() ([]byte, error) {
+	s.snap.Reset()
+	s.snap.WriteString(shardStateMagic)
+	if s.zw == nil {
+		// In the shard's goroutine: no goroutines of the compressor's own.
+		s.zw = s2.NewWriter(nil, s2.WriterConcurrency(1))
+	}
+	s.zw.Reset(&s.snap)
+	if err := s.c.Snapshot(s.zw); err != nil {
+		return nil, err
+	}
+	if err := s.zw.Close(); err != nil {
+		return nil, fmt.Errorf("compress: %w", err)
+	}
+	return bytes.Clone(s.snap.Bytes()), nil
+}
+
+// shardState returns the reader of a stored shard checkpoint: compressed
+// (shardStateMagic), or a plain snapshot (written before compression).
+func shardState(blob []byte) io.Reader {
+	if z, ok := bytes.CutPrefix(blob, []byte(shardStateMagic)); ok {
+		return s2.NewReader(bytes.NewReader(z))
+	}
+	return bytes.NewReader(blob)
 }
 
 // recycle gives the shard the record chunks that committed barriers gave

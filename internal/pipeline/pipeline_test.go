@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -232,6 +234,13 @@ func TestAckPacketsCheckpointsEarly(t *testing.T) {
 // TestRestoreFromCheckpoint: a file opened before the pipeline stops is
 // completed by a close after a new pipeline restores the checkpoint.
 func TestRestoreFromCheckpoint(t *testing.T) {
+	// Checkpoints are stored compressed; a plain one (written before
+	// they were) is restored too.
+	t.Run("compressed", func(t *testing.T) { restoreFromCheckpoint(t, false) })
+	t.Run("plain", func(t *testing.T) { restoreFromCheckpoint(t, true) })
+}
+
+func restoreFromCheckpoint(t *testing.T, plain bool) {
 	st := &fakeStore{}
 	var mu sync.Mutex
 	var freed int32
@@ -251,6 +260,26 @@ func TestRestoreFromCheckpoint(t *testing.T) {
 	run(transfer(1700000000, &seq, &fseq, 20, 21, false))
 	if len(st.recs) != 0 {
 		t.Fatalf("records before the close: %+v", st.recs)
+	}
+	shards := 0
+	for key, blob := range st.states {
+		if !strings.HasPrefix(key, "correlate/") || strings.HasSuffix(key, "/redirects") {
+			continue
+		}
+		shards++
+		if !bytes.HasPrefix(blob, []byte(shardStateMagic)) {
+			t.Fatalf("checkpoint %s not compressed: %q", key, blob[:min(len(blob), 16)])
+		}
+		if plain {
+			raw, err := io.ReadAll(shardState(blob))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.states[key] = raw
+		}
+	}
+	if shards != testOptions().Shards {
+		t.Fatalf("%d shard checkpoints", shards)
 	}
 	fseq++
 	var fb packet.FStreamBuilder
