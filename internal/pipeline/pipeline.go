@@ -440,7 +440,7 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 // shardStateMagic starts a shard's checkpoint as stored: the snapshot
 // (docs/checkpoint.md) compressed as an S2 stream. It is compressed as
 // it is written, so that neither the shard nor the store holds the
-// uncompressed bytes (24 MB for a shard of 235,000 sessions, about 2.2
+// uncompressed bytes (24 MB for a shard of 235,000 sessions, 2.3
 // times its compressed size), and it is written at every checkpoint, to
 // PostgreSQL too in a cluster.
 const shardStateMagic = "XRDMCSS2"
