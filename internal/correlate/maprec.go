@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"bytes"
+	"hash/maphash"
 	"net/netip"
 
 	"github.com/xrdmon/xrdmon/internal/packet"
@@ -249,7 +250,8 @@ func (s *Shard) login(inc *incarnation, dictID uint32, uid, payload []byte) {
 }
 
 func (s *Shard) loginInfo(payload []byte) *loginInfo {
-	if li, ok := s.logins[string(payload)]; ok {
+	h := maphash.Bytes(s.loginSeed, payload)
+	if li, ok := s.logins[h]; ok {
 		return li
 	}
 	l := packet.ParseLogin(payload)
@@ -275,8 +277,8 @@ func (s *Shard) loginInfo(payload []byte) *loginInfo {
 		clear(s.logins)
 		s.loginBytes = 0
 	}
-	s.logins[string(payload)] = li
-	s.loginBytes += int64(len(payload)) + loginCost(li)
+	s.logins[h] = li
+	s.loginBytes += loginCost(li)
 	return li
 }
 

@@ -3,6 +3,7 @@ package correlate
 import (
 	"bytes"
 	"hash/crc32"
+	"hash/maphash"
 	"net/netip"
 	"slices"
 	"time"
@@ -121,7 +122,13 @@ type Shard struct {
 
 	names  interner
 	pathsI interner
-	logins map[string]*loginInfo
+	// logins caches the parsed login payloads by a hash of the payload
+	// (seeded per shard, so that no sender can aim at a collision; an
+	// accidental one among the 100,000 kept by default has a chance of
+	// 3 in 10^10): a payload is kept in no copy of its own, and a login
+	// whose payload is new costs no allocation for its key.
+	logins    map[uint64]*loginInfo
+	loginSeed maphash.Seed
 	// loginSlab holds new logins' parsed forms, a chunk at a time: one
 	// allocation per 64 logins instead of one per login.
 	loginSlab []loginInfo
@@ -178,7 +185,8 @@ func NewShard(cfg Config) *Shard {
 		users:      make(map[uint64]*pendingUser),
 		names:      newInterner(cfg.InternMax, cfg.budget(shareIntern)),
 		pathsI:     newInterner(cfg.InternMax, cfg.budget(shareIntern)),
-		logins:     make(map[string]*loginInfo),
+		logins:     make(map[uint64]*loginInfo),
+		loginSeed:  maphash.MakeSeed(),
 	}
 }
 
