@@ -800,10 +800,7 @@ const (
 // records (count; each as uvarint length and record.AppendBinary).
 func (l *Linker) MarshalBinary() ([]byte, error) {
 	b := []byte(linkMagic)
-	str := func(s string) {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
+	str := func(s string) { b = codec.AppendString(b, s) }
 	rec := func(k recKey) {
 		str(k.ip)
 		b = binary.AppendVarint(b, k.stod)
@@ -878,8 +875,7 @@ func (l *Linker) MarshalBinary() ([]byte, error) {
 	var rb []byte
 	put := func(r *record.Record) {
 		rb = record.AppendBinary(rb[:0], r)
-		b = binary.AppendUvarint(b, uint64(len(rb)))
-		b = append(b, rb...)
+		b = codec.AppendBytes(b, rb)
 	}
 	for _, k := range l.horder {
 		for i := range l.held[k] {

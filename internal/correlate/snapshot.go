@@ -400,8 +400,10 @@ func (e *snapScratch) str(s string) {
 // raw writes s as a uvarint length and its bytes, outside the string
 // index (a string that is seldom written twice).
 func (e *snapScratch) raw(s string) {
-	e.uv(uint64(len(s)))
-	e.buf = append(e.buf, s...)
+	if len(e.buf) >= snapChunk {
+		e.flush()
+	}
+	e.buf = codec.AppendString(e.buf, s)
 }
 
 func (e *snapScratch) login(l *loginInfo) {

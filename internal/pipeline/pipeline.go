@@ -47,6 +47,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrdmon/xrdmon/internal/backoff"
+	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/correlate"
 	"github.com/xrdmon/xrdmon/internal/dnscache"
 	"github.com/xrdmon/xrdmon/internal/record"
@@ -788,8 +789,7 @@ const linkerFeedMagic = "XRDMLKFD"
 func joinLinkerState(l, f []byte) []byte {
 	b := make([]byte, 0, len(linkerFeedMagic)+binary.MaxVarintLen64+len(l)+len(f))
 	b = append(b, linkerFeedMagic...)
-	b = binary.AppendUvarint(b, uint64(len(l)))
-	b = append(b, l...)
+	b = codec.AppendBytes(b, l)
 	return append(b, f...)
 }
 
