@@ -227,3 +227,42 @@ func BenchmarkRollupFastClock(b *testing.B) {
 	b.ReportMetric(float64((testenv.ProcessCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/record")
 	b.ReportMetric(float64(b.N)/float64(flushes+1), "records/flush")
 }
+
+// BenchmarkRollupCatchUp is the rollups catching up from the store's log,
+// as they do after yielding to a busy input (`xrdmon bench` at 150,000
+// packets/s): records on the fast clock of BenchmarkRollupFastClock are
+// appended to a real store, then a new builder reads, decodes, sums and
+// flushes them all (CatchUp). cpu-ns/record is all of that, per record.
+func BenchmarkRollupCatchUp(b *testing.B) {
+	const n = 100_000
+	t0 := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)
+	proto := benchRecords(4096, t0)
+	ctx := context.Background()
+	var cpu time.Duration
+	for range b.N {
+		b.StopTimer()
+		bl := benchBuilder(b, DefaultConfig())
+		st := bl.st.(*store.Store)
+		chunk := make([]record.Record, 0, 1024)
+		for i := range n {
+			r := proto[i%len(proto)]
+			r.End = t0.Add(time.Duration(i/270) * time.Minute)
+			r.Start = r.End.Add(-time.Duration(i%300) * time.Second)
+			r.RecordID = strconv.Itoa(i)
+			chunk = append(chunk, r)
+			if len(chunk) == cap(chunk) || i == n-1 {
+				if err := st.Append(ctx, chunk, nil); err != nil {
+					b.Fatal(err)
+				}
+				chunk = chunk[:0]
+			}
+		}
+		b.StartTimer()
+		c0 := testenv.ProcessCPU()
+		if err := bl.CatchUp(ctx); err != nil {
+			b.Fatal(err)
+		}
+		cpu += testenv.ProcessCPU() - c0
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*n), "cpu-ns/record")
+}
