@@ -136,8 +136,7 @@ func appendKey(b []byte, spec Spec, idx []int, vals []string) []byte {
 	b = append(b, spec...)
 	b = append(b, 0)
 	for _, i := range idx {
-		b = appendUvarint(b, uint64(len(vals[i])))
-		b = append(b, vals[i]...)
+		b = codec.AppendString(b, vals[i])
 	}
 	return b
 }

@@ -1,0 +1,196 @@
+package rollup
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/klauspost/compress/s2"
+
+	"github.com/xrdmon/xrdmon/internal/codec"
+	"github.com/xrdmon/xrdmon/internal/store"
+)
+
+// Part encoding (version 4), in sections by spec (the builder stores
+// one section per part, a part per spec, so that a query reads only its
+// spec's series):
+//
+//	byte    0
+//	byte    version (4)
+//	uvarint number of sections, then per section, in spec order:
+//	uvarint spec length, spec, uvarint length, S2-compressed series:
+//	  uvarint number of series, then per series in key order:
+//	  uvarint key length, key, uvarint Agg length, Agg (appendAgg)
+//
+// Earlier versions (one S2 block of every spec; 8-byte user hashes) were
+// never released and are not read.
+
+const partVersion = 4
+
+// encodeParts returns the stored parts of m: one per spec, each in the
+// format above with one section.
+func encodeParts(m map[string]*Agg) []specPart {
+	var e partEncoder
+	return e.encode(nil, m)
+}
+
+// partEncoder encodes parts with buffers kept from one bucket to the next,
+// into an arena of output bytes: a flush encodes thousands of parts.
+type partEncoder struct {
+	keys     []string
+	body, ab []byte
+	out      []byte // the arena: each part's data is a full slice of it
+}
+
+// encode appends the parts of m to dst (see encodeParts).
+func (e *partEncoder) encode(dst []specPart, m map[string]*Agg) []specPart {
+	e.keys = e.keys[:0]
+	for k := range m {
+		e.keys = append(e.keys, k)
+	}
+	slices.Sort(e.keys) // a spec's keys are together: a key starts with its spec and a zero byte
+	for i := 0; i < len(e.keys); {
+		spec, _, _ := strings.Cut(e.keys[i], "\x00")
+		j := i
+		for j < len(e.keys) && len(e.keys[j]) > len(spec) && e.keys[j][len(spec)] == 0 && e.keys[j][:len(spec)] == spec {
+			j++
+		}
+		e.body = binary.AppendUvarint(e.body[:0], uint64(j-i))
+		for _, k := range e.keys[i:j] {
+			e.body = codec.AppendString(e.body, k)
+			e.ab = appendAgg(e.ab[:0], m[k])
+			e.body = codec.AppendBytes(e.body, e.ab)
+		}
+		need := 3 + 2*binary.MaxVarintLen64 + len(spec) + s2.MaxEncodedLen(len(e.body))
+		if cap(e.out)-len(e.out) < need {
+			e.out = make([]byte, 0, max(need, 256<<10))
+		}
+		n := len(e.out)
+		b := append(e.out, 0, partVersion, 1)
+		b = codec.AppendString(b, spec)
+		z := s2.Encode(b[len(b)+binary.MaxVarintLen64:cap(b)], e.body)
+		b = codec.AppendBytes(b, z) // moves z down over the room left for its length
+		e.out = b
+		dst = append(dst, specPart{spec, e.out[n:len(e.out):len(e.out)]})
+		i = j
+	}
+	return dst
+}
+
+// specPart is the stored part of one spec's series.
+type specPart struct {
+	spec string
+	data []byte
+}
+
+// rows returns the store rows of parts.
+func rows(step, start, part int64, parts []specPart) []store.RollupPart {
+	out := make([]store.RollupPart, len(parts))
+	for i, p := range parts {
+		out[i] = store.RollupPart{Step: step, Start: start, Part: part, Spec: p.spec, Data: p.data}
+	}
+	return out
+}
+
+// mergePart adds the series of a stored part whose key starts with prefix
+// (every series when prefix is "") to m.
+func mergePart(m map[string]*Agg, data []byte, prefix string) error {
+	return walkStored(data, walk{prefix: prefix}, func(key string, a *Agg) { mergeInto(m, key, a) })
+}
+
+// mergeInto adds a to m's series key (a copy of a when m has none: a is
+// walkStored's, valid during its call only).
+func mergeInto(m map[string]*Agg, key string, a *Agg) {
+	if cur := m[key]; cur != nil {
+		cur.Merge(a)
+	} else {
+		m[key] = a.clone()
+	}
+}
+
+// walk says which series of a part to decode, and how much of them.
+type walk struct {
+	prefix string                // keys that start with it ("": all); a spec and its zero byte reads that spec's section only
+	keep   func(key string) bool // nil: all
+	light  bool                  // the sums only (bytes, transfers), not the users nor the distributions
+}
+
+// walkStored calls fn with each series of a stored part that w selects.
+// The Agg is decoded into one reused for every series: fn must not keep
+// it (mergeInto copies it when it keeps it), so that merging parts into
+// series that exist already allocates nothing.
+func walkStored(data []byte, w walk, fn func(key string, a *Agg)) error {
+	secs, err := sectionsOf(data, w.prefix)
+	if err != nil {
+		return err
+	}
+	for _, sc := range secs {
+		if err := walkSeries(&decoder{Dec: codec.NewDec(sc.raw)}, w, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// section is a decompressed list of series of a part.
+type section struct {
+	raw []byte
+}
+
+// sectionsOf returns the decompressed sections of a stored part that can
+// hold keys starting with prefix: a prefix of a spec and its zero byte
+// selects that spec's section only.
+func sectionsOf(data []byte, prefix string) ([]section, error) {
+	if len(data) < 2 || data[0] != 0 || data[1] != partVersion {
+		return nil, fmt.Errorf("%w: not a part of version %d", errCorrupt, partVersion)
+	}
+	d := decoder{Dec: codec.NewDec(data[2:])}
+	spec, whole := strings.CutSuffix(prefix, "\x00")
+	whole = whole && !strings.Contains(spec, "\x00")
+	var out []section
+	for range d.Count(2) {
+		s := d.Bytes(d.Count(1))
+		z := d.Bytes(d.Count(1))
+		if d.Err() != nil {
+			return nil, d.Err()
+		}
+		if whole && string(s) != spec {
+			continue
+		}
+		raw, err := s2.Decode(nil, z)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errCorrupt, err)
+		}
+		out = append(out, section{raw})
+	}
+	return out, d.Err()
+}
+
+// walkSeries calls fn with each series of d, a list of series of a part,
+// that w selects.
+func walkSeries(d *decoder, w walk, fn func(key string, a *Agg)) error {
+	var a Agg
+	for range d.Count(2) {
+		key := d.Bytes(d.Count(1))
+		ab := d.Bytes(d.Count(1))
+		if d.Err() != nil {
+			return d.Err()
+		}
+		if len(key) < len(w.prefix) || string(key[:len(w.prefix)]) != w.prefix || (w.keep != nil && !w.keep(string(key))) {
+			continue
+		}
+		a.reset()
+		ad := decoder{Dec: codec.NewDec(ab)}
+		if w.light {
+			ad.sums(&a)
+		} else {
+			ad.agg(&a)
+		}
+		if ad.Err() != nil {
+			return ad.Err()
+		}
+		fn(string(key), &a)
+	}
+	return d.Err()
+}
