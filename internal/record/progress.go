@@ -12,6 +12,13 @@ const progressIDDomain = "xrdmon/progress/v1\x00"
 // open access taken at r.End: deterministic, the same update gives the same
 // id, so that the store drops a snapshot a restart makes again.
 func ProgressID(r *Record) string {
+	var id [32]byte
+	return string(AppendProgressID(id[:0], r))
+}
+
+// AppendProgressID appends ProgressID(r) to dst (32 bytes), without
+// allocating: the store keys a snapshot by a hash of it.
+func AppendProgressID(dst []byte, r *Record) []byte {
 	var buf [160]byte
 	b := append(buf[:0], progressIDDomain...)
 	b = appendIdentity(b, r.ServerIP, r.ServerStod, r.ServerID)
@@ -22,9 +29,7 @@ func ProgressID(r *Record) string {
 	b = binary.BigEndian.AppendUint64(b, uint64(r.ReadvBytes))
 	b = binary.BigEndian.AppendUint64(b, uint64(r.WriteBytes))
 	sum := sha256.Sum256(b)
-	var id [32]byte
-	hex.Encode(id[:], sum[:16])
-	return string(id[:])
+	return hex.AppendEncode(dst, sum[:16])
 }
 
 // AccessKey identifies one file access across its progress snapshots and

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
@@ -184,9 +185,10 @@ func (s *Store) AppendWithProgress(ctx context.Context, recs []record.Record, ev
 			return fmt.Errorf("append: encode event %s: %w", evs[i].EventID, err)
 		}
 	}
+	var pid [32]byte
 	for i := range progress {
 		b.addRecord(&progress[i])
-		b.pids = append(b.pids, entryID(record.ProgressID(&progress[i])))
+		b.pids = append(b.pids, xxhash.Sum64(record.AppendProgressID(pid[:0], &progress[i]))) // entryID of its ProgressID
 	}
 
 	s.mu.Lock()
