@@ -38,14 +38,25 @@ import (
 // their cancellable context.
 func sqlCtx(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
+// stmtCache is how many prepared statements each connection keeps (the
+// driver's cache, by SQL text): without it every Exec and Query is
+// parsed and planned again, a commit's dozen statements (BEGIN, the
+// block, the postings by 128, the names, COMMIT) every time, 1.3 % of the
+// collector's CPU at 150,000 packets/s and an allocation or two each. The
+// store's statements are a few dozen texts (the multi-row inserts have one
+// full-size text each, and a shorter one for their last rows).
+const stmtCache = 64
+
 // driverName is the database/sql driver used.
 const driverName = "sqlite3"
 
 // dsn returns the data source name for the store's connections: every
-// connection waits up to BusyTimeout for locks, readers are query-only.
+// connection waits up to BusyTimeout for locks, readers are query-only,
+// and each keeps its last stmtCache prepared statements.
 func dsn(o Options, readOnly bool) string {
 	v := url.Values{}
 	v.Set("_busy_timeout", fmt.Sprint(o.BusyTimeout.Milliseconds()))
+	v.Set("_stmt_cache_size", fmt.Sprint(stmtCache))
 	if readOnly {
 		v.Set("_query_only", "1")
 	}
