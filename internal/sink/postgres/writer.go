@@ -36,8 +36,7 @@ type Writer struct {
 	partitions map[string]bool // suffixes known to exist
 	// the statements of the fast path (COPY into the tables) and of the
 	// deduplicating one (COPY into staging, then INSERT ... ON CONFLICT)
-	copyRecords, copyStageRecords, insRecords string
-	copyEvents, copyStageEvents, insEvents    string
+	recordSQL, eventSQL loadSQL
 	// dupes: the last batch was (in part) a redelivery; load through
 	// staging until a batch holds no duplicate.
 	dupes bool
@@ -72,19 +71,28 @@ func NewWriter(url string, opts Options, log *slog.Logger) (*Writer, error) {
 		return `COPY ` + table + ` (` + strings.Join(cols, ", ") + `) FROM STDIN (FORMAT binary)`
 	}
 	return &Writer{
-		cfg:              cfg,
-		opts:             opts,
-		log:              log,
-		partitions:       map[string]bool{},
-		copyRecords:      copySQL(s+`.records`, recordColumns),
-		copyStageRecords: copySQL(stageRecords, recordColumns),
-		insRecords:       `INSERT INTO ` + s + `.records SELECT * FROM ` + stageRecords + ` ON CONFLICT DO NOTHING`,
-		copyEvents:       copySQL(s+`.events`, eventColumns),
-		copyStageEvents:  copySQL(stageEvents, eventColumns),
-		insEvents: `INSERT INTO ` + s + `.events (` + strings.Join(eventColumns, ", ") + `) SELECT ` +
-			strings.Join(eventColumns, ", ") + ` FROM ` + stageEvents + ` ON CONFLICT DO NOTHING`,
+		cfg:        cfg,
+		opts:       opts,
+		log:        log,
+		partitions: map[string]bool{},
+		recordSQL: loadSQL{
+			direct: copySQL(s+`.records`, recordColumns),
+			stage:  copySQL(stageRecords, recordColumns),
+			insert: `INSERT INTO ` + s + `.records SELECT * FROM ` + stageRecords + ` ON CONFLICT DO NOTHING`,
+		},
+		eventSQL: loadSQL{
+			direct: copySQL(s+`.events`, eventColumns),
+			stage:  copySQL(stageEvents, eventColumns),
+			insert: `INSERT INTO ` + s + `.events (` + strings.Join(eventColumns, ", ") + `) SELECT ` +
+				strings.Join(eventColumns, ", ") + ` FROM ` + stageEvents + ` ON CONFLICT DO NOTHING`,
+		},
 	}, nil
 }
+
+// loadSQL are the statements that load one table: COPY into it (the fast
+// path), and COPY into its staging table then INSERT ... ON CONFLICT (the
+// deduplicating one).
+type loadSQL struct{ direct, stage, insert string }
 
 // Connect opens the connection, creates or migrates the schema and the
 // staging tables.
@@ -226,52 +234,52 @@ func (w *Writer) loadTx(ctx context.Context, staged bool) error {
 			return err
 		}
 	}
-	skipped := false
-	if len(w.recs) > 0 {
-		w.copy.reset()
-		for _, r := range w.recs {
-			w.copy.record(r)
-		}
-		n, err := w.copyIn(ctx, staged, w.copyRecords, w.copyStageRecords, w.insRecords, len(w.recs))
-		if err != nil {
-			return fmt.Errorf("load records: %w", err)
-		}
-		skipped = skipped || n < int64(len(w.recs))
+	skippedRecs, err := w.loadTable(ctx, staged, w.recordSQL, len(w.recs), func(i int) { w.copy.record(w.recs[i]) })
+	if err != nil {
+		return fmt.Errorf("load records: %w", err)
 	}
-	if len(w.evs) > 0 {
-		w.copy.reset()
-		for _, e := range w.evs {
-			w.copy.event(e)
-		}
-		n, err := w.copyIn(ctx, staged, w.copyEvents, w.copyStageEvents, w.insEvents, len(w.evs))
-		if err != nil {
-			return fmt.Errorf("load events: %w", err)
-		}
-		skipped = skipped || n < int64(len(w.evs))
+	skippedEvs, err := w.loadTable(ctx, staged, w.eventSQL, len(w.evs), func(i int) { w.copy.event(w.evs[i]) })
+	if err != nil {
+		return fmt.Errorf("load events: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	if staged && !skipped {
+	if staged && !skippedRecs && !skippedEvs {
 		w.dupes = false
 	}
 	return nil
 }
 
-// copyIn sends w.copy with the direct COPY statement, or with the staging
-// one followed by the insert; it returns the rows inserted.
-func (w *Writer) copyIn(ctx context.Context, staged bool, direct, stage, insert string, rows int) (int64, error) {
+// loadTable encodes rows rows into w.copy (add appends row i) and copies them
+// into the table of q (see copyIn). It reports whether any row was skipped
+// as there already; with no rows it does nothing.
+func (w *Writer) loadTable(ctx context.Context, staged bool, q loadSQL, rows int, add func(i int)) (skipped bool, err error) {
+	if rows == 0 {
+		return false, nil
+	}
+	w.copy.reset()
+	for i := range rows {
+		add(i)
+	}
+	n, err := w.copyIn(ctx, staged, q, rows)
+	return n < int64(rows), err
+}
+
+// copyIn sends w.copy with the direct COPY statement of q, or with the
+// staging one followed by the insert; it returns the rows inserted.
+func (w *Writer) copyIn(ctx context.Context, staged bool, q loadSQL, rows int) (int64, error) {
 	pc := w.conn.PgConn()
 	if !staged {
-		if _, err := pc.CopyFrom(ctx, bytes.NewReader(w.copy.finish()), direct); err != nil {
+		if _, err := pc.CopyFrom(ctx, bytes.NewReader(w.copy.finish()), q.direct); err != nil {
 			return 0, fmt.Errorf("copy: %w", err)
 		}
 		return int64(rows), nil
 	}
-	if _, err := pc.CopyFrom(ctx, bytes.NewReader(w.copy.finish()), stage); err != nil {
+	if _, err := pc.CopyFrom(ctx, bytes.NewReader(w.copy.finish()), q.stage); err != nil {
 		return 0, fmt.Errorf("copy to staging: %w", err)
 	}
-	tag, err := w.conn.Exec(ctx, insert)
+	tag, err := w.conn.Exec(ctx, q.insert)
 	if err != nil {
 		return 0, fmt.Errorf("insert: %w", err)
 	}
