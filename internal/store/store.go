@@ -344,6 +344,20 @@ func (s *Store) open() error {
 	return nil
 }
 
+// writeLocked runs fn with mu held, unless the store is closed
+// (ErrClosed); what starts the errors.
+func (s *Store) writeLocked(what string, fn func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("%s: %w", what, ErrClosed)
+	}
+	if err := fn(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
 // Close closes the store. Appends in progress finish first; the WAL is
 // checkpointed. Close is idempotent.
 func (s *Store) Close() error {
