@@ -669,23 +669,34 @@ type CursorInfo struct {
 
 // Cursors returns the cursors kept in the store, by sink name.
 func (r *Reader) Cursors(ctx context.Context) ([]CursorInfo, error) {
-	rows, err := r.rdb.QueryContext(ctx, `SELECT sink, seq, updated_ns FROM cursors ORDER BY sink`)
+	return queryAll(ctx, r.rdb, "read cursors", func(rows *sql.Rows, c *CursorInfo) error {
+		var ns int64
+		err := rows.Scan(&c.Sink, &c.Seq, &ns)
+		c.Updated = time.Unix(0, ns).UTC()
+		return err
+	}, `SELECT sink, seq, updated_ns FROM cursors ORDER BY sink`)
+}
+
+// queryAll runs query on db and returns its rows, each read by scan; what
+// starts the errors.
+func queryAll[T any](ctx context.Context, db interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}, what string, scan func(rows *sql.Rows, v *T) error, query string, args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read cursors: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []CursorInfo
+	var out []T
 	for rows.Next() {
-		var c CursorInfo
-		var ns int64
-		if err := rows.Scan(&c.Sink, &c.Seq, &ns); err != nil {
-			return nil, fmt.Errorf("read cursors: %w", err)
+		var v T
+		if err := scan(rows, &v); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		c.Updated = time.Unix(0, ns).UTC()
-		out = append(out, c)
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read cursors: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }
