@@ -161,19 +161,10 @@ func (x *rollupExporter) connect(ctx context.Context) error {
 	if x.conn != nil && !x.conn.IsClosed() {
 		return nil
 	}
-	conn, err := pgx.ConnectConfig(ctx, x.cfg)
+	conn, err := connectSchema(ctx, x.cfg, x.opts.Schema,
+		`CREATE TEMP TABLE IF NOT EXISTS `+stageRollups+` (LIKE {{S}}.rollups INCLUDING DEFAULTS) ON COMMIT DELETE ROWS`)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	if err := Migrate(ctx, conn, x.opts.Schema); err != nil {
-		conn.Close(ctx)
 		return err
-	}
-	s := pgx.Identifier{x.opts.Schema}.Sanitize()
-	q := `CREATE TEMP TABLE IF NOT EXISTS ` + stageRollups + ` (LIKE ` + s + `.rollups INCLUDING DEFAULTS) ON COMMIT DELETE ROWS`
-	if _, err := conn.Exec(ctx, q); err != nil {
-		conn.Close(ctx)
-		return fmt.Errorf("create staging table: %w", err)
 	}
 	x.conn = conn
 	return nil

@@ -97,29 +97,39 @@ type loadSQL struct{ direct, stage, insert string }
 // Connect opens the connection, creates or migrates the schema and the
 // staging tables.
 func (w *Writer) Connect(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, w.cfg)
+	conn, err := connectSchema(ctx, w.cfg, w.opts.Schema,
+		`CREATE TEMP TABLE IF NOT EXISTS `+stageRecords+` (LIKE {{S}}.records) ON COMMIT DELETE ROWS`,
+		`CREATE TEMP TABLE IF NOT EXISTS `+stageEvents+` (LIKE {{S}}.events) ON COMMIT DELETE ROWS`)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	if err := Migrate(ctx, conn, w.opts.Schema); err != nil {
-		conn.Close(ctx)
 		return err
-	}
-	s := pgx.Identifier{w.opts.Schema}.Sanitize()
-	for _, q := range []string{
-		`CREATE TEMP TABLE IF NOT EXISTS ` + stageRecords + ` (LIKE ` + s + `.records) ON COMMIT DELETE ROWS`,
-		`CREATE TEMP TABLE IF NOT EXISTS ` + stageEvents + ` (LIKE ` + s + `.events) ON COMMIT DELETE ROWS`,
-	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			conn.Close(ctx)
-			return fmt.Errorf("create staging table: %w", err)
-		}
 	}
 	w.conn = conn
 	clear(w.partitions)
 	w.dupes = false
 	w.log.Debug("PostgreSQL sink connected", "host", w.cfg.Host, "database", w.cfg.Database, "schema", w.opts.Schema)
 	return nil
+}
+
+// connectSchema connects with cfg, creates or migrates schema (Migrate)
+// and creates the staging tables of this connection with the statements
+// staging, in which {{S}} stands for the schema.
+func connectSchema(ctx context.Context, cfg *pgx.ConnConfig, schema string, staging ...string) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	if err := Migrate(ctx, conn, schema); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	s := pgx.Identifier{schema}.Sanitize()
+	for _, q := range staging {
+		if _, err := conn.Exec(ctx, strings.ReplaceAll(q, "{{S}}", s)); err != nil {
+			conn.Close(ctx)
+			return nil, fmt.Errorf("create staging table: %w", err)
+		}
+	}
+	return conn, nil
 }
 
 // Close closes the connection, if open.
