@@ -98,8 +98,7 @@ func (a *API) activity(w http.ResponseWriter, r *http.Request) {
 	}
 	ans, err := a.sumActivity(r, from, to)
 	if err != nil {
-		a.log.Warn("Activity query failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "query failed")
+		a.queryFailed(w, "Activity query failed", err)
 		return
 	}
 	a.writeJSON(w, http.StatusOK, ans)
