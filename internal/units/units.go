@@ -114,15 +114,7 @@ func (d Duration) String() string {
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return errors.New("expected a duration such as 30s, 24h or 90d")
-	}
-	v, err := ParseDuration(n.Value)
-	if err != nil {
-		return err
-	}
-	*d = v
-	return nil
+	return unmarshalScalar(n, d, ParseDuration, "expected a duration such as 30s, 24h or 90d")
 }
 
 // MarshalYAML implements yaml.Marshaler.
@@ -188,15 +180,7 @@ func (b ByteSize) String() string {
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return errors.New("expected a size such as 65536 or 64MiB")
-	}
-	v, err := ParseByteSize(n.Value)
-	if err != nil {
-		return err
-	}
-	*b = v
-	return nil
+	return unmarshalScalar(n, b, ParseByteSize, "expected a size such as 65536 or 64MiB")
 }
 
 // MarshalYAML implements yaml.Marshaler.
@@ -214,4 +198,18 @@ func Default[T ~int | ~int32 | ~int64 | ~float64](v *T, def T) {
 	if *v <= 0 {
 		*v = def
 	}
+}
+
+// unmarshalScalar sets *dst to the value parse reads from the scalar n;
+// a node that is not a scalar is the error expected.
+func unmarshalScalar[T any](n *yaml.Node, dst *T, parse func(string) (T, error), expected string) error {
+	if n.Kind != yaml.ScalarNode {
+		return errors.New(expected)
+	}
+	v, err := parse(n.Value)
+	if err != nil {
+		return err
+	}
+	*dst = v
+	return nil
 }
