@@ -149,11 +149,7 @@ func (x *rollupExporter) run(ctx context.Context) {
 }
 
 func (x *rollupExporter) close() {
-	if x.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = x.conn.Close(ctx)
-		cancel()
-	}
+	closeConn(x.conn)
 	x.conn = nil
 }
 

@@ -134,12 +134,19 @@ func connectSchema(ctx context.Context, cfg *pgx.ConnConfig, schema string, stag
 
 // Close closes the connection, if open.
 func (w *Writer) Close() {
-	if w.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = w.conn.Close(ctx)
-		cancel()
-	}
+	closeConn(w.conn)
 	w.conn = nil
+}
+
+// closeConn closes conn, if not nil, giving it a second to say goodbye to
+// the server.
+func closeConn(conn *pgx.Conn) {
+	if conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = conn.Close(ctx)
+	cancel()
 }
 
 // Conn returns the open connection, connecting it if need be: a cluster
