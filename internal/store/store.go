@@ -158,12 +158,8 @@ func (o *Options) fill() error {
 	}
 	units.Default(&o.RetentionInterval, d.RetentionInterval)
 	units.Default(&o.BatchSize, d.BatchSize)
-	switch o.Synchronous {
-	case "":
-		o.Synchronous = d.Synchronous
-	case SyncFull, SyncNormal:
-	default:
-		return fmt.Errorf("synchronous %q: want %s or %s", o.Synchronous, SyncFull, SyncNormal)
+	if err := units.DefaultChoice(&o.Synchronous, d.Synchronous, "synchronous", SyncFull, SyncNormal); err != nil {
+		return err
 	}
 	units.Default(&o.BusyTimeout, d.BusyTimeout)
 	units.Default(&o.ReadConns, d.ReadConns)

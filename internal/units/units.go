@@ -6,6 +6,7 @@ package units
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -198,6 +199,19 @@ func Default[T ~int | ~int32 | ~int64 | ~float64](v *T, def T) {
 	if *v <= 0 {
 		*v = def
 	}
+}
+
+// DefaultChoice sets *v to def when *v is empty; otherwise *v must be one
+// of choices, and the error names the setting what and the choices.
+func DefaultChoice(v *string, def, what string, choices ...string) error {
+	if *v == "" {
+		*v = def
+		return nil
+	}
+	if slices.Contains(choices, *v) {
+		return nil
+	}
+	return fmt.Errorf("%s %q: want %s", what, *v, strings.Join(choices, " or "))
 }
 
 // unmarshalScalar sets *dst to the value parse reads from the scalar n;
