@@ -19,39 +19,40 @@ import (
 // outputKinds lists the sinks: each builds from its own configuration
 // section and reads the store's log from its own cursor, so it can stop,
 // fall behind or fail without losing data.
-var outputKinds = []struct {
+var outputKinds = []outputKind{
+	sinkKind("amqp", func(o *config.Outputs) (amqpsink.Config, bool) { return o.AMQP, o.AMQP.Enabled }, amqpsink.New),
+	sinkKind("stomp", func(o *config.Outputs) (stompsink.Config, bool) { return o.STOMP, o.STOMP.Enabled }, stompsink.New),
+	sinkKind("postgres", func(o *config.Outputs) (postgres.Config, bool) { return o.Postgres, o.Postgres.Enabled }, postgres.New),
+	sinkKind("jsonl", func(o *config.Outputs) (jsonl.Config, bool) { return o.JSONL, o.JSONL.Enabled }, jsonl.New),
+}
+
+// outputKind is a sink: whether the configuration enables it, and how to
+// build it (returning its Run method).
+type outputKind struct {
 	name    string
 	enabled func(*config.Outputs) bool
 	build   func(*config.Outputs, *store.Store, *slog.Logger, prometheus.Registerer) (func(context.Context) error, error)
-}{
-	{"amqp", func(o *config.Outputs) bool { return o.AMQP.Enabled },
-		func(o *config.Outputs, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (func(context.Context) error, error) {
-			s, err := amqpsink.New(o.AMQP, st, log, reg)
-			return runOf(s, err)
-		}},
-	{"stomp", func(o *config.Outputs) bool { return o.STOMP.Enabled },
-		func(o *config.Outputs, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (func(context.Context) error, error) {
-			s, err := stompsink.New(o.STOMP, st, log, reg)
-			return runOf(s, err)
-		}},
-	{"postgres", func(o *config.Outputs) bool { return o.Postgres.Enabled },
-		func(o *config.Outputs, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (func(context.Context) error, error) {
-			s, err := postgres.New(o.Postgres, st, log, reg)
-			return runOf(s, err)
-		}},
-	{"jsonl", func(o *config.Outputs) bool { return o.JSONL.Enabled },
-		func(o *config.Outputs, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (func(context.Context) error, error) {
-			s, err := jsonl.New(o.JSONL, st, log, reg)
-			return runOf(s, err)
-		}},
 }
 
-// runOf returns the Run method of a sink just built.
-func runOf[S interface{ Run(context.Context) error }](s S, err error) (func(context.Context) error, error) {
-	if err != nil {
-		return nil, err
+// sinkKind is the outputKind of a sink that newSink builds from its
+// configuration section, which section returns with its enabled flag.
+func sinkKind[C any, S interface{ Run(context.Context) error }](name string, section func(*config.Outputs) (C, bool),
+	newSink func(C, *store.Store, *slog.Logger, prometheus.Registerer) (S, error)) outputKind {
+	return outputKind{
+		name: name,
+		enabled: func(o *config.Outputs) bool {
+			_, on := section(o)
+			return on
+		},
+		build: func(o *config.Outputs, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (func(context.Context) error, error) {
+			cfg, _ := section(o)
+			s, err := newSink(cfg, st, log, reg)
+			if err != nil {
+				return nil, err
+			}
+			return s.Run, nil
+		},
 	}
-	return s.Run, nil
 }
 
 // newOutputs builds the configured sinks.

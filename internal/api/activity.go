@@ -98,8 +98,7 @@ func (a *API) activity(w http.ResponseWriter, r *http.Request) {
 	}
 	ans, err := a.sumActivity(r, from, to)
 	if err != nil {
-		a.log.Warn("Activity query failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "query failed")
+		a.queryFailed(w, "Activity query failed", err)
 		return
 	}
 	a.writeJSON(w, http.StatusOK, ans)
@@ -124,50 +123,21 @@ func (a *API) sumActivity(r *http.Request, from, to time.Time) (ActivityAnswer, 
 			switch e.Type {
 			case record.EventCacheFileClose:
 				var d record.CacheFileClose
-				if json.Unmarshal(e.Data, &d) != nil {
-					continue
+				if json.Unmarshal(e.Data, &d) == nil {
+					rowOf(caches, server, func() *CacheRow { return &CacheRow{Server: server} }).add(&d)
 				}
-				c := caches[server]
-				if c == nil {
-					c = &CacheRow{Server: server}
-					caches[server] = c
-				}
-				c.Files++
-				c.HitBytes += d.BHit
-				c.MissBytes += d.BMiss
-				c.BypassBytes += d.BBypass
 			case record.EventTPC:
 				var d record.TPCTransfer
-				if json.Unmarshal(e.Data, &d) != nil {
-					continue
-				}
-				c := copies[server]
-				if c == nil {
-					c = &CopyRow{Server: server}
-					copies[server] = c
-				}
-				c.Copies++
-				c.Bytes += int64(d.Size)
-				if d.RC != 0 {
-					c.Failed++
-				}
-				if dt := d.End.Sub(d.Begin).Seconds(); dt > 0 && d.Size > 0 {
-					c.Seconds += dt
-					c.TimedBytes += int64(d.Size)
+				if json.Unmarshal(e.Data, &d) == nil {
+					rowOf(copies, server, func() *CopyRow { return &CopyRow{Server: server} }).add(&d)
 				}
 			case record.EventRedirect:
 				var d struct {
 					TargetHost string `json:"target_host"`
 				}
 				_ = json.Unmarshal(e.Data, &d)
-				c := redirs[server]
-				if c == nil {
-					c = &RedirectRow{Server: server}
-					redirs[server] = c
-					targets[server] = map[string]struct{}{}
-				}
-				c.Redirects++
-				if t := targets[server]; len(t) < maxTargets {
+				rowOf(redirs, server, func() *RedirectRow { return &RedirectRow{Server: server} }).Redirects++
+				if t := rowOf(targets, server, func() map[string]struct{} { return map[string]struct{}{} }); len(t) < maxTargets {
 					t[d.TargetHost] = struct{}{}
 				}
 			}
@@ -218,6 +188,38 @@ func (a *API) sumRedirected(r *http.Request, from, to time.Time, out *Redirected
 			return nil
 		}
 		q.After = next
+	}
+}
+
+// rowOf returns the row of server in rows, adding the one mk makes when
+// there is none.
+func rowOf[V any](rows map[string]V, server string, mk func() V) V {
+	v, ok := rows[server]
+	if !ok {
+		v = mk()
+		rows[server] = v
+	}
+	return v
+}
+
+// add counts the cache file close d.
+func (c *CacheRow) add(d *record.CacheFileClose) {
+	c.Files++
+	c.HitBytes += d.BHit
+	c.MissBytes += d.BMiss
+	c.BypassBytes += d.BBypass
+}
+
+// add counts the third-party copy d.
+func (c *CopyRow) add(d *record.TPCTransfer) {
+	c.Copies++
+	c.Bytes += int64(d.Size)
+	if d.RC != 0 {
+		c.Failed++
+	}
+	if dt := d.End.Sub(d.Begin).Seconds(); dt > 0 && d.Size > 0 {
+		c.Seconds += dt
+		c.TimedBytes += int64(d.Size)
 	}
 }
 

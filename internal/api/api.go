@@ -276,16 +276,14 @@ func (a *API) records(w http.ResponseWriter, r *http.Request) {
 	}
 	recs, next, err := a.recs.QueryPage(r.Context(), q)
 	if err != nil {
-		a.log.Warn("Record query failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "query failed")
+		a.queryFailed(w, "Record query failed", err)
 		return
 	}
 	var extra []byte // the count asked for, after the list
 	if r.URL.Query().Get("count") == "true" && q.After == nil {
 		total, complete, err := a.countRecords(r, q, len(recs), next)
 		if err != nil {
-			a.log.Warn("Record count failed", "err", err)
-			writeError(w, http.StatusInternalServerError, "query failed")
+			a.queryFailed(w, "Record count failed", err)
 			return
 		}
 		extra = fmt.Appendf(nil, `,"total":%d`, total)
@@ -379,8 +377,7 @@ func (a *API) events(w http.ResponseWriter, r *http.Request) {
 	}
 	evs, next, err := a.recs.QueryEvents(r.Context(), q)
 	if err != nil {
-		a.log.Warn("Event query failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "query failed")
+		a.queryFailed(w, "Event query failed", err)
 		return
 	}
 	writeList(w, "events", len(evs), func(dst []byte, i int) []byte { return record.AppendEventJSON(dst, &evs[i]) }, next, nil)
@@ -514,6 +511,13 @@ func decodeCursor(c string) (store.Position, error) {
 // Error is the body of every error answer.
 type Error struct {
 	Error string `json:"error"`
+}
+
+// queryFailed answers 500 "query failed" for a query of the store that
+// failed, and logs err at Warn with msg.
+func (a *API) queryFailed(w http.ResponseWriter, msg string, err error) {
+	a.log.Warn(msg, "err", err)
+	writeError(w, http.StatusInternalServerError, "query failed")
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {

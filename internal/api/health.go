@@ -2,15 +2,10 @@ package api
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
 	"math"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -97,17 +92,13 @@ const maxHistoryFile = 256 << 20
 // reported.
 func (h *History) Restore(path string, now time.Time, log *slog.Logger) error {
 	h.path, h.log = path, log
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
+	var a HealthAnswer
+	found, err := atomicfile.ReadJSON(path, maxHistoryFile, &a)
 	if err != nil {
 		return fmt.Errorf("restore health history: %w", err)
 	}
-	defer f.Close()
-	var a HealthAnswer
-	if err := json.NewDecoder(io.LimitReader(f, maxHistoryFile)).Decode(&a); err != nil {
-		return fmt.Errorf("restore health history %s: %w", path, err)
+	if !found {
+		return nil
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

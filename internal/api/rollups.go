@@ -254,6 +254,5 @@ func (a *API) rollupError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusBadRequest, "by: "+err.Error())
 		return
 	}
-	a.log.Warn("Rollup query failed", "err", err)
-	writeError(w, http.StatusInternalServerError, "query failed")
+	a.queryFailed(w, "Rollup query failed", err)
 }

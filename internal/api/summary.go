@@ -122,8 +122,7 @@ func (a *API) summary(w http.ResponseWriter, r *http.Request) {
 		}
 		evs, next, err := a.recs.QueryEvents(r.Context(), q)
 		if err != nil {
-			a.log.Warn("Summary query failed", "err", err)
-			writeError(w, http.StatusInternalServerError, "query failed")
+			a.queryFailed(w, "Summary query failed", err)
 			return
 		}
 		for i := range evs {

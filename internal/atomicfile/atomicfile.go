@@ -1,11 +1,15 @@
 // Package atomicfile replaces a file's content as a whole: the new content
 // is written to a temporary file beside it (the name with ".tmp" added),
 // which is then renamed over it, so a crash leaves the old content or the
-// new one, never a part.
+// new one, never a part. ReadJSON reads such a file back.
 package atomicfile
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
 	"os"
 )
 
@@ -28,4 +32,23 @@ func WriteJSON(path string, v any) error {
 		return err
 	}
 	return Write(path, b, 0o600)
+}
+
+// ReadJSON decodes the JSON in the file path, of which it reads at most
+// limit bytes, into v. A missing file is not an error: found is false. An
+// error opening the file is os.Open's; a decoding error is prefixed with
+// the path.
+func ReadJSON(path string, limit int64, v any) (found bool, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if err := json.NewDecoder(io.LimitReader(f, limit)).Decode(v); err != nil {
+		return true, fmt.Errorf("%s: %w", path, err)
+	}
+	return true, nil
 }

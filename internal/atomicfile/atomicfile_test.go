@@ -3,6 +3,7 @@ package atomicfile
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -25,5 +26,22 @@ func TestWriteJSON(t *testing.T) {
 	}
 	if err := WriteJSON(path, func() {}); err == nil {
 		t.Fatal("no error for a value JSON cannot encode")
+	}
+}
+
+func TestReadJSON(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f.json")
+	var v map[string]string
+	if found, err := ReadJSON(path, 1<<10, &v); found || err != nil {
+		t.Fatalf("missing file: found %v, %v", found, err)
+	}
+	if err := WriteJSON(path, map[string]string{"a": "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := ReadJSON(path, 1<<10, &v); !found || err != nil || v["a"] != "b" {
+		t.Fatalf("found %v, %v, %v", found, v, err)
+	}
+	if found, err := ReadJSON(path, 4, &v); !found || err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("cut at the limit: found %v, %v", found, err)
 	}
 }

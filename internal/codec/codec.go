@@ -81,17 +81,14 @@ func (d *Dec) uvarintSlow() uint64 {
 	return x
 }
 
-// Varint reads a signed (zig-zag) varint.
+// Varint reads a signed (zig-zag) varint: an unsigned one decoded as
+// binary.Varint does.
 func (d *Dec) Varint() int64 {
-	if d.err != nil {
-		return 0
+	ux := d.Uvarint()
+	x := int64(ux >> 1)
+	if ux&1 != 0 {
+		x = ^x
 	}
-	x, n := binary.Varint(d.b[d.off:])
-	if n <= 0 {
-		d.failVarint(n)
-		return 0
-	}
-	d.off += n
 	return x
 }
 

@@ -60,14 +60,7 @@ func (s *Shard) newFile(inc *incarnation, fileID uint32, tBeg, tEnd uint32) int3
 	for inc.files.n >= int32(s.cfg.MaxOpenFilesPerServer) {
 		s.evict(&inc.files, fileInc)
 	}
-	var i int32
-	if n := len(s.fileFree); n > 0 {
-		i = s.fileFree[n-1]
-		s.fileFree = s.fileFree[:n-1]
-	} else {
-		s.files = append(grow(s.files), fileEntry{})
-		i = int32(len(s.files) - 1)
-	}
+	i := alloc(&s.files, &s.fileFree)
 	s.files[i] = fileEntry{
 		inc: inc.id, fileID: fileID, sess: -1,
 		tOpen: tBeg, tLast: tEnd, seen: uint32(s.nowS), queued: uint32(s.nowS),

@@ -307,14 +307,7 @@ func (s *Shard) newSession(inc *incarnation, dictID uint32) int32 {
 	for inc.sessions.n >= int32(s.cfg.MaxSessionsPerServer) {
 		s.evictSession(inc.sessions.head)
 	}
-	var i int32
-	if n := len(s.sessFree); n > 0 {
-		i = s.sessFree[n-1]
-		s.sessFree = s.sessFree[:n-1]
-	} else {
-		s.sess = append(grow(s.sess), session{})
-		i = int32(len(s.sess) - 1)
-	}
+	i := alloc(&s.sess, &s.sessFree)
 	s.sess[i] = session{inc: inc.id, dictID: dictID, seen: s.nowS, files: newList()}
 	s.resizeSession(i)
 	lpush(s.sess, &s.sessLRU, sessLRU, i)

@@ -200,6 +200,20 @@ func grow[T any](s []T) []T {
 	return slices.Grow(s, max(len(s), 16))
 }
 
+// alloc returns a slot of the slab *items for a new item: the last one
+// on the free list *free, or else one appended (growing the slab as grow
+// does). The caller sets the slot.
+func alloc[T any](items *[]T, free *[]int32) int32 {
+	if n := len(*free); n > 0 {
+		i := (*free)[n-1]
+		*free = (*free)[:n-1]
+		return i
+	}
+	var zero T
+	*items = append(grow(*items), zero)
+	return int32(len(*items) - 1)
+}
+
 // RecordChunk is the number of records in one chunk of a shard's output
 // (Output.Records).
 const RecordChunk = 1024

@@ -167,27 +167,26 @@ func (s *Stats) RecordsFor(r record.Reason) uint64 {
 	return 0
 }
 
+// addEach adds src[i] to dst[i] for each i.
+func addEach(dst, src []uint64) {
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
 // Add adds o's counters and gauges to s.
 func (s *Stats) Add(o *Stats) {
 	s.Packets += o.Packets
 	s.Accounted += o.Accounted
-	for i := range s.Rejected {
-		s.Rejected[i] += o.Rejected[i]
-	}
-	for i := range s.ByKind {
-		s.ByKind[i] += o.ByKind[i]
-	}
-	for i := range s.Lost {
-		s.Lost[i] += o.Lost[i]
-	}
+	addEach(s.Rejected[:], o.Rejected[:])
+	addEach(s.ByKind[:], o.ByKind[:])
+	addEach(s.Lost[:], o.Lost[:])
 	s.Duplicates += o.Duplicates
 	s.Reordered += o.Reordered
 	s.Stale += o.Stale
 	s.SeqCollisions += o.SeqCollisions
 	s.ClockAhead += o.ClockAhead
-	for i := range s.Records {
-		s.Records[i] += o.Records[i]
-	}
+	addEach(s.Records[:], o.Records[:])
 	s.Events += o.Events
 	s.InvalidEvents += o.InvalidEvents
 	s.FRMRecords += o.FRMRecords
@@ -204,7 +203,5 @@ func (s *Stats) Add(o *Stats) {
 	s.SessionBytes += o.SessionBytes
 	s.PendingBytes += o.PendingBytes
 	s.InternBytes += o.InternBytes
-	for i := range s.Truncated {
-		s.Truncated[i] += o.Truncated[i]
-	}
+	addEach(s.Truncated[:], o.Truncated[:])
 }

@@ -2,13 +2,8 @@ package monitored
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/atomicfile"
@@ -34,17 +29,13 @@ const maxServersFile = 64 << 20
 // file is a first start.
 func (m *Monitor) Restore(path string, log *slog.Logger) error {
 	m.path, m.log = path, log
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
+	var saved []savedServer
+	found, err := atomicfile.ReadJSON(path, maxServersFile, &saved)
 	if err != nil {
 		return fmt.Errorf("restore servers heard: %w", err)
 	}
-	defer f.Close()
-	var saved []savedServer
-	if err := json.NewDecoder(io.LimitReader(f, maxServersFile)).Decode(&saved); err != nil {
-		return fmt.Errorf("restore servers heard %s: %w", path, err)
+	if !found {
+		return nil
 	}
 	names := map[string]int{}
 	for i := range numStreams {

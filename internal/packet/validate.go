@@ -76,22 +76,11 @@ func Validate(b []byte) (Kind, error) {
 			_ = it.Entry()
 		}
 		return k, nil
-	case KindGStream:
-		g, err := DecodeGStream(b)
+	case KindGStream, KindTextGStream, KindCGIGStream:
+		it, err := gstreamLines(k, b)
 		if err != nil {
 			return k, err
 		}
-		it := g.Lines()
-		for it.Next() {
-			_ = it.Line()
-		}
-		return k, nil
-	case KindTextGStream, KindCGIGStream:
-		t, err := DecodeTextGStream(b)
-		if err != nil {
-			return k, err
-		}
-		it := t.Lines()
 		for it.Next() {
 			_ = it.Line()
 		}
@@ -103,6 +92,17 @@ func Validate(b []byte) (Kind, error) {
 		return k, ErrShort
 	}
 	return k, ErrUnknownCode
+}
+
+// gstreamLines decodes a binary (k KindGStream) or text g-stream and
+// returns its lines.
+func gstreamLines(k Kind, b []byte) (LineIter, error) {
+	if k == KindGStream {
+		g, err := DecodeGStream(b)
+		return g.Lines(), err
+	}
+	t, err := DecodeTextGStream(b)
+	return t.Lines(), err
 }
 
 // validateMap decodes a map record and parses its payload by type.

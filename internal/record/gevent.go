@@ -423,17 +423,15 @@ func rawString(line []byte) json.RawMessage {
 // format, and a nil Remotes as [].
 
 func appendCacheFileClose(b []byte, c *CacheFileClose) []byte {
-	b = append(b, `{"event":`...)
-	b = appendString(b, c.Event)
-	b = append(b, `,"lfn":`...)
-	b = appendString(b, c.LFN)
-	b = appendIntMember(b, `,"size":`, c.Size)
-	b = appendIntMember(b, `,"blk_size":`, c.BlkSize)
-	b = appendIntMember(b, `,"n_blks":`, c.NBlks)
-	b = appendIntMember(b, `,"n_blks_done":`, c.NBlksDone)
-	b = appendIntMember(b, `,"access_cnt":`, c.AccessCnt)
-	b = appendIntMember(b, `,"attach_t":`, c.AttachT)
-	b = appendIntMember(b, `,"detach_t":`, c.DetachT)
+	b = appendKeyString(b, `{"event":`, c.Event)
+	b = appendKeyString(b, `,"lfn":`, c.LFN)
+	b = appendKeyInt(b, `,"size":`, c.Size)
+	b = appendKeyInt(b, `,"blk_size":`, c.BlkSize)
+	b = appendKeyInt(b, `,"n_blks":`, c.NBlks)
+	b = appendKeyInt(b, `,"n_blks_done":`, c.NBlksDone)
+	b = appendKeyInt(b, `,"access_cnt":`, c.AccessCnt)
+	b = appendKeyInt(b, `,"attach_t":`, c.AttachT)
+	b = appendKeyInt(b, `,"detach_t":`, c.DetachT)
 	b = append(b, `,"remotes":[`...)
 	for i, r := range c.Remotes {
 		if i > 0 {
@@ -442,44 +440,35 @@ func appendCacheFileClose(b []byte, c *CacheFileClose) []byte {
 		b = appendString(b, r)
 	}
 	b = append(b, ']')
-	b = appendIntMember(b, `,"b_hit":`, c.BHit)
-	b = appendIntMember(b, `,"b_miss":`, c.BMiss)
-	b = appendIntMember(b, `,"b_bypass":`, c.BBypass)
-	b = appendIntMember(b, `,"b_todisk":`, c.BToDisk)
-	b = appendIntMember(b, `,"b_prefetch":`, c.BPrefetch)
-	b = appendIntMember(b, `,"n_cks_errs":`, c.NCksErrs)
+	b = appendKeyInt(b, `,"b_hit":`, c.BHit)
+	b = appendKeyInt(b, `,"b_miss":`, c.BMiss)
+	b = appendKeyInt(b, `,"b_bypass":`, c.BBypass)
+	b = appendKeyInt(b, `,"b_todisk":`, c.BToDisk)
+	b = appendKeyInt(b, `,"b_prefetch":`, c.BPrefetch)
+	b = appendKeyInt(b, `,"n_cks_errs":`, c.NCksErrs)
 	return append(b, '}')
 }
 
 func appendTPCTransfer(b []byte, t *TPCTransfer) []byte {
-	b = append(b, `{"protocol":`...)
-	b = appendString(b, t.Protocol)
-	b = append(b, `,"client":`...)
-	b = appendString(b, t.Client)
-	b = append(b, `,"begin":`...)
-	b = appendTime(b, t.Begin)
-	b = append(b, `,"end":`...)
-	b = appendTime(b, t.End)
-	b = appendIntMember(b, `,"rc":`, t.RC)
-	b = appendUintMember(b, `,"streams":`, t.Streams)
-	b = append(b, `,"type":`...)
-	b = appendString(b, t.Type)
-	b = appendIntMember(b, `,"ip_version":`, t.IPVersion)
-	b = append(b, `,"src":`...)
-	b = appendString(b, t.Src)
-	b = append(b, `,"dst":`...)
-	b = appendString(b, t.Dst)
-	b = appendUintMember(b, `,"size":`, t.Size)
+	b = appendKeyString(b, `{"protocol":`, t.Protocol)
+	b = appendKeyString(b, `,"client":`, t.Client)
+	b = appendKeyTime(b, `,"begin":`, t.Begin)
+	b = appendKeyTime(b, `,"end":`, t.End)
+	b = appendKeyInt(b, `,"rc":`, t.RC)
+	b = appendKeyUint(b, `,"streams":`, t.Streams)
+	b = appendKeyString(b, `,"type":`, t.Type)
+	b = appendKeyInt(b, `,"ip_version":`, t.IPVersion)
+	b = appendKeyString(b, `,"src":`, t.Src)
+	b = appendKeyString(b, `,"dst":`, t.Dst)
+	b = appendKeyUint(b, `,"size":`, t.Size)
 	return append(b, '}')
 }
 
 func appendThrottleUpdate(b []byte, t *ThrottleUpdate) []byte {
-	b = append(b, `{"event":`...)
-	b = appendString(b, t.Event)
-	b = append(b, `,"io_wait":`...)
-	b = appendFloat(b, t.IOWait)
-	b = appendIntMember(b, `,"io_active":`, t.IOActive)
-	b = appendUintMember(b, `,"io_total":`, t.IOTotal)
+	b = appendKeyString(b, `{"event":`, t.Event)
+	b = appendKeyFloat(b, `,"io_wait":`, t.IOWait)
+	b = appendKeyInt(b, `,"io_active":`, t.IOActive)
+	b = appendKeyUint(b, `,"io_total":`, t.IOTotal)
 	return append(b, '}')
 }
 
@@ -517,10 +506,9 @@ func appendOSSStats(b []byte, o *OSSStats) []byte {
 		o.SlowOpenT, o.SlowReadT, o.SlowReadvT, o.SlowPgReadT, o.SlowWriteT, o.SlowPgWriteT,
 		o.SlowDirlistT, o.SlowStatT, o.SlowTruncateT, o.SlowUnlinkT, o.SlowRenameT, o.SlowChmodT,
 	}
-	b = append(b, `{"event":`...)
-	b = appendString(b, o.Event)
+	b = appendKeyString(b, `{"event":`, o.Event)
 	for i, v := range counts {
-		b = appendUintMember(b, ossCountNames[i], v)
+		b = appendKeyUint(b, ossCountNames[i], v)
 	}
 	for i, v := range times {
 		b = append(b, ossTimeNames[i]...)
@@ -539,25 +527,14 @@ func appendHTTPCounters(b []byte, h HTTPCounters) []byte {
 		}
 		c := h[k]
 		b = appendString(b, k)
-		b = appendUintMember(b, `:{"count":`, c.Count)
-		b = appendUintMember(b, `,"errors_network":`, c.ErrorsNetwork)
-		b = appendUintMember(b, `,"errors_xrootd":`, c.ErrorsXrootd)
-		b = appendUintMember(b, `,"success":`, c.Success)
-		b = append(b, `,"duration_seconds":`...)
-		b = appendFloat(b, c.DurationSeconds)
+		b = appendKeyUint(b, `:{"count":`, c.Count)
+		b = appendKeyUint(b, `,"errors_network":`, c.ErrorsNetwork)
+		b = appendKeyUint(b, `,"errors_xrootd":`, c.ErrorsXrootd)
+		b = appendKeyUint(b, `,"success":`, c.Success)
+		b = appendKeyFloat(b, `,"duration_seconds":`, c.DurationSeconds)
 		b = append(b, '}')
 	}
 	return append(b, '}')
-}
-
-// appendIntMember appends name (the text before the value) and v.
-func appendIntMember(b []byte, name string, v int64) []byte {
-	return strconv.AppendInt(append(b, name...), v, 10)
-}
-
-// appendUintMember appends name (the text before the value) and v.
-func appendUintMember(b []byte, name string, v uint64) []byte {
-	return strconv.AppendUint(append(b, name...), v, 10)
 }
 
 // The fast paths below type the producer's own compact lines in one pass,
@@ -704,6 +681,11 @@ func appendStr(b, v []byte) []byte {
 	b = append(b, '"')
 	b = append(b, v...)
 	return append(b, '"')
+}
+
+// appendKeyStr appends key and v as appendStr does.
+func appendKeyStr(b []byte, key string, v []byte) []byte {
+	return appendStr(append(b, key...), v)
 }
 
 // cacheMembers are the CacheFileClose member names in field order.
@@ -880,23 +862,16 @@ func fastTPCTransfer(line []byte) ([]byte, bool) {
 		return nil, false
 	}
 	b := make([]byte, 0, len(line)+64)
-	b = append(b, `{"protocol":`...)
-	b = appendStr(b, proto)
-	b = append(b, `,"client":`...)
-	b = appendStr(b, client)
-	b = append(b, `,"begin":`...)
-	b = appendTime(b, begT)
-	b = append(b, `,"end":`...)
-	b = appendTime(b, endT)
-	b = appendIntMember(b, `,"rc":`, rc)
-	b = appendUintMember(b, `,"streams":`, streams)
-	b = append(b, `,"type":`...)
-	b = appendStr(b, typ)
-	b = appendIntMember(b, `,"ip_version":`, ipv)
-	b = append(b, `,"src":`...)
-	b = appendStr(b, src)
-	b = append(b, `,"dst":`...)
-	b = appendStr(b, dst)
-	b = appendUintMember(b, `,"size":`, size)
+	b = appendKeyStr(b, `{"protocol":`, proto)
+	b = appendKeyStr(b, `,"client":`, client)
+	b = appendKeyTime(b, `,"begin":`, begT)
+	b = appendKeyTime(b, `,"end":`, endT)
+	b = appendKeyInt(b, `,"rc":`, rc)
+	b = appendKeyUint(b, `,"streams":`, streams)
+	b = appendKeyStr(b, `,"type":`, typ)
+	b = appendKeyInt(b, `,"ip_version":`, ipv)
+	b = appendKeyStr(b, `,"src":`, src)
+	b = appendKeyStr(b, `,"dst":`, dst)
+	b = appendKeyUint(b, `,"size":`, size)
 	return append(b, '}'), true
 }

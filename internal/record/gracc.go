@@ -15,41 +15,30 @@ import (
 // has room.
 func AppendGRACC(dst []byte, r *Record) []byte {
 	startMs, endMs := r.Start.UnixMilli(), r.End.UnixMilli()
-	dst = append(dst, `{"timestamp":`...)
-	dst = strconv.AppendInt(dst, endMs, 10)
-	dst = append(dst, `,"start_time":`...)
-	dst = strconv.AppendInt(dst, startMs, 10)
-	dst = append(dst, `,"end_time":`...)
-	dst = strconv.AppendInt(dst, endMs, 10)
+	dst = appendKeyInt(dst, `{"timestamp":`, endMs)
+	dst = appendKeyInt(dst, `,"start_time":`, startMs)
+	dst = appendKeyInt(dst, `,"end_time":`, endMs)
 	dst = append(dst, `,"HasFileCloseMsg":`...)
 	if r.Reason == Complete {
 		dst = append(dst, '1')
 	} else {
 		dst = append(dst, '0')
 	}
-	dst = append(dst, `,"operation_time":`...)
-	dst = strconv.AppendInt(dst, (endMs-startMs)/1000, 10)
+	dst = appendKeyInt(dst, `,"operation_time":`, (endMs-startMs)/1000)
 
-	dst = append(dst, `,"server_hostname":`...)
-	dst = appendString(dst, serverHostname(r))
-	dst = append(dst, `,"server_ip":`...)
-	dst = appendString(dst, r.ServerIP)
+	dst = appendKeyString(dst, `,"server_hostname":`, serverHostname(r))
+	dst = appendKeyString(dst, `,"server_ip":`, r.ServerIP)
 	dst = append(dst, `,"serverID":"`...)
 	dst = appendServerID(dst, r)
-	dst = append(dst, `","server":`...)
-	dst = appendString(dst, r.ServerIP)
-	dst = append(dst, `,"site":`...)
-	dst = appendString(dst, r.Site)
+	dst = appendKeyString(dst, `","server":`, r.ServerIP)
+	dst = appendKeyString(dst, `,"site":`, r.Site)
 
 	if sessionKnown(r) {
-		dst = append(dst, `,"user":`...)
-		dst = appendString(dst, r.User)
-		dst = append(dst, `,"host":`...)
-		dst = appendString(dst, r.ClientHost)
+		dst = appendKeyString(dst, `,"user":`, r.User)
+		dst = appendKeyString(dst, `,"host":`, r.ClientHost)
 		dst = optString(dst, `,"user_domain":`, clientDomain(r))
 		dst = optString(dst, `,"protocol":`, r.Protocol)
-		dst = append(dst, `,"ipv6":`...)
-		dst = appendBool(dst, r.IPv6)
+		dst = appendKeyBool(dst, `,"ipv6":`, r.IPv6)
 	}
 	dst = optString(dst, `,"user_dn":`, userDN(r))
 	dst = optString(dst, `,"vo":`, r.VO)
@@ -58,26 +47,18 @@ func AppendGRACC(dst []byte, r *Record) []byte {
 
 	switch {
 	case r.Path != "" || r.Reason != NoOpen:
-		dst = append(dst, `,"filename":`...)
-		dst = appendString(dst, r.Path)
-		dst = append(dst, `,"filesize":`...)
-		dst = strconv.AppendInt(dst, fileSize(r), 10)
-		dst = append(dst, `,"dirname1":`...)
-		dst = appendString(dst, firstComponents(r.Path, 2))
-		dst = append(dst, `,"dirname2":`...)
-		dst = appendString(dst, firstComponents(r.Path, 3))
-		dst = append(dst, `,"logical_dirname":`...)
-		dst = appendString(dst, logicalDirname(r.Path))
+		dst = appendKeyString(dst, `,"filename":`, r.Path)
+		dst = appendKeyInt(dst, `,"filesize":`, fileSize(r))
+		dst = appendKeyString(dst, `,"dirname1":`, firstComponents(r.Path, 2))
+		dst = appendKeyString(dst, `,"dirname2":`, firstComponents(r.Path, 3))
+		dst = appendKeyString(dst, `,"logical_dirname":`, logicalDirname(r.Path))
 	default:
 		dst = append(dst, `,"filename":"missing directory","filesize":-1,"logical_dirname":"missing directory"`...)
 	}
 
-	dst = append(dst, `,"read":`...)
-	dst = strconv.AppendInt(dst, r.ReadBytes, 10)
-	dst = append(dst, `,"readv":`...)
-	dst = strconv.AppendInt(dst, r.ReadvBytes, 10)
-	dst = append(dst, `,"write":`...)
-	dst = strconv.AppendInt(dst, r.WriteBytes, 10)
+	dst = appendKeyInt(dst, `,"read":`, r.ReadBytes)
+	dst = appendKeyInt(dst, `,"readv":`, r.ReadvBytes)
+	dst = appendKeyInt(dst, `,"write":`, r.WriteBytes)
 
 	if r.HasOps {
 		s := opStats(r)
@@ -112,14 +93,6 @@ func AppendGRACC(dst []byte, r *Record) []byte {
 		}
 	}
 	return append(dst, '}')
-}
-
-func appendKeyInt(dst []byte, key string, v int64) []byte {
-	return strconv.AppendInt(append(dst, key...), v, 10)
-}
-
-func appendKeyFloat(dst []byte, key string, v float64) []byte {
-	return appendFloat(append(dst, key...), v)
 }
 
 // sessionKnown reports whether the record carries the session of its user

@@ -58,21 +58,16 @@ func (e errUnknownFlavour) Error() string {
 func AppendGRACCGo(dst []byte, r *Record) []byte {
 	start, end := r.Start.Unix(), r.End.Unix()
 	known := sessionKnown(r)
-	dst = append(dst, `{"@timestamp":`...)
-	dst = appendTime(dst, r.Received)
+	dst = appendKeyTime(dst, `{"@timestamp":`, r.Received)
 	dst = appendKeyInt(dst, `,"start_time":`, start)
 	dst = appendKeyInt(dst, `,"end_time":`, end)
 	dst = appendKeyInt(dst, `,"operation_time":`, end-start)
 	dst = append(dst, `,"serverID":"`...)
 	dst = appendServerID(dst, r)
-	dst = append(dst, `","server_hostname":`...)
-	dst = appendString(dst, serverHostname(r))
-	dst = append(dst, `,"server":`...)
-	dst = appendString(dst, r.ServerIP)
-	dst = append(dst, `,"server_ip":`...)
-	dst = appendString(dst, r.ServerIP)
-	dst = append(dst, `,"site":`...)
-	dst = appendString(dst, orDefault(r.Site, "UNKNOWN"))
+	dst = appendKeyString(dst, `","server_hostname":`, serverHostname(r))
+	dst = appendKeyString(dst, `,"server":`, r.ServerIP)
+	dst = appendKeyString(dst, `,"server_ip":`, r.ServerIP)
+	dst = appendKeyString(dst, `,"site":`, orDefault(r.Site, "UNKNOWN"))
 	dst = append(dst, `,"user":`...)
 	if known {
 		dst = appendString(dst, r.User)
@@ -82,8 +77,7 @@ func AppendGRACCGo(dst []byte, r *Record) []byte {
 		dst = strconv.AppendInt(dst, int64(int32(r.UserDictID)), 16)
 		dst = append(dst, '"')
 	}
-	dst = append(dst, `,"user_dn":`...)
-	dst = appendString(dst, userDN(r))
+	dst = appendKeyString(dst, `,"user_dn":`, userDN(r))
 	dst = optString(dst, `,"user_domain":`, clientDomain(r))
 	if r.VO != "" {
 		dst = append(dst, `,"vo":"`...)
@@ -97,8 +91,7 @@ func AppendGRACCGo(dst []byte, r *Record) []byte {
 		dst = append(dst, `"unknown"`...)
 	}
 	dst = appendTokenFields(dst, r)
-	dst = append(dst, `,"filename":`...)
-	dst = appendString(dst, orDefault(r.Path, "unknown"))
+	dst = appendKeyString(dst, `,"filename":`, orDefault(r.Path, "unknown"))
 	dst = appendGoDirnames(dst, r.Path)
 	dst = append(dst, `,"protocol":`...)
 	if known {
@@ -106,10 +99,8 @@ func AppendGRACCGo(dst []byte, r *Record) []byte {
 	} else {
 		dst = append(dst, `"unknown"`...)
 	}
-	dst = append(dst, `,"appinfo":`...)
-	dst = appendString(dst, r.AppInfo)
-	dst = append(dst, `,"ipv6":`...)
-	dst = appendBool(dst, r.IPv6)
+	dst = appendKeyString(dst, `,"appinfo":`, r.AppInfo)
+	dst = appendKeyBool(dst, `,"ipv6":`, r.IPv6)
 	dst = appendKeyInt(dst, `,"filesize":`, r.FileSize)
 
 	dst = appendKeyInt(dst, `,"read_operations":`, int64(r.ReadOps))

@@ -124,31 +124,53 @@ func appendBool(dst []byte, v bool) []byte {
 	return append(dst, "false"...)
 }
 
-// The opt* helpers append `key` and the value unless the value is the zero
-// value (omitempty). key includes the leading comma, quotes and colon.
+// The appendKey* helpers append `key` and the value; key includes the
+// leading comma (or brace), quotes and colon. The opt* helpers do the same
+// unless the value is the zero value (omitempty).
+
+func appendKeyString(dst []byte, key, v string) []byte {
+	return appendString(append(dst, key...), v)
+}
+
+func appendKeyInt(dst []byte, key string, v int64) []byte {
+	return strconv.AppendInt(append(dst, key...), v, 10)
+}
+
+func appendKeyUint(dst []byte, key string, v uint64) []byte {
+	return strconv.AppendUint(append(dst, key...), v, 10)
+}
+
+func appendKeyFloat(dst []byte, key string, v float64) []byte {
+	return appendFloat(append(dst, key...), v)
+}
+
+func appendKeyBool(dst []byte, key string, v bool) []byte {
+	return appendBool(append(dst, key...), v)
+}
+
+func appendKeyTime(dst []byte, key string, t time.Time) []byte {
+	return appendTime(append(dst, key...), t)
+}
 
 func optString(dst []byte, key, v string) []byte {
 	if v == "" {
 		return dst
 	}
-	dst = append(dst, key...)
-	return appendString(dst, v)
+	return appendKeyString(dst, key, v)
 }
 
 func optInt(dst []byte, key string, v int64) []byte {
 	if v == 0 {
 		return dst
 	}
-	dst = append(dst, key...)
-	return strconv.AppendInt(dst, v, 10)
+	return appendKeyInt(dst, key, v)
 }
 
 func optUint(dst []byte, key string, v uint64) []byte {
 	if v == 0 {
 		return dst
 	}
-	dst = append(dst, key...)
-	return strconv.AppendUint(dst, v, 10)
+	return appendKeyUint(dst, key, v)
 }
 
 func optBool(dst []byte, key string, v bool) []byte {
@@ -162,8 +184,7 @@ func optFloat(dst []byte, key string, v float64) []byte {
 	if v == 0 {
 		return dst
 	}
-	dst = append(dst, key...)
-	return appendFloat(dst, v)
+	return appendKeyFloat(dst, key, v)
 }
 
 // AppendJSON appends the native JSON encoding of r (docs/records.md) to dst
@@ -171,25 +192,18 @@ func optFloat(dst []byte, key string, v float64) []byte {
 // encoding/json.Marshal gives for r when r's times are in UTC (times are
 // always written in UTC). It does not allocate when dst has room.
 func AppendJSON(dst []byte, r *Record) []byte {
-	dst = append(dst, `{"record_id":`...)
-	dst = appendString(dst, r.RecordID)
+	dst = appendKeyString(dst, `{"record_id":`, r.RecordID)
 	dst = optString(dst, `,"reason":`, string(r.Reason))
-	dst = append(dst, `,"start":`...)
-	dst = appendTime(dst, r.Start)
-	dst = append(dst, `,"end":`...)
-	dst = appendTime(dst, r.End)
+	dst = appendKeyTime(dst, `,"start":`, r.Start)
+	dst = appendKeyTime(dst, `,"end":`, r.End)
 	dst = optBool(dst, `,"start_unknown":`, r.StartUnknown)
-	dst = append(dst, `,"received":`...)
-	dst = appendTime(dst, r.Received)
+	dst = appendKeyTime(dst, `,"received":`, r.Received)
 	dst = optBool(dst, `,"clock_ahead":`, r.ClockAhead)
 
-	dst = append(dst, `,"server_ip":`...)
-	dst = appendString(dst, r.ServerIP)
+	dst = appendKeyString(dst, `,"server_ip":`, r.ServerIP)
 	dst = optString(dst, `,"server_host":`, r.ServerHost)
-	dst = append(dst, `,"server_id":`...)
-	dst = strconv.AppendUint(dst, r.ServerID, 10)
-	dst = append(dst, `,"server_stod":`...)
-	dst = strconv.AppendInt(dst, r.ServerStod, 10)
+	dst = appendKeyUint(dst, `,"server_id":`, r.ServerID)
+	dst = appendKeyInt(dst, `,"server_stod":`, r.ServerStod)
 	dst = optString(dst, `,"site":`, r.Site)
 	dst = optString(dst, `,"instance":`, r.Instance)
 	dst = optString(dst, `,"program":`, r.Program)
@@ -218,20 +232,15 @@ func AppendJSON(dst []byte, r *Record) []byte {
 	dst = optInt(dst, `,"experiment":`, int64(r.Experiment))
 	dst = optInt(dst, `,"activity":`, int64(r.Activity))
 
-	dst = append(dst, `,"file_id":`...)
-	dst = strconv.AppendUint(dst, uint64(r.FileID), 10)
+	dst = appendKeyUint(dst, `,"file_id":`, uint64(r.FileID))
 	dst = optString(dst, `,"path":`, r.Path)
-	dst = append(dst, `,"file_size":`...)
-	dst = strconv.AppendInt(dst, r.FileSize, 10)
+	dst = appendKeyInt(dst, `,"file_size":`, r.FileSize)
 	dst = optBool(dst, `,"read_write":`, r.ReadWrite)
 	dst = optBool(dst, `,"forced":`, r.Forced)
 
-	dst = append(dst, `,"read_bytes":`...)
-	dst = strconv.AppendInt(dst, r.ReadBytes, 10)
-	dst = append(dst, `,"readv_bytes":`...)
-	dst = strconv.AppendInt(dst, r.ReadvBytes, 10)
-	dst = append(dst, `,"write_bytes":`...)
-	dst = strconv.AppendInt(dst, r.WriteBytes, 10)
+	dst = appendKeyInt(dst, `,"read_bytes":`, r.ReadBytes)
+	dst = appendKeyInt(dst, `,"readv_bytes":`, r.ReadvBytes)
+	dst = appendKeyInt(dst, `,"write_bytes":`, r.WriteBytes)
 
 	dst = optBool(dst, `,"has_ops":`, r.HasOps)
 	dst = optInt(dst, `,"read_ops":`, int64(r.ReadOps))
@@ -268,23 +277,15 @@ func AppendJSON(dst []byte, r *Record) []byte {
 // events the output equals encoding/json.Marshal's when the times are in
 // UTC. It does not allocate when dst has room.
 func AppendEventJSON(dst []byte, e *Event) []byte {
-	dst = append(dst, `{"event_id":`...)
-	dst = appendString(dst, e.EventID)
-	dst = append(dst, `,"type":`...)
-	dst = appendString(dst, string(e.Type))
-	dst = append(dst, `,"provider":`...)
-	dst = appendString(dst, e.Provider)
-	dst = append(dst, `,"time":`...)
-	dst = appendTime(dst, e.Time)
-	dst = append(dst, `,"received":`...)
-	dst = appendTime(dst, e.Received)
-	dst = append(dst, `,"server_ip":`...)
-	dst = appendString(dst, e.ServerIP)
+	dst = appendKeyString(dst, `{"event_id":`, e.EventID)
+	dst = appendKeyString(dst, `,"type":`, string(e.Type))
+	dst = appendKeyString(dst, `,"provider":`, e.Provider)
+	dst = appendKeyTime(dst, `,"time":`, e.Time)
+	dst = appendKeyTime(dst, `,"received":`, e.Received)
+	dst = appendKeyString(dst, `,"server_ip":`, e.ServerIP)
 	dst = optString(dst, `,"server_host":`, e.ServerHost)
-	dst = append(dst, `,"server_id":`...)
-	dst = strconv.AppendUint(dst, e.ServerID, 10)
-	dst = append(dst, `,"server_stod":`...)
-	dst = strconv.AppendInt(dst, e.ServerStod, 10)
+	dst = appendKeyUint(dst, `,"server_id":`, e.ServerID)
+	dst = appendKeyInt(dst, `,"server_stod":`, e.ServerStod)
 	dst = optString(dst, `,"site":`, e.Site)
 	dst = append(dst, `,"data":`...)
 	if len(e.Data) == 0 {
@@ -292,7 +293,6 @@ func AppendEventJSON(dst []byte, e *Event) []byte {
 	} else {
 		dst = append(dst, e.Data...)
 	}
-	dst = append(dst, `,"valid":`...)
-	dst = appendBool(dst, e.Valid)
+	dst = appendKeyBool(dst, `,"valid":`, e.Valid)
 	return append(dst, '}')
 }

@@ -277,70 +277,67 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 		bb.reset(seq + 1)
 		return nil
 	}
-	// dup reports whether id was stored by an earlier process after its
-	// last checkpoint (the entries a restart may produce again) or earlier
-	// in this batch.
+	// dup reports (and counts in dups) whether id was stored by an
+	// earlier process after its last checkpoint (the entries a restart may
+	// produce again) or earlier in this batch.
 	dup := func(rid uint64) bool {
-		if _, ok := s.recent[rid]; ok {
-			return true
+		_, ok := s.recent[rid]
+		if !ok {
+			_, ok = s.batchIDs[rid]
 		}
-		if _, ok := s.batchIDs[rid]; ok {
+		if ok {
+			dups++
 			return true
 		}
 		s.batchIDs[rid] = struct{}{}
 		return false
 	}
+	// put adds the next entry to the block (and, with listeners, e with
+	// its Seq to s.appended), and writes the block when it is full.
+	put := func(kind byte, rid uint64, t int64, clamped bool, data []byte, e Entry) error {
+		seq++
+		if clamped {
+			s.m.timesClamped.Inc()
+		}
+		bb.add(kind, seq, rid, t, data)
+		if listen {
+			e.Seq = seq
+			s.appended = append(s.appended, e)
+		}
+		if bb.full() {
+			return flush()
+		}
+		return nil
+	}
 	for i := range recs {
 		r := &recs[i]
 		rid := entryID(r.RecordID)
 		if dup(rid) {
-			dups++
 			continue
 		}
 		if err := s.postRecord(ctx, bb, r); err != nil {
 			return 0, 0, 0, err
 		}
-		seq++
 		t, clamped := recordIndexTime(r)
-		if clamped {
-			s.m.timesClamped.Inc()
-		}
-		bb.add(entryRecord, seq, rid, t, b.get(i))
-		if listen {
-			s.appended = append(s.appended, Entry{Seq: seq, Record: r})
+		if err := put(entryRecord, rid, t, clamped, b.get(i), Entry{Record: r}); err != nil {
+			return 0, 0, 0, err
 		}
 		nrec++
-		if bb.full() {
-			if err := flush(); err != nil {
-				return 0, 0, 0, err
-			}
-		}
 	}
 	for i := range evs {
 		e := &evs[i]
 		rid := entryID(e.EventID)
 		if dup(rid) {
-			dups++
 			continue
 		}
 		if err := s.postServer(ctx, bb, e.ServerHost, e.ServerIP, e.Site); err != nil {
 			return 0, 0, 0, fmt.Errorf("event %s: %w", e.EventID, err)
 		}
-		seq++
 		t, clamped := indexTime(e.Time, e.Received)
-		if clamped {
-			s.m.timesClamped.Inc()
-		}
-		bb.add(entryEvent, seq, rid, t, b.get(len(recs)+i))
-		if listen {
-			s.appended = append(s.appended, Entry{Seq: seq, Event: e})
+		if err := put(entryEvent, rid, t, clamped, b.get(len(recs)+i), Entry{Event: e}); err != nil {
+			return 0, 0, 0, err
 		}
 		nev++
-		if bb.full() {
-			if err := flush(); err != nil {
-				return 0, 0, 0, err
-			}
-		}
 	}
 	// Progress snapshots are posted and timed as the progress events that
 	// stood for them before: by server and site, at End.
@@ -348,27 +345,16 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 		p := &progress[i]
 		rid := b.pids[i]
 		if dup(rid) {
-			dups++
 			continue
 		}
 		if err := s.postServer(ctx, bb, p.ServerHost, p.ServerIP, p.Site); err != nil {
 			return 0, 0, 0, fmt.Errorf("progress snapshot of file %d: %w", p.FileID, err)
 		}
-		seq++
 		t, clamped := indexTime(p.End, p.Received)
-		if clamped {
-			s.m.timesClamped.Inc()
-		}
-		bb.add(entryProgress, seq, rid, t, b.get(len(recs)+len(evs)+i))
-		if listen {
-			s.appended = append(s.appended, Entry{Seq: seq, Progress: p})
+		if err := put(entryProgress, rid, t, clamped, b.get(len(recs)+len(evs)+i), Entry{Progress: p}); err != nil {
+			return 0, 0, 0, err
 		}
 		nev++
-		if bb.full() {
-			if err := flush(); err != nil {
-				return 0, 0, 0, err
-			}
-		}
 	}
 	if err := flush(); err != nil {
 		return 0, 0, 0, err

@@ -44,39 +44,33 @@ func (s *Store) SetCursor(ctx context.Context, sink string, seq int64) error {
 	if sink == "" || seq < 0 {
 		return fmt.Errorf("set cursor %q to %d: %w", sink, seq, ErrInvalid)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("set cursor %s: %w", sink, ErrClosed)
-	}
-	_, err := s.wc.ExecContext(ctx, `INSERT INTO cursors (sink, seq, updated_ns) VALUES (?, ?, ?)
+	return s.writeLocked("set cursor "+sink, func() error {
+		_, err := s.wc.ExecContext(ctx, `INSERT INTO cursors (sink, seq, updated_ns) VALUES (?, ?, ?)
 		ON CONFLICT (sink) DO UPDATE SET seq = excluded.seq, updated_ns = excluded.updated_ns`,
-		sink, seq, time.Now().UnixNano())
-	if err != nil {
-		return fmt.Errorf("set cursor %s: %w", sink, err)
-	}
-	s.cursorMu.Lock()
-	s.cursors[sink] = seq
-	s.markRunning(sink)
-	s.cursorMu.Unlock()
-	return nil
+			sink, seq, time.Now().UnixNano())
+		if err != nil {
+			return err
+		}
+		s.cursorMu.Lock()
+		s.cursors[sink] = seq
+		s.markRunning(sink)
+		s.cursorMu.Unlock()
+		return nil
+	})
 }
 
 // DeleteCursor unregisters sink, so it no longer holds back retention. Use
 // it when a sink is removed from the configuration for good.
 func (s *Store) DeleteCursor(ctx context.Context, sink string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("delete cursor %s: %w", sink, ErrClosed)
-	}
-	if _, err := s.wc.ExecContext(ctx, `DELETE FROM cursors WHERE sink = ?`, sink); err != nil {
-		return fmt.Errorf("delete cursor %s: %w", sink, err)
-	}
-	s.cursorMu.Lock()
-	delete(s.cursors, sink)
-	s.cursorMu.Unlock()
-	return nil
+	return s.writeLocked("delete cursor "+sink, func() error {
+		if _, err := s.wc.ExecContext(ctx, `DELETE FROM cursors WHERE sink = ?`, sink); err != nil {
+			return err
+		}
+		s.cursorMu.Lock()
+		delete(s.cursors, sink)
+		s.cursorMu.Unlock()
+		return nil
+	})
 }
 
 // Sinks returns the registered sinks and their cursors.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -63,26 +64,13 @@ func (s *Store) PutDeadLetter(ctx context.Context, sink string, e Entry, reason 
 // DeadLetters returns the dead letters of sink ("" for every sink) with an
 // id greater than after, oldest first, at most limit of them.
 func (r *Reader) DeadLetters(ctx context.Context, sink string, after int64, limit int) ([]DeadLetter, error) {
-	rows, err := r.rdb.QueryContext(ctx, `SELECT id, sink, seq, entry_id, kind, data, error, time_ns FROM dead_letters
-		WHERE id > ? AND (? = '' OR sink = ?) ORDER BY id LIMIT ?`, after, sink, sink, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read dead letters: %w", err)
-	}
-	defer rows.Close()
-	var out []DeadLetter
-	for rows.Next() {
-		var d DeadLetter
+	return queryAll(ctx, r.rdb, "read dead letters", func(rows *sql.Rows, d *DeadLetter) error {
 		var ns int64
-		if err := rows.Scan(&d.ID, &d.Sink, &d.Seq, &d.EntryID, &d.Kind, &d.Data, &d.Error, &ns); err != nil {
-			return nil, fmt.Errorf("read dead letters: %w", err)
-		}
+		err := rows.Scan(&d.ID, &d.Sink, &d.Seq, &d.EntryID, &d.Kind, &d.Data, &d.Error, &ns)
 		d.Time = time.Unix(0, ns).UTC()
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read dead letters: %w", err)
-	}
-	return out, nil
+		return err
+	}, `SELECT id, sink, seq, entry_id, kind, data, error, time_ns FROM dead_letters
+		WHERE id > ? AND (? = '' OR sink = ?) ORDER BY id LIMIT ?`, after, sink, sink, limit)
 }
 
 // DeleteDeadLetters removes dead letters once an operator has dealt with

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -52,11 +51,6 @@ func (q *EventQuery) match(e *record.Event, t int64) bool {
 // postings: a filter by server or site is applied to every event of the
 // window.
 func (r *Reader) QueryEvents(ctx context.Context, q EventQuery) ([]record.Event, *Position, error) {
-	limit := q.Limit
-	if limit <= 0 {
-		limit = 1000
-	}
-	limit = min(limit, 100000)
 	cond, args := []string{"events > 0"}, []any{}
 	if !q.From.IsZero() {
 		cond, args = append(cond, "max_ns >= ?"), append(args, q.From.UnixNano())
@@ -68,23 +62,8 @@ func (r *Reader) QueryEvents(ctx context.Context, q EventQuery) ([]record.Event,
 	if q.Newest {
 		order = " ORDER BY max_ns DESC, first_seq DESC"
 	}
-	cands, err := r.candidates(ctx, "SELECT first_seq, min_ns, max_ns FROM blocks WHERE "+strings.Join(cond, " AND ")+order, args, q.After, q.Newest,
-		func(rows *sql.Rows, c *blockCand) (bool, error) { return true, rows.Scan(&c.first, &c.minNs, &c.maxNs) })
-	if err != nil {
-		return nil, nil, fmt.Errorf("query events: %w", err)
-	}
-	pg := pager[record.Event]{limit: limit, newest: q.Newest, maxBytes: q.MaxBytes}
-	err = scan(ctx, r, "query events", cands, entryEvent, &pg, q.After,
-		func(data []byte, e *record.Event) (int64, bool, error) {
-			if err := record.DecodeStoredEvent(data, e); err != nil {
-				return 0, false, err
-			}
-			t := eventTime(e)
-			return t, q.match(e, t), nil
-		})
-	if err != nil {
-		return nil, nil, err
-	}
-	out, next := pg.page()
-	return out, next, nil
+	pg := pager[record.Event]{limit: pageLimit(q.Limit), newest: q.Newest, maxBytes: q.MaxBytes}
+	return list(ctx, r, "query events", "SELECT first_seq, min_ns, max_ns FROM blocks WHERE "+strings.Join(cond, " AND ")+order, args,
+		func(rows *sql.Rows, c *blockCand) (bool, error) { return true, rows.Scan(&c.first, &c.minNs, &c.maxNs) },
+		entryEvent, pg, q.After, record.DecodeStoredEvent, eventTime, q.match)
 }

@@ -285,11 +285,6 @@ func (r *Reader) Query(ctx context.Context, q Query) ([]record.Record, error) {
 // (Limit records), the position to pass as After for the next page; nil
 // when there are no more.
 func (r *Reader) QueryPage(ctx context.Context, q Query) ([]record.Record, *Position, error) {
-	limit := q.Limit
-	if limit <= 0 {
-		limit = 1000
-	}
-	limit = min(limit, 100000)
 	plan, err := r.plan(ctx, q)
 	if err != nil {
 		return nil, nil, fmt.Errorf("query records: %w", err)
@@ -298,7 +293,8 @@ func (r *Reader) QueryPage(ctx context.Context, q Query) ([]record.Record, *Posi
 		return nil, nil, nil
 	}
 	query, args := querySQL(q, &plan)
-	cands, err := r.candidates(ctx, query, args, q.After, q.Newest, func(rows *sql.Rows, c *blockCand) (bool, error) {
+	pg := pager[record.Record]{limit: pageLimit(q.Limit), newest: q.Newest, maxBytes: q.MaxBytes}
+	return list(ctx, r, "query records", query, args, func(rows *sql.Rows, c *blockCand) (bool, error) {
 		var names []byte
 		var isPosted bool
 		if err := rows.Scan(&c.first, &c.minNs, &c.maxNs, &isPosted, &names); err != nil {
@@ -312,24 +308,16 @@ func (r *Reader) QueryPage(ctx context.Context, q Query) ([]record.Record, *Posi
 			return false, fmt.Errorf("block %d: %w", c.first, err)
 		}
 		return plan.has(ids), nil
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("query records: %w", err)
+	}, entryRecord, pg, q.After, record.DecodeStored, recordTime, q.match)
+}
+
+// pageLimit is the page size of a listing asked for limit entries: 1000
+// when limit is not positive, at most 100000.
+func pageLimit(limit int) int {
+	if limit <= 0 {
+		return 1000
 	}
-	pg := pager[record.Record]{limit: limit, newest: q.Newest, maxBytes: q.MaxBytes}
-	err = scan(ctx, r, "query records", cands, entryRecord, &pg, q.After,
-		func(data []byte, rec *record.Record) (int64, bool, error) {
-			if err := record.DecodeStored(data, rec); err != nil {
-				return 0, false, err
-			}
-			t := recordTime(rec)
-			return t, q.match(rec, t), nil
-		})
-	if err != nil {
-		return nil, nil, err
-	}
-	out, next := pg.page()
-	return out, next, nil
+	return min(limit, 100000)
 }
 
 // blockCand is a block that may hold entries a listing wants.
@@ -359,19 +347,26 @@ func (r *Reader) candidates(ctx context.Context, query string, args []any, after
 	return cands, rows.Err()
 }
 
-// scan visits the blocks cands in the listing's order and adds to pg the
-// entries of kind that decode says match (it decodes data into its
-// value and returns the entry's time), after the cursor after; it stops as
-// soon as pg is past the next block.
-func scan[T any](ctx context.Context, r *Reader, what string, cands []blockCand, kind byte, pg *pager[T], after *Position,
-	decode func(data []byte, v *T) (t int64, match bool, err error)) error {
+// list returns the page pg keeps of a listing, and the position of the
+// next page: of the blocks that query selects and keep keeps (see
+// candidates), it visits them in the listing's order and adds to pg the
+// entries of kind that come after the cursor after and that match (decode
+// decodes an entry's data into its value, timeOf gives the entry's time);
+// it stops as soon as pg is past the next block. what starts its errors.
+func list[T any](ctx context.Context, r *Reader, what, query string, args []any, keep func(rows *sql.Rows, c *blockCand) (bool, error),
+	kind byte, pg pager[T], after *Position,
+	decode func(data []byte, v *T) error, timeOf func(v *T) int64, match func(v *T, t int64) bool) ([]T, *Position, error) {
+	cands, err := r.candidates(ctx, query, args, after, pg.newest, keep)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
 	for _, c := range cands {
 		if pg.past(c.minNs, c.maxNs) {
 			break
 		}
 		raw, err := r.block(ctx, c.first)
 		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+			return nil, nil, fmt.Errorf("%s: %w", what, err)
 		}
 		it := newEntryIter(raw, c.first)
 		for it.next() {
@@ -379,22 +374,23 @@ func scan[T any](ctx context.Context, r *Reader, what string, cands []blockCand,
 				continue
 			}
 			var v T
-			t, match, err := decode(it.cur.data, &v)
-			if err != nil {
-				return fmt.Errorf("%s: decode seq %d: %w", what, it.cur.seq, err)
+			if err := decode(it.cur.data, &v); err != nil {
+				return nil, nil, fmt.Errorf("%s: decode seq %d: %w", what, it.cur.seq, err)
 			}
-			if match && after.passed(pg.newest, t, it.cur.seq) {
+			t := timeOf(&v)
+			if match(&v, t) && after.passed(pg.newest, t, it.cur.seq) {
 				pg.add(t, it.cur.seq, len(it.cur.data), v)
 			}
 		}
 		if it.err != nil {
-			return fmt.Errorf("%s: block %d: %w", what, c.first, it.err)
+			return nil, nil, fmt.Errorf("%s: block %d: %w", what, c.first, it.err)
 		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
-	return nil
+	out, next := pg.page()
+	return out, next, nil
 }
 
 // beyond reports whether a block of entries timed in [minNs, maxNs] is
@@ -673,23 +669,34 @@ type CursorInfo struct {
 
 // Cursors returns the cursors kept in the store, by sink name.
 func (r *Reader) Cursors(ctx context.Context) ([]CursorInfo, error) {
-	rows, err := r.rdb.QueryContext(ctx, `SELECT sink, seq, updated_ns FROM cursors ORDER BY sink`)
+	return queryAll(ctx, r.rdb, "read cursors", func(rows *sql.Rows, c *CursorInfo) error {
+		var ns int64
+		err := rows.Scan(&c.Sink, &c.Seq, &ns)
+		c.Updated = time.Unix(0, ns).UTC()
+		return err
+	}, `SELECT sink, seq, updated_ns FROM cursors ORDER BY sink`)
+}
+
+// queryAll runs query on db and returns its rows, each read by scan; what
+// starts the errors.
+func queryAll[T any](ctx context.Context, db interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}, what string, scan func(rows *sql.Rows, v *T) error, query string, args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read cursors: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []CursorInfo
+	var out []T
 	for rows.Next() {
-		var c CursorInfo
-		var ns int64
-		if err := rows.Scan(&c.Sink, &c.Seq, &ns); err != nil {
-			return nil, fmt.Errorf("read cursors: %w", err)
+		var v T
+		if err := scan(rows, &v); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		c.Updated = time.Unix(0, ns).UTC()
-		out = append(out, c)
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read cursors: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }

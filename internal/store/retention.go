@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -133,23 +134,11 @@ func (s *Store) deleteBlocksLocked(ctx context.Context, sel string, args ...any)
 		first, n int64
 		names    []byte
 	}
-	var vs []victim
-	rows, err := s.wc.QueryContext(ctx, sel, args...)
+	vs, err := queryAll(ctx, s.wc, "select blocks", func(rows *sql.Rows, v *victim) error {
+		return rows.Scan(&v.first, &v.n, &v.names)
+	}, sel, args...)
 	if err != nil {
-		return 0, 0, fmt.Errorf("select blocks: %w", err)
-	}
-	for rows.Next() {
-		var v victim
-		if err := rows.Scan(&v.first, &v.n, &v.names); err != nil {
-			rows.Close()
-			return 0, 0, fmt.Errorf("select blocks: %w", err)
-		}
-		vs = append(vs, v)
-	}
-	err = rows.Err()
-	rows.Close()
-	if err != nil {
-		return 0, 0, fmt.Errorf("select blocks: %w", err)
+		return 0, 0, err
 	}
 	if len(vs) == 0 {
 		_, err := s.wc.ExecContext(ctx, "ROLLBACK")

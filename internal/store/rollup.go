@@ -87,35 +87,31 @@ func (s *Store) DropRollupPartsAfter(ctx context.Context, part int64) (int64, er
 // rolled back if not; a full disk is reported as ErrFull. fn's statements
 // run with a context that is never cancelled (see sqlCtx); ctx is checked
 // before the transaction begins.
-func (s *Store) rollupTx(ctx context.Context, what string, fn func(ctx context.Context) error) (err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("%s: %w", what, ErrClosed)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	ctx = sqlCtx(ctx)
-	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("%s: begin: %w", what, err)
-	}
-	defer func() {
-		if err != nil {
-			s.rollback()
-			if isDiskFull(err) {
-				s.setFull(true, "disk full", err)
-				s.m.fullRefusals.Inc()
-				err = fullErr{err}
-			}
-			err = fmt.Errorf("%s: %w", what, err)
+func (s *Store) rollupTx(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+	return s.writeLocked(what, func() (err error) {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-	}()
-	if err := fn(ctx); err != nil {
+		ctx := sqlCtx(ctx)
+		if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				s.rollback()
+				if isDiskFull(err) {
+					s.setFull(true, "disk full", err)
+					s.m.fullRefusals.Inc()
+					err = fullErr{err}
+				}
+			}
+		}()
+		if err := fn(ctx); err != nil {
+			return err
+		}
+		_, err = s.wc.ExecContext(ctx, "COMMIT")
 		return err
-	}
-	_, err = s.wc.ExecContext(ctx, "COMMIT")
-	return err
+	})
 }
 
 // commitRollup is CommitRollup's transaction. Call with mu held.

@@ -145,26 +145,16 @@ func migrateV2(ctx context.Context, tx *sql.Tx) error {
 	if _, err := tx.ExecContext(ctx, schemaV2); err != nil {
 		return err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT seq, record_id, end_ns, server, server_ip, site, user_name, path, reason, data
-		FROM records_v1 ORDER BY seq`)
-	if err != nil {
-		return fmt.Errorf("read version 1 records: %w", err)
-	}
 	type v1row struct {
 		seq, end                                       int64
 		id, server, ip, site, user, path, reason, data string
 	}
-	var old []v1row
-	for rows.Next() {
-		var r v1row
-		if err := rows.Scan(&r.seq, &r.id, &r.end, &r.server, &r.ip, &r.site, &r.user, &r.path, &r.reason, &r.data); err != nil {
-			rows.Close()
-			return fmt.Errorf("read version 1 records: %w", err)
-		}
-		old = append(old, r)
-	}
-	if err := rows.Close(); err != nil {
-		return fmt.Errorf("read version 1 records: %w", err)
+	old, err := queryAll(ctx, tx, "read version 1 records", func(rows *sql.Rows, r *v1row) error {
+		return rows.Scan(&r.seq, &r.id, &r.end, &r.server, &r.ip, &r.site, &r.user, &r.path, &r.reason, &r.data)
+	}, `SELECT seq, record_id, end_ns, server, server_ip, site, user_name, path, reason, data
+		FROM records_v1 ORDER BY seq`)
+	if err != nil {
+		return err
 	}
 	d := newDict(1 << 20)
 	for _, r := range old {

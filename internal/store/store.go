@@ -158,12 +158,8 @@ func (o *Options) fill() error {
 	}
 	units.Default(&o.RetentionInterval, d.RetentionInterval)
 	units.Default(&o.BatchSize, d.BatchSize)
-	switch o.Synchronous {
-	case "":
-		o.Synchronous = d.Synchronous
-	case SyncFull, SyncNormal:
-	default:
-		return fmt.Errorf("synchronous %q: want %s or %s", o.Synchronous, SyncFull, SyncNormal)
+	if err := units.DefaultChoice(&o.Synchronous, d.Synchronous, "synchronous", SyncFull, SyncNormal); err != nil {
+		return err
 	}
 	units.Default(&o.BusyTimeout, d.BusyTimeout)
 	units.Default(&o.ReadConns, d.ReadConns)
@@ -340,6 +336,20 @@ func (s *Store) open() error {
 	}
 	if s.Reader, err = newReader(s.opts); err != nil {
 		return err
+	}
+	return nil
+}
+
+// writeLocked runs fn with mu held, unless the store is closed
+// (ErrClosed); what starts the errors.
+func (s *Store) writeLocked(what string, fn func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("%s: %w", what, ErrClosed)
+	}
+	if err := fn(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ package units
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -114,15 +115,7 @@ func (d Duration) String() string {
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return errors.New("expected a duration such as 30s, 24h or 90d")
-	}
-	v, err := ParseDuration(n.Value)
-	if err != nil {
-		return err
-	}
-	*d = v
-	return nil
+	return unmarshalScalar(n, d, ParseDuration, "expected a duration such as 30s, 24h or 90d")
 }
 
 // MarshalYAML implements yaml.Marshaler.
@@ -188,15 +181,7 @@ func (b ByteSize) String() string {
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return errors.New("expected a size such as 65536 or 64MiB")
-	}
-	v, err := ParseByteSize(n.Value)
-	if err != nil {
-		return err
-	}
-	*b = v
-	return nil
+	return unmarshalScalar(n, b, ParseByteSize, "expected a size such as 65536 or 64MiB")
 }
 
 // MarshalYAML implements yaml.Marshaler.
@@ -214,4 +199,31 @@ func Default[T ~int | ~int32 | ~int64 | ~float64](v *T, def T) {
 	if *v <= 0 {
 		*v = def
 	}
+}
+
+// DefaultChoice sets *v to def when *v is empty; otherwise *v must be one
+// of choices, and the error names the setting what and the choices.
+func DefaultChoice(v *string, def, what string, choices ...string) error {
+	if *v == "" {
+		*v = def
+		return nil
+	}
+	if slices.Contains(choices, *v) {
+		return nil
+	}
+	return fmt.Errorf("%s %q: want %s", what, *v, strings.Join(choices, " or "))
+}
+
+// unmarshalScalar sets *dst to the value parse reads from the scalar n;
+// a node that is not a scalar is the error expected.
+func unmarshalScalar[T any](n *yaml.Node, dst *T, parse func(string) (T, error), expected string) error {
+	if n.Kind != yaml.ScalarNode {
+		return errors.New(expected)
+	}
+	v, err := parse(n.Value)
+	if err != nil {
+		return err
+	}
+	*dst = v
+	return nil
 }

@@ -91,12 +91,8 @@ func (o *Options) fill() error {
 	if o.Schema == "" {
 		o.Schema = d.Schema
 	}
-	switch o.Partition {
-	case "":
-		o.Partition = d.Partition
-	case PartitionDay, PartitionMonth:
-	default:
-		return fmt.Errorf("partition %q: want %s or %s", o.Partition, PartitionDay, PartitionMonth)
+	if err := units.DefaultChoice(&o.Partition, d.Partition, "partition", PartitionDay, PartitionMonth); err != nil {
+		return err
 	}
 	if o.PartitionsAhead < 0 {
 		o.PartitionsAhead = 0

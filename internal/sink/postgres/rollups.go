@@ -149,11 +149,7 @@ func (x *rollupExporter) run(ctx context.Context) {
 }
 
 func (x *rollupExporter) close() {
-	if x.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = x.conn.Close(ctx)
-		cancel()
-	}
+	closeConn(x.conn)
 	x.conn = nil
 }
 
@@ -161,19 +157,10 @@ func (x *rollupExporter) connect(ctx context.Context) error {
 	if x.conn != nil && !x.conn.IsClosed() {
 		return nil
 	}
-	conn, err := pgx.ConnectConfig(ctx, x.cfg)
+	conn, err := connectSchema(ctx, x.cfg, x.opts.Schema,
+		`CREATE TEMP TABLE IF NOT EXISTS `+stageRollups+` (LIKE {{S}}.rollups INCLUDING DEFAULTS) ON COMMIT DELETE ROWS`)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	if err := Migrate(ctx, conn, x.opts.Schema); err != nil {
-		conn.Close(ctx)
 		return err
-	}
-	s := pgx.Identifier{x.opts.Schema}.Sanitize()
-	q := `CREATE TEMP TABLE IF NOT EXISTS ` + stageRollups + ` (LIKE ` + s + `.rollups INCLUDING DEFAULTS) ON COMMIT DELETE ROWS`
-	if _, err := conn.Exec(ctx, q); err != nil {
-		conn.Close(ctx)
-		return fmt.Errorf("create staging table: %w", err)
 	}
 	x.conn = conn
 	return nil

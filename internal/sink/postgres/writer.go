@@ -36,8 +36,7 @@ type Writer struct {
 	partitions map[string]bool // suffixes known to exist
 	// the statements of the fast path (COPY into the tables) and of the
 	// deduplicating one (COPY into staging, then INSERT ... ON CONFLICT)
-	copyRecords, copyStageRecords, insRecords string
-	copyEvents, copyStageEvents, insEvents    string
+	recordSQL, eventSQL loadSQL
 	// dupes: the last batch was (in part) a redelivery; load through
 	// staging until a batch holds no duplicate.
 	dupes bool
@@ -72,40 +71,37 @@ func NewWriter(url string, opts Options, log *slog.Logger) (*Writer, error) {
 		return `COPY ` + table + ` (` + strings.Join(cols, ", ") + `) FROM STDIN (FORMAT binary)`
 	}
 	return &Writer{
-		cfg:              cfg,
-		opts:             opts,
-		log:              log,
-		partitions:       map[string]bool{},
-		copyRecords:      copySQL(s+`.records`, recordColumns),
-		copyStageRecords: copySQL(stageRecords, recordColumns),
-		insRecords:       `INSERT INTO ` + s + `.records SELECT * FROM ` + stageRecords + ` ON CONFLICT DO NOTHING`,
-		copyEvents:       copySQL(s+`.events`, eventColumns),
-		copyStageEvents:  copySQL(stageEvents, eventColumns),
-		insEvents: `INSERT INTO ` + s + `.events (` + strings.Join(eventColumns, ", ") + `) SELECT ` +
-			strings.Join(eventColumns, ", ") + ` FROM ` + stageEvents + ` ON CONFLICT DO NOTHING`,
+		cfg:        cfg,
+		opts:       opts,
+		log:        log,
+		partitions: map[string]bool{},
+		recordSQL: loadSQL{
+			direct: copySQL(s+`.records`, recordColumns),
+			stage:  copySQL(stageRecords, recordColumns),
+			insert: `INSERT INTO ` + s + `.records SELECT * FROM ` + stageRecords + ` ON CONFLICT DO NOTHING`,
+		},
+		eventSQL: loadSQL{
+			direct: copySQL(s+`.events`, eventColumns),
+			stage:  copySQL(stageEvents, eventColumns),
+			insert: `INSERT INTO ` + s + `.events (` + strings.Join(eventColumns, ", ") + `) SELECT ` +
+				strings.Join(eventColumns, ", ") + ` FROM ` + stageEvents + ` ON CONFLICT DO NOTHING`,
+		},
 	}, nil
 }
+
+// loadSQL are the statements that load one table: COPY into it (the fast
+// path), and COPY into its staging table then INSERT ... ON CONFLICT (the
+// deduplicating one).
+type loadSQL struct{ direct, stage, insert string }
 
 // Connect opens the connection, creates or migrates the schema and the
 // staging tables.
 func (w *Writer) Connect(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, w.cfg)
+	conn, err := connectSchema(ctx, w.cfg, w.opts.Schema,
+		`CREATE TEMP TABLE IF NOT EXISTS `+stageRecords+` (LIKE {{S}}.records) ON COMMIT DELETE ROWS`,
+		`CREATE TEMP TABLE IF NOT EXISTS `+stageEvents+` (LIKE {{S}}.events) ON COMMIT DELETE ROWS`)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	if err := Migrate(ctx, conn, w.opts.Schema); err != nil {
-		conn.Close(ctx)
 		return err
-	}
-	s := pgx.Identifier{w.opts.Schema}.Sanitize()
-	for _, q := range []string{
-		`CREATE TEMP TABLE IF NOT EXISTS ` + stageRecords + ` (LIKE ` + s + `.records) ON COMMIT DELETE ROWS`,
-		`CREATE TEMP TABLE IF NOT EXISTS ` + stageEvents + ` (LIKE ` + s + `.events) ON COMMIT DELETE ROWS`,
-	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			conn.Close(ctx)
-			return fmt.Errorf("create staging table: %w", err)
-		}
 	}
 	w.conn = conn
 	clear(w.partitions)
@@ -114,14 +110,43 @@ func (w *Writer) Connect(ctx context.Context) error {
 	return nil
 }
 
+// connectSchema connects with cfg, creates or migrates schema (Migrate)
+// and creates the staging tables of this connection with the statements
+// staging, in which {{S}} stands for the schema.
+func connectSchema(ctx context.Context, cfg *pgx.ConnConfig, schema string, staging ...string) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	if err := Migrate(ctx, conn, schema); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	s := pgx.Identifier{schema}.Sanitize()
+	for _, q := range staging {
+		if _, err := conn.Exec(ctx, strings.ReplaceAll(q, "{{S}}", s)); err != nil {
+			conn.Close(ctx)
+			return nil, fmt.Errorf("create staging table: %w", err)
+		}
+	}
+	return conn, nil
+}
+
 // Close closes the connection, if open.
 func (w *Writer) Close() {
-	if w.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = w.conn.Close(ctx)
-		cancel()
-	}
+	closeConn(w.conn)
 	w.conn = nil
+}
+
+// closeConn closes conn, if not nil, giving it a second to say goodbye to
+// the server.
+func closeConn(conn *pgx.Conn) {
+	if conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = conn.Close(ctx)
+	cancel()
 }
 
 // Conn returns the open connection, connecting it if need be: a cluster
@@ -226,52 +251,52 @@ func (w *Writer) loadTx(ctx context.Context, staged bool) error {
 			return err
 		}
 	}
-	skipped := false
-	if len(w.recs) > 0 {
-		w.copy.reset()
-		for _, r := range w.recs {
-			w.copy.record(r)
-		}
-		n, err := w.copyIn(ctx, staged, w.copyRecords, w.copyStageRecords, w.insRecords, len(w.recs))
-		if err != nil {
-			return fmt.Errorf("load records: %w", err)
-		}
-		skipped = skipped || n < int64(len(w.recs))
+	skippedRecs, err := w.loadTable(ctx, staged, w.recordSQL, len(w.recs), func(i int) { w.copy.record(w.recs[i]) })
+	if err != nil {
+		return fmt.Errorf("load records: %w", err)
 	}
-	if len(w.evs) > 0 {
-		w.copy.reset()
-		for _, e := range w.evs {
-			w.copy.event(e)
-		}
-		n, err := w.copyIn(ctx, staged, w.copyEvents, w.copyStageEvents, w.insEvents, len(w.evs))
-		if err != nil {
-			return fmt.Errorf("load events: %w", err)
-		}
-		skipped = skipped || n < int64(len(w.evs))
+	skippedEvs, err := w.loadTable(ctx, staged, w.eventSQL, len(w.evs), func(i int) { w.copy.event(w.evs[i]) })
+	if err != nil {
+		return fmt.Errorf("load events: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	if staged && !skipped {
+	if staged && !skippedRecs && !skippedEvs {
 		w.dupes = false
 	}
 	return nil
 }
 
-// copyIn sends w.copy with the direct COPY statement, or with the staging
-// one followed by the insert; it returns the rows inserted.
-func (w *Writer) copyIn(ctx context.Context, staged bool, direct, stage, insert string, rows int) (int64, error) {
+// loadTable encodes rows rows into w.copy (add appends row i) and copies them
+// into the table of q (see copyIn). It reports whether any row was skipped
+// as there already; with no rows it does nothing.
+func (w *Writer) loadTable(ctx context.Context, staged bool, q loadSQL, rows int, add func(i int)) (skipped bool, err error) {
+	if rows == 0 {
+		return false, nil
+	}
+	w.copy.reset()
+	for i := range rows {
+		add(i)
+	}
+	n, err := w.copyIn(ctx, staged, q, rows)
+	return n < int64(rows), err
+}
+
+// copyIn sends w.copy with the direct COPY statement of q, or with the
+// staging one followed by the insert; it returns the rows inserted.
+func (w *Writer) copyIn(ctx context.Context, staged bool, q loadSQL, rows int) (int64, error) {
 	pc := w.conn.PgConn()
 	if !staged {
-		if _, err := pc.CopyFrom(ctx, bytes.NewReader(w.copy.finish()), direct); err != nil {
+		if _, err := pc.CopyFrom(ctx, bytes.NewReader(w.copy.finish()), q.direct); err != nil {
 			return 0, fmt.Errorf("copy: %w", err)
 		}
 		return int64(rows), nil
 	}
-	if _, err := pc.CopyFrom(ctx, bytes.NewReader(w.copy.finish()), stage); err != nil {
+	if _, err := pc.CopyFrom(ctx, bytes.NewReader(w.copy.finish()), q.stage); err != nil {
 		return 0, fmt.Errorf("copy to staging: %w", err)
 	}
-	tag, err := w.conn.Exec(ctx, insert)
+	tag, err := w.conn.Exec(ctx, q.insert)
 	if err != nil {
 		return 0, fmt.Errorf("insert: %w", err)
 	}

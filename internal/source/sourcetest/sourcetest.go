@@ -16,21 +16,11 @@ import (
 // absent (as in a clone made elsewhere).
 func RealPacketsPath(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatalf("getwd: %v", err)
+	p := findData(t, "real-packets.jsonl")
+	if p == "" {
+		t.Skip("shared/data/real-packets.jsonl not found above the package directory")
 	}
-	for {
-		p := filepath.Join(dir, "shared", "data", "real-packets.jsonl")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("shared/data/real-packets.jsonl not found above the package directory")
-		}
-		dir = parent
-	}
+	return p
 }
 
 // UseCaseCapturePath returns the path of shared/data/use-case-capture.jsonl
@@ -39,21 +29,32 @@ func RealPacketsPath(t testing.TB) string {
 // it is absent the test is skipped, or fails when CI=true (CI has it).
 func UseCaseCapturePath(t testing.TB) string {
 	t.Helper()
+	p := findData(t, "use-case-capture.jsonl")
+	if p == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("shared/data/use-case-capture.jsonl not found above the package directory (CI=true)")
+		}
+		t.Skip("shared/data/use-case-capture.jsonl not found above the package directory")
+	}
+	return p
+}
+
+// findData returns the path of shared/data/name, found by walking up from
+// the working directory, or "" when there is none.
+func findData(t testing.TB, name string) string {
+	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatalf("getwd: %v", err)
 	}
 	for {
-		p := filepath.Join(dir, "shared", "data", "use-case-capture.jsonl")
+		p := filepath.Join(dir, "shared", "data", name)
 		if _, err := os.Stat(p); err == nil {
 			return p
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			if os.Getenv("CI") == "true" {
-				t.Fatal("shared/data/use-case-capture.jsonl not found above the package directory (CI=true)")
-			}
-			t.Skip("shared/data/use-case-capture.jsonl not found above the package directory")
+			return ""
 		}
 		dir = parent
 	}
