@@ -100,12 +100,8 @@ func benchLoadgen(b *testing.B, cfg loadgen.Config) {
 func BenchmarkSnapshotLoadgen(b *testing.B) {
 	cfg := loadgen.DefaultConfig()
 	cfg.Count, cfg.Duration, cfg.KeepRecords = 1_500_000, 0, false
-	g, err := loadgen.New(cfg)
+	mem, _, err := loadgen.InMemory(context.Background(), cfg)
 	if err != nil {
-		b.Fatal(err)
-	}
-	var mem loadgen.Memory
-	if _, err := g.Run(context.Background(), &mem); err != nil {
 		b.Fatal(err)
 	}
 	s := correlate.NewShard(correlate.DefaultConfig())

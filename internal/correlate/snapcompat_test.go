@@ -19,12 +19,8 @@ func compatShard(t *testing.T) *correlate.Shard {
 	t.Helper()
 	cfg := loadgen.DefaultConfig()
 	cfg.Count, cfg.Duration, cfg.Seed, cfg.KeepRecords = 5_000, 0, 7, false
-	g, err := loadgen.New(cfg)
+	mem, _, err := loadgen.InMemory(context.Background(), cfg)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var mem loadgen.Memory
-	if _, err := g.Run(context.Background(), &mem); err != nil {
 		t.Fatal(err)
 	}
 	s := correlate.NewShard(correlate.DefaultConfig())

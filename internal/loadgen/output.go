@@ -82,6 +82,22 @@ type Memory struct {
 	Servers []int // the server index of each packet
 }
 
+// InMemory generates cfg's workload into memory: its packets, and the
+// truth they make (tests and benchmarks that feed a correlator or a
+// pipeline directly).
+func InMemory(ctx context.Context, cfg Config) (*Memory, *Truth, error) {
+	g, err := New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	mem := &Memory{}
+	truth, err := g.Run(ctx, mem)
+	if err != nil {
+		return nil, nil, err
+	}
+	return mem, truth, nil
+}
+
 // Bind implements Output.
 func (m *Memory) Bind(s []netip.AddrPort) ([]netip.AddrPort, error) { return s, nil }
 

@@ -50,12 +50,8 @@ func workload(t testing.TB) []source.Packet {
 	cfg.Servers, cfg.Clients, cfg.Seed = 4, 16, 1
 	cfg.Duration, cfg.Count = 0, 200_000
 	cfg.KeepRecords = false
-	g, err := loadgen.New(cfg)
+	mem, _, err := loadgen.InMemory(context.Background(), cfg)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var mem loadgen.Memory
-	if _, err := g.Run(context.Background(), &mem); err != nil {
 		t.Fatal(err)
 	}
 	return mem.Packets
