@@ -606,38 +606,82 @@ func openSize(k *record.AccessKey) int64 { return int64(96 + len(k.ServerIP)) }
 type slab struct {
 	aggs  []Agg
 	keys  []byte
-	users []uint32
+	users []uint32 // room not yet given out
 	hists []hbucket
 }
 
 const (
 	slabAggs  = 256
 	slabBytes = 64 << 10
-	slabSmall = 8 // users and buckets a new series has room for
+	// A new series has room for slabUsers users and slabBuckets buckets
+	// of each distribution: most series of a minute hold a record or two
+	// (a user's, a directory's), and room is head bytes that a flush
+	// writes early for. A series that outgrows its room gets twice as
+	// much, from the slab too (room).
+	slabUsers   = 4
+	slabBuckets = 2
+	slabRoom    = 4096 // users or buckets of a chunk of room
 )
 
-// agg returns a new series' sums with room for a few users and buckets.
-func (s *slab) agg() *Agg {
+// agg returns a new series' sums with room for nu users and nb buckets of
+// each distribution.
+func (s *slab) agg(nu, nb int) *Agg {
 	if len(s.aggs) == cap(s.aggs) {
 		s.aggs = make([]Agg, 0, slabAggs)
-		s.users = make([]uint32, 0, slabAggs*slabSmall)
-		s.hists = make([]hbucket, 0, 2*slabAggs*slabSmall)
 	}
 	s.aggs = s.aggs[:len(s.aggs)+1]
 	a := &s.aggs[len(s.aggs)-1]
-	n := len(s.users)
-	s.users = s.users[:n+slabSmall]
-	a.Users.small = s.users[n : n : n+slabSmall] // a full slice grows by copying, never into its neighbour
-	n = len(s.hists)
-	s.hists = s.hists[:n+2*slabSmall]
-	a.Duration.b = s.hists[n : n : n+slabSmall]
-	a.Size.b = s.hists[n+slabSmall : n+slabSmall : n+2*slabSmall]
+	a.Users.small = s.userRoom(nu)
+	a.Duration.b = s.histRoom(nb)
+	a.Size.b = s.histRoom(nb)
 	return a
+}
+
+// userRoom returns an empty slice with room for n users: a full one grows
+// by copying (room), never into its neighbour.
+func (s *slab) userRoom(n int) []uint32 {
+	if n > slabRoom/8 {
+		return make([]uint32, 0, n)
+	}
+	if cap(s.users)-len(s.users) < n {
+		s.users = make([]uint32, 0, slabRoom)
+	}
+	k := len(s.users)
+	s.users = s.users[:k+n]
+	return s.users[k:k:k+n]
+}
+
+// histRoom returns an empty slice with room for n buckets.
+func (s *slab) histRoom(n int) []hbucket {
+	if n > slabRoom/8 {
+		return make([]hbucket, 0, n)
+	}
+	if cap(s.hists)-len(s.hists) < n {
+		s.hists = make([]hbucket, 0, slabRoom)
+	}
+	k := len(s.hists)
+	s.hists = s.hists[:k+n]
+	return s.hists[k:k:k+n]
+}
+
+// room makes sure that a can count one more user and one more bucket of
+// each distribution without allocating: a full set gets twice the room,
+// from the slab.
+func (s *slab) room(a *Agg) {
+	if u := a.Users.small; len(u) == cap(u) && a.Users.hll == nil && len(u) < smallUsers {
+		a.Users.small = append(s.userRoom(min(max(2*len(u), slabUsers), smallUsers)), u...)
+	}
+	if h := a.Duration.b; len(h) == cap(h) {
+		a.Duration.b = append(s.histRoom(max(2*len(h), slabBuckets)), h...)
+	}
+	if h := a.Size.b; len(h) == cap(h) {
+		a.Size.b = append(s.histRoom(max(2*len(h), slabBuckets)), h...)
+	}
 }
 
 // clone returns a copy of a in the slab.
 func (s *slab) clone(a *Agg) *Agg {
-	c := s.agg()
+	c := s.agg(max(len(a.Users.small), slabUsers), max(len(a.Duration.b), len(a.Size.b), slabBuckets))
 	users := c.Users.small
 	dur, size := c.Duration.b, c.Size.b
 	*c = Agg{ReadBytes: a.ReadBytes, ReadvBytes: a.ReadvBytes, WriteBytes: a.WriteBytes, Transfers: a.Transfers,
@@ -675,7 +719,7 @@ type lastSeries struct {
 // aggOverhead is the bytes of a new series in the head besides its key:
 // the Agg, the room for users and buckets the slab gives it, and its map
 // slot.
-const aggOverhead = int64(unsafe.Sizeof(Agg{})) + slabSmall*4 + 2*slabSmall*int64(unsafe.Sizeof(hbucket{})) + 64
+const aggOverhead = int64(unsafe.Sizeof(Agg{})) + slabUsers*4 + 2*slabBuckets*int64(unsafe.Sizeof(hbucket{})) + 64
 
 // add applies d to every series of r in the minute of time t. It
 // allocates only for a series the minute does not hold yet.
@@ -701,11 +745,14 @@ func (b *Builder) add(t int64, r *record.Record, d *delta) {
 		a := c.agg
 		if a == nil || c.min != start || string(c.key) != string(b.keyBuf) {
 			if a = m[string(b.keyBuf)]; a == nil {
-				a = b.slab.agg()
+				a = b.slab.agg(slabUsers, slabBuckets)
 				m[b.slab.key(b.keyBuf)] = a
 				b.headBytes += int64(len(b.keyBuf)) + aggOverhead
 			}
 			c.min, c.key, c.agg = start, append(c.key[:0], b.keyBuf...), a
+		}
+		if d.closed && (len(a.Users.small) == cap(a.Users.small) || len(a.Duration.b) == cap(a.Duration.b) || len(a.Size.b) == cap(a.Size.b)) {
+			b.slab.room(a)
 		}
 		b.headBytes += a.apply(d)
 	}
