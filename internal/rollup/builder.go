@@ -648,7 +648,7 @@ func (s *slab) userRoom(n int) []uint32 {
 	}
 	k := len(s.users)
 	s.users = s.users[:k+n]
-	return s.users[k:k:k+n]
+	return s.users[k : k : k+n]
 }
 
 // histRoom returns an empty slice with room for n buckets.
@@ -661,7 +661,7 @@ func (s *slab) histRoom(n int) []hbucket {
 	}
 	k := len(s.hists)
 	s.hists = s.hists[:k+n]
-	return s.hists[k:k:k+n]
+	return s.hists[k : k : k+n]
 }
 
 // room makes sure that a can count one more user and one more bucket of
