@@ -94,7 +94,7 @@ func (c Config) budget(share int64) int64 { return c.MaxStateBytes * share / 100
 
 // setFilePath sets the path of file fi, keeping the byte count.
 func (s *Shard) setFilePath(fi int32, p string) {
-	f := &s.files[fi]
+	f := s.files.at(fi)
 	d := int64(len(p)) - int64(len(f.path))
 	s.fileBytes += d
 	if inc := s.incOf(f.inc); inc != nil {
@@ -107,7 +107,7 @@ func (s *Shard) setFilePath(fi int32, p string) {
 // own texts, and the login and token details it points to (shared between
 // sessions with the same payload, so counted conservatively, once each).
 func (s *Shard) resizeSession(i int32) {
-	ss := &s.sess[i]
+	ss := s.sess.at(i)
 	c := sessionOverhead + int64(len(ss.userText)) + int64(len(ss.appInfo)) + loginCost(ss.login) + tokenCost(ss.token)
 	s.sessBytes += c - ss.cost
 	if inc := s.incOf(ss.inc); inc != nil {
@@ -159,10 +159,10 @@ func (s *Shard) delPendingPath(k uint64) {
 // in tests, where it must equal the counts kept incrementally).
 func (s *Shard) recount() (files, sessions, pending int64) {
 	for _, fi := range s.fileIdx {
-		files += fileOverhead + int64(len(s.files[fi].path))
+		files += fileOverhead + int64(len(s.files.at(fi).path))
 	}
 	for _, i := range s.sessIdx {
-		ss := &s.sess[i]
+		ss := s.sess.at(i)
 		sessions += sessionOverhead + int64(len(ss.userText)) + int64(len(ss.appInfo)) + loginCost(ss.login) + tokenCost(ss.token)
 	}
 	for _, p := range s.paths {
@@ -182,13 +182,13 @@ func (s *Shard) recountBytes() {
 		inc.fileBytes, inc.sessBytes = 0, 0
 	}
 	for _, fi := range s.fileIdx {
-		if inc := s.incOf(s.files[fi].inc); inc != nil {
-			inc.fileBytes += fileOverhead + int64(len(s.files[fi].path))
+		if inc := s.incOf(s.files.at(fi).inc); inc != nil {
+			inc.fileBytes += fileOverhead + int64(len(s.files.at(fi).path))
 		}
 	}
 	s.sessBytes = 0
 	for _, i := range s.sessIdx {
-		s.sess[i].cost = 0
+		s.sess.at(i).cost = 0
 		s.resizeSession(i)
 	}
 	s.pendBytes = 0

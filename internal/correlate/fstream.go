@@ -47,7 +47,7 @@ func (s *Shard) newFile(inc *incarnation, fileID uint32, tBeg, tEnd uint32) int3
 			s.evict(&s.lru, fileLRU)
 		} else {
 			i := s.pendFiles.head
-			s.finishFile(i, s.files[i].pend, s.files[i].tLast, nil)
+			s.finishFile(i, s.files.at(i).pend, s.files.at(i).tLast, nil)
 		}
 	}
 	for s.fileBytes >= s.cfg.budget(shareFiles) {
@@ -60,16 +60,16 @@ func (s *Shard) newFile(inc *incarnation, fileID uint32, tBeg, tEnd uint32) int3
 	for inc.files.n >= int32(s.cfg.MaxOpenFilesPerServer) {
 		s.evict(&inc.files, fileInc)
 	}
-	i := alloc(&s.files, &s.fileFree)
-	s.files[i] = fileEntry{
+	i := s.files.alloc()
+	*s.files.at(i) = fileEntry{
 		inc: inc.id, fileID: fileID, sess: -1,
 		tOpen: tBeg, tLast: tEnd, seen: uint32(s.nowS), queued: uint32(s.nowS),
 	}
 	s.fileIdx[dictKey(inc.id, fileID)] = i
 	s.fileBytes += fileOverhead
 	inc.fileBytes += fileOverhead
-	lpush(s.files, &s.lru, fileLRU, i)
-	lpush(s.files, &inc.files, fileInc, i)
+	lpush(&s.files, &s.lru, fileLRU, i)
+	lpush(&s.files, &inc.files, fileInc, i)
 	return i
 }
 
@@ -77,19 +77,19 @@ func (s *Shard) newFile(inc *incarnation, fileID uint32, tBeg, tEnd uint32) int3
 // hint is a slab index where that session may be (-1: no idea); it is
 // used, saving a look-up, only if it holds that session.
 func (s *Shard) linkSession(fi int32, inc *incarnation, hint int32) {
-	f := &s.files[fi]
+	f := s.files.at(fi)
 	if f.sess >= 0 || f.user == 0 {
 		return
 	}
 	si := hint
-	if si < 0 || int(si) >= len(s.sess) || s.sess[si].inc != inc.id || s.sess[si].dictID != f.user {
+	if si < 0 || int(si) >= s.sess.len() || s.sess.at(si).inc != inc.id || s.sess.at(si).dictID != f.user {
 		var ok bool
 		if si, ok = s.sessIdx[dictKey(inc.id, f.user)]; !ok {
 			return
 		}
 	}
 	f.sess = si
-	lpush(s.files, &s.sess[si].files, fileSess, fi)
+	lpush(&s.files, &s.sess.at(si).files, fileSess, fi)
 }
 
 // touchFile records news of a file. The LRU lists are not reordered here
@@ -98,19 +98,19 @@ func (s *Shard) linkSession(fi int32, inc *incarnation, hint int32) {
 // whose seen is later than its queued time gets a second chance (it is
 // queued again) when it reaches the head: see requeue.
 func (s *Shard) touchFile(fi int32, tEnd uint32) {
-	f := &s.files[fi]
+	f := s.files.at(fi)
 	f.tLast = tEnd
 	f.seen = uint32(s.nowS)
 }
 
 // requeue moves file fi to the tail of its LRU lists, as of its last news.
 func (s *Shard) requeue(fi int32) {
-	f := &s.files[fi]
+	f := s.files.at(fi)
 	f.queued = f.seen
 	if f.flags&fPending == 0 {
-		ltouch(s.files, &s.lru, fileLRU, fi)
+		ltouch(&s.files, &s.lru, fileLRU, fi)
 	}
-	ltouch(s.files, &s.incOf(f.inc).files, fileInc, fi)
+	ltouch(&s.files, &s.incOf(f.inc).files, fileInc, fi)
 }
 
 // evict emits the least recently used file of list l (k: which list) as
@@ -119,7 +119,7 @@ func (s *Shard) requeue(fi int32) {
 func (s *Shard) evict(l *list, k int) {
 	for tries := 0; ; tries++ {
 		i := l.head
-		f := &s.files[i]
+		f := s.files.at(i)
 		if tries < 8 && f.seen != f.queued && f.flags&fPending == 0 {
 			s.requeue(i)
 			continue
@@ -132,16 +132,16 @@ func (s *Shard) evict(l *list, k int) {
 func (s *Shard) open(inc *incarnation, o packet.FileOpen, tBeg, tEnd uint32) {
 	k := dictKey(inc.id, o.FileID)
 	fi, ok := s.fileIdx[k]
-	if ok && s.files[fi].flags&fOpen != 0 {
+	if ok && s.files.at(fi).flags&fOpen != 0 {
 		// A second open of a file id we hold open: the first access's close
 		// was never seen. Emit what we know of it, start afresh.
-		s.finishFile(fi, rEvicted, s.files[fi].tLast, nil)
+		s.finishFile(fi, rEvicted, s.files.at(fi).tLast, nil)
 		ok = false
 	}
 	if !ok {
 		fi = s.newFile(inc, o.FileID, tBeg, tEnd)
 	}
-	f := &s.files[fi]
+	f := s.files.at(fi)
 	f.flags |= fOpen
 	f.tOpen = tBeg
 	f.size = o.FileSize
@@ -191,7 +191,7 @@ func (s *Shard) xfr(inc *incarnation, x packet.FileXfr, tBeg, tEnd uint32) {
 	if !ok { // its open was lost: keep what we learn, the close will say no_open
 		fi = s.newFile(inc, x.FileID, tBeg, tEnd)
 	}
-	f := &s.files[fi]
+	f := s.files.at(fi)
 	if f.flags&fClosed != 0 {
 		return // a late xfr of a file whose close is waiting for its open
 	}
@@ -203,13 +203,13 @@ func (s *Shard) xfr(inc *incarnation, x packet.FileXfr, tBeg, tEnd uint32) {
 
 func (s *Shard) close(inc *incarnation, c *packet.FileClose, tBeg, tEnd uint32) {
 	fi, ok := s.fileIdx[dictKey(inc.id, c.FileID)]
-	if ok && s.files[fi].flags&(fClosed|fOpen) == fOpen {
+	if ok && s.files.at(fi).flags&(fClosed|fOpen) == fOpen {
 		if !s.holdForTrace(fi, inc, c, tEnd) {
 			s.finishFile(fi, rComplete, tEnd, c)
 		}
 		return
 	}
-	if ok && s.files[fi].flags&fClosed != 0 { // a second close for a waiting one: emit the first
+	if ok && s.files.at(fi).flags&fClosed != 0 { // a second close for a waiting one: emit the first
 		cd := s.closes[fi]
 		s.finishFile(fi, rNoOpen, cd.tEnd, &cd.c)
 		ok = false
@@ -219,7 +219,7 @@ func (s *Shard) close(inc *incarnation, c *packet.FileClose, tBeg, tEnd uint32) 
 	if !ok {
 		fi = s.newFile(inc, c.FileID, tBeg, tEnd)
 	}
-	f := &s.files[fi]
+	f := s.files.at(fi)
 	f.flags |= fClosed
 	f.read, f.readv, f.wrt = c.Read, c.Readv, c.Write
 	s.closes[fi] = &closeData{c: *c, tEnd: tEnd}
@@ -228,15 +228,15 @@ func (s *Shard) close(inc *incarnation, c *packet.FileClose, tBeg, tEnd uint32) 
 
 // pendFile moves an open file to the waiting list with reason r.
 func (s *Shard) pendFile(fi int32, r uint8) {
-	f := &s.files[fi]
+	f := s.files.at(fi)
 	if f.flags&fPending != 0 {
 		return
 	}
-	lremove(s.files, &s.lru, fileLRU, fi)
+	lremove(&s.files, &s.lru, fileLRU, fi)
 	f.flags |= fPending
 	f.pend = r
 	f.queued = uint32(s.nowS)
-	lpush(s.files, &s.pendFiles, fileLRU, fi)
+	lpush(&s.files, &s.pendFiles, fileLRU, fi)
 }
 
 // disc applies an isDisc: the session ended. Files still open wait
@@ -246,9 +246,9 @@ func (s *Shard) disc(inc *incarnation, userID uint32, tEnd uint32) {
 	if !ok {
 		return
 	}
-	ss := &s.sess[si]
-	for fi := ss.files.head; fi >= 0; fi = s.files[fi].ln[fileSess].next {
-		f := &s.files[fi]
+	ss := s.sess.at(si)
+	for fi := ss.files.head; fi >= 0; fi = s.files.at(fi).ln[fileSess].next {
+		f := s.files.at(fi)
 		if f.flags&fPending == 0 {
 			f.tLast = tEnd
 			s.pendFile(fi, rDisconnect)
@@ -256,8 +256,8 @@ func (s *Shard) disc(inc *incarnation, userID uint32, tEnd uint32) {
 	}
 	if !ss.disc {
 		ss.disc = true
-		lremove(s.sess, &s.sessLRU, sessLRU, si)
-		lpush(s.sess, &s.sessDisc, sessLRU, si)
+		lremove(&s.sess, &s.sessLRU, sessLRU, si)
+		lpush(&s.sess, &s.sessDisc, sessLRU, si)
 	}
 	ss.seen = s.nowS
 }
@@ -266,7 +266,7 @@ func (s *Shard) disc(inc *incarnation, userID uint32, tEnd uint32) {
 // its pending reason unless r is rComplete), ending at end (server clock),
 // and forgets it. c is the close, if one was seen.
 func (s *Shard) finishFile(fi int32, r uint8, end uint32, c *packet.FileClose) {
-	f := &s.files[fi]
+	f := s.files.at(fi)
 	if f.flags&fPending != 0 && r != rComplete && f.pend != rNoOpen {
 		r = f.pend
 	}
@@ -283,15 +283,15 @@ func (s *Shard) finishFile(fi int32, r uint8, end uint32, c *packet.FileClose) {
 }
 
 func (s *Shard) removeFile(fi int32, inc *incarnation) {
-	f := &s.files[fi]
+	f := s.files.at(fi)
 	if f.flags&fPending != 0 {
-		lremove(s.files, &s.pendFiles, fileLRU, fi)
+		lremove(&s.files, &s.pendFiles, fileLRU, fi)
 	} else {
-		lremove(s.files, &s.lru, fileLRU, fi)
+		lremove(&s.files, &s.lru, fileLRU, fi)
 	}
-	lremove(s.files, &inc.files, fileInc, fi)
+	lremove(&s.files, &inc.files, fileInc, fi)
 	if f.sess >= 0 {
-		lremove(s.files, &s.sess[f.sess].files, fileSess, fi)
+		lremove(&s.files, &s.sess.at(f.sess).files, fileSess, fi)
 	}
 	if f.flags&fClosed != 0 {
 		delete(s.closes, fi)
@@ -300,7 +300,7 @@ func (s *Shard) removeFile(fi int32, inc *incarnation) {
 	s.fileBytes -= fileOverhead + int64(len(f.path))
 	inc.fileBytes -= fileOverhead + int64(len(f.path))
 	*f = fileEntry{}
-	s.fileFree = append(s.fileFree, fi)
+	s.files.release(fi)
 }
 
 func unixTime(t uint32) time.Time { return time.Unix(int64(t), 0).UTC() }
@@ -417,7 +417,7 @@ func (s *Shard) fill(rec *record.Record, f *fileEntry, inc *incarnation, end uin
 		}
 	}
 	if si >= 0 {
-		ss := &s.sess[si]
+		ss := s.sess.at(si)
 		rec.Protocol, rec.User, rec.ClientHost = ss.prot, ss.user, ss.host
 		if l := ss.login; l != nil {
 			rec.IPv6 = l.ipv6
@@ -449,10 +449,10 @@ func (s *Shard) fill(rec *record.Record, f *fileEntry, inc *incarnation, end uin
 // reportOpen reports an open with a known client and path to the redirect
 // Linker.
 func (s *Shard) reportOpen(f *fileEntry, inc *incarnation, tEnd uint32) {
-	if f.sess < 0 || f.path == "" || s.sess[f.sess].host == "" {
+	if f.sess < 0 || f.path == "" || s.sess.at(f.sess).host == "" {
 		return
 	}
-	ss := &s.sess[f.sess]
+	ss := s.sess.at(f.sess)
 	s.opens = append(s.opens, Open{
 		ServerIP: inc.ip, ServerStod: int64(inc.key.stod), ServerID: inc.key.sid, FileID: f.fileID,
 		ClientHost: ss.host, User: ss.user, Path: f.path, Start: int64(f.tOpen), StartMax: int64(max(tEnd, f.tOpen)), Received: s.nowS,

@@ -92,7 +92,7 @@ func (s *Shard) handleMap(data []byte, addr netip.Addr) {
 		s.path(inc, m.DictID, uid, payload)
 	case packet.CodeInfo:
 		if i, ok := inc.byText[string(uid)]; ok {
-			s.sess[i].appInfo = s.names.bytes(payload)
+			s.sess.at(i).appInfo = s.names.bytes(payload)
 			s.resizeSession(i)
 			s.touchSession(i)
 		}
@@ -105,7 +105,7 @@ func (s *Shard) handleMap(data []byte, addr netip.Addr) {
 			groups:  s.names.bytes(tok.Groups),
 		}
 		if i, ok := s.sessIdx[dictKey(inc.id, tok.UserDictID)]; ok {
-			s.sess[i].token = t
+			s.sess.at(i).token = t
 			s.resizeSession(i)
 			s.touchSession(i)
 		} else {
@@ -115,7 +115,7 @@ func (s *Shard) handleMap(data []byte, addr netip.Addr) {
 		}
 	case packet.CodeUEAC:
 		if i, ok := s.sessIdx[dictKey(inc.id, ueac.UserDictID)]; ok {
-			ss := &s.sess[i]
+			ss := s.sess.at(i)
 			ss.exp, ss.act, ss.hasUEAC = ueac.Experiment, ueac.Activity, true
 			s.touchSession(i)
 		} else {
@@ -223,7 +223,7 @@ func (s *Shard) login(inc *incarnation, dictID uint32, uid, payload []byte) {
 	} else {
 		s.touchSession(i)
 	}
-	ss := &s.sess[i]
+	ss := s.sess.at(i)
 	u := packet.ParseUserID(uid, true)
 	ss.prot = s.names.bytes(u.Prot)
 	ss.user = s.names.bytes(u.User)
@@ -307,11 +307,11 @@ func (s *Shard) newSession(inc *incarnation, dictID uint32) int32 {
 	for inc.sessions.n >= int32(s.cfg.MaxSessionsPerServer) {
 		s.evictSession(inc.sessions.head)
 	}
-	i := alloc(&s.sess, &s.sessFree)
-	s.sess[i] = session{inc: inc.id, dictID: dictID, seen: s.nowS, files: newList()}
+	i := s.sess.alloc()
+	*s.sess.at(i) = session{inc: inc.id, dictID: dictID, seen: s.nowS, files: newList()}
 	s.resizeSession(i)
-	lpush(s.sess, &s.sessLRU, sessLRU, i)
-	lpush(s.sess, &inc.sessions, sessInc, i)
+	lpush(&s.sess, &s.sessLRU, sessLRU, i)
+	lpush(&s.sess, &inc.sessions, sessInc, i)
 	return i
 }
 
@@ -321,31 +321,31 @@ func (s *Shard) evictSession(i int32) {
 }
 
 func (s *Shard) touchSession(i int32) {
-	ss := &s.sess[i]
+	ss := s.sess.at(i)
 	ss.seen = s.nowS
 	if !ss.disc {
-		ltouch(s.sess, &s.sessLRU, sessLRU, i)
+		ltouch(&s.sess, &s.sessLRU, sessLRU, i)
 	}
 	inc := s.incOf(ss.inc)
-	ltouch(s.sess, &inc.sessions, sessInc, i)
+	ltouch(&s.sess, &inc.sessions, sessInc, i)
 }
 
 // removeSession forgets a session; its files stay open without user fields.
 func (s *Shard) removeSession(i int32) {
-	ss := &s.sess[i]
+	ss := s.sess.at(i)
 	for ss.files.head >= 0 {
 		f := ss.files.head
-		lremove(s.files, &ss.files, fileSess, f)
-		s.files[f].sess = -1
+		lremove(&s.files, &ss.files, fileSess, f)
+		s.files.at(f).sess = -1
 	}
 	if ss.disc {
-		lremove(s.sess, &s.sessDisc, sessLRU, i)
+		lremove(&s.sess, &s.sessDisc, sessLRU, i)
 	} else {
-		lremove(s.sess, &s.sessLRU, sessLRU, i)
+		lremove(&s.sess, &s.sessLRU, sessLRU, i)
 	}
 	if inc := s.incOf(ss.inc); inc != nil {
 		inc.sessBytes -= ss.cost
-		lremove(s.sess, &inc.sessions, sessInc, i)
+		lremove(&s.sess, &inc.sessions, sessInc, i)
 		if j, ok := inc.byText[ss.userText]; ok && j == i {
 			delete(inc.byText, ss.userText)
 		}
@@ -353,7 +353,7 @@ func (s *Shard) removeSession(i int32) {
 	delete(s.sessIdx, dictKey(ss.inc, ss.dictID))
 	s.sessBytes -= ss.cost
 	*ss = session{}
-	s.sessFree = append(s.sessFree, i)
+	s.sess.release(i)
 }
 
 // path applies a d record: the path of file dictid. The file may already
@@ -365,10 +365,10 @@ func (s *Shard) path(inc *incarnation, dictID uint32, uid, payload []byte) {
 	var user uint32
 	sess := int32(-1)
 	if i, ok := inc.byText[string(uid)]; ok {
-		user, sess = s.sess[i].dictID, i
+		user, sess = s.sess.at(i).dictID, i
 	}
 	if fi, ok := s.fileIdx[k]; ok {
-		f := &s.files[fi]
+		f := s.files.at(fi)
 		if f.path == "" {
 			s.setFilePath(fi, s.pathsI.bytes(payload))
 		}

@@ -53,7 +53,7 @@ func TestRealPackets(t *testing.T) {
 	for _, inc := range s.incList {
 		if i, ok := s.sessIdx[dictKey(inc.id, 1995247)]; ok {
 			found = true
-			ss := &s.sess[i]
+			ss := s.sess.at(i)
 			if ss.token == nil || ss.token.subject != "jacob.lange" || ss.token.org != "https://osdf.igwn.org/cit" ||
 				ss.appInfo != "Go-http-client/1.1" || ss.prot != "https" || ss.login.authProt != "https" {
 				t.Errorf("session: %+v token %+v", ss, ss.token)

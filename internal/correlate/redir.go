@@ -81,7 +81,7 @@ func (s *Shard) emitRedirect(inc *incarnation, r *packet.Redir, i int, mark int3
 		d.DecidedBy = "xrootd"
 	}
 	if si, ok := s.sessIdx[dictKey(inc.id, e.User)]; ok && e.User != 0 {
-		ss := &s.sess[si]
+		ss := s.sess.at(si)
 		d.User, d.ClientHost, d.Protocol = ss.user, ss.host, ss.prot
 		if ss.login != nil {
 			d.VO = ss.login.vo

@@ -98,20 +98,17 @@ type Shard struct {
 	incList    []*incarnation                // creation order, for deterministic iteration
 	last       *incarnation                  // lookup cache
 
-	files     []fileEntry
-	fileFree  []int32
+	files     slab[fileEntry]
 	fileIdx   map[uint64]int32
 	lru       list // open files, least recently used first
 	pendFiles list // files waiting to be emitted, oldest first
 	closes    map[int32]*closeData
 
-	traces    []traceState // I/O profiles being built (trace.go)
-	traceFree []int32
-	traceIdx  map[uint64]int32
-	traceLRU  list // least recently updated first
+	traces   slab[traceState] // I/O profiles being built (trace.go)
+	traceIdx map[uint64]int32
+	traceLRU list // least recently updated first
 
-	sess     []session
-	sessFree []int32
+	sess     slab[session]
 	sessIdx  map[uint64]int32
 	sessLRU  list
 	sessDisc list
@@ -198,20 +195,6 @@ func grow[T any](s []T) []T {
 		return s
 	}
 	return slices.Grow(s, max(len(s), 16))
-}
-
-// alloc returns a slot of the slab *items for a new item: the last one
-// on the free list *free, or else one appended (growing the slab as grow
-// does). The caller sets the slot.
-func alloc[T any](items *[]T, free *[]int32) int32 {
-	if n := len(*free); n > 0 {
-		i := (*free)[n-1]
-		*free = (*free)[:n-1]
-		return i
-	}
-	var zero T
-	*items = append(grow(*items), zero)
-	return int32(len(*items) - 1)
 }
 
 // RecordChunk is the number of records in one chunk of a shard's output
@@ -414,7 +397,7 @@ func (s *Shard) newIncarnation(k incKey, hasSID bool) *incarnation {
 		s.stats.Restarts++
 		prev.superseded = true
 		for prev.files.head >= 0 {
-			s.finishFile(prev.files.head, rRestart, s.files[prev.files.head].tLast, nil)
+			s.finishFile(prev.files.head, rRestart, s.files.at(prev.files.head).tLast, nil)
 		}
 	}
 	return inc
@@ -425,7 +408,7 @@ func (s *Shard) newIncarnation(k incKey, hasSID bool) *incarnation {
 func (s *Shard) dropIncarnation(inc *incarnation, r uint8) {
 	for inc.files.head >= 0 {
 		i := inc.files.head
-		s.finishFile(i, r, s.files[i].tLast, nil)
+		s.finishFile(i, r, s.files.at(i).tLast, nil)
 	}
 	for inc.sessions.head >= 0 {
 		s.removeSession(inc.sessions.head)

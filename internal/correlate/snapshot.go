@@ -190,10 +190,10 @@ func (e *snapScratch) incarnations(s *Shard) {
 // sessions writes the sessions, numbered in snapshot order (e.sessPos).
 func (e *snapScratch) sessions(s *Shard) error {
 	// sessions, numbered in snapshot order
-	e.sessPos = slices.Grow(e.sessPos[:0], len(s.sess))[:len(s.sess)]
+	e.sessPos = slices.Grow(e.sessPos[:0], s.sess.len())[:s.sess.len()]
 	// The byText index is a flag of its sessions (the latest one of each
 	// userid text): RestoreShard rebuilds it from their texts.
-	e.indexed = slices.Grow(e.indexed[:0], len(s.sess))[:len(s.sess)]
+	e.indexed = slices.Grow(e.indexed[:0], s.sess.len())[:s.sess.len()]
 	clear(e.indexed)
 	for _, inc := range s.incList {
 		for _, i := range inc.byText {
@@ -203,10 +203,10 @@ func (e *snapScratch) sessions(s *Shard) error {
 	e.uv(uint64(len(s.sessIdx)))
 	pos := int32(0)
 	for _, l := range [2]*list{&s.sessLRU, &s.sessDisc} {
-		for i := l.head; i >= 0; i = s.sess[i].ln[sessLRU].next {
+		for i := l.head; i >= 0; i = s.sess.at(i).ln[sessLRU].next {
 			e.sessPos[i] = pos
 			pos++
-			ss := &s.sess[i]
+			ss := s.sess.at(i)
 			e.uv(uint64(ss.inc))
 			e.uv(uint64(ss.dictID))
 			e.raw(ss.userText) // one a session: no index of its own
@@ -231,14 +231,14 @@ func (e *snapScratch) sessions(s *Shard) error {
 // files writes the open and waiting files, numbered in snapshot order (e.filePos).
 func (e *snapScratch) files(s *Shard) error {
 	// files, numbered in snapshot order
-	e.filePos = slices.Grow(e.filePos[:0], len(s.files))[:len(s.files)]
+	e.filePos = slices.Grow(e.filePos[:0], s.files.len())[:s.files.len()]
 	e.uv(uint64(len(s.fileIdx)))
 	pos := int32(0)
 	for _, l := range [2]*list{&s.lru, &s.pendFiles} {
-		for i := l.head; i >= 0; i = s.files[i].ln[fileLRU].next {
+		for i := l.head; i >= 0; i = s.files.at(i).ln[fileLRU].next {
 			e.filePos[i] = pos
 			pos++
-			f := &s.files[i]
+			f := s.files.at(i)
 			e.uv(uint64(f.inc))
 			e.uv(uint64(f.fileID))
 			e.uv(uint64(f.user))
@@ -272,19 +272,19 @@ func (e *snapScratch) lists(s *Shard) {
 	// lists
 	for _, inc := range s.incList {
 		e.uv(uint64(inc.files.n))
-		for i := inc.files.head; i >= 0; i = s.files[i].ln[fileInc].next {
+		for i := inc.files.head; i >= 0; i = s.files.at(i).ln[fileInc].next {
 			e.uv(uint64(e.filePos[i]))
 		}
 		e.uv(uint64(inc.sessions.n))
-		for i := inc.sessions.head; i >= 0; i = s.sess[i].ln[sessInc].next {
+		for i := inc.sessions.head; i >= 0; i = s.sess.at(i).ln[sessInc].next {
 			e.uv(uint64(e.sessPos[i]))
 		}
 	}
 	for _, l := range [2]*list{&s.sessLRU, &s.sessDisc} {
-		for i := l.head; i >= 0; i = s.sess[i].ln[sessLRU].next {
-			ss := &s.sess[i]
+		for i := l.head; i >= 0; i = s.sess.at(i).ln[sessLRU].next {
+			ss := s.sess.at(i)
 			e.uv(uint64(ss.files.n))
-			for fi := ss.files.head; fi >= 0; fi = s.files[fi].ln[fileSess].next {
+			for fi := ss.files.head; fi >= 0; fi = s.files.at(fi).ln[fileSess].next {
 				e.uv(uint64(e.filePos[fi]))
 			}
 		}
@@ -847,10 +847,10 @@ func (d *decoder) sessions() {
 	// sessions
 	nSess := d.Count(1)
 	d.nSess = nSess
-	s.sess = make([]session, nSess)
+	s.sess.reset(nSess)
 	s.sessIdx = make(map[uint64]int32, nSess)
 	for i := 0; i < nSess && d.Err() == nil; i++ {
-		ss := &s.sess[i]
+		ss := s.sess.at(int32(i))
 		ss.inc = d.Uint32()
 		ss.dictID = d.Uint32()
 		if d.version >= 6 {
@@ -882,9 +882,9 @@ func (d *decoder) sessions() {
 			inc.byText[ss.userText] = int32(i)
 		}
 		if ss.disc {
-			lpush(s.sess, &s.sessDisc, sessLRU, int32(i))
+			lpush(&s.sess, &s.sessDisc, sessLRU, int32(i))
 		} else {
-			lpush(s.sess, &s.sessLRU, sessLRU, int32(i))
+			lpush(&s.sess, &s.sessLRU, sessLRU, int32(i))
 		}
 	}
 }
@@ -895,13 +895,13 @@ func (d *decoder) files() {
 	// files
 	nFiles := d.Count(1)
 	d.nFiles = nFiles
-	s.files = make([]fileEntry, nFiles)
+	s.files.reset(nFiles)
 	s.fileIdx = make(map[uint64]int32, nFiles)
 	if len(s.pathsI.m) == 0 {
 		s.pathsI.m = make(map[string]string, min(nFiles, s.pathsI.max))
 	}
 	for i := 0; i < nFiles && d.Err() == nil; i++ {
-		f := &s.files[i]
+		f := s.files.at(int32(i))
 		f.inc = d.Uint32()
 		f.fileID = d.Uint32()
 		f.user = d.Uint32()
@@ -920,9 +920,9 @@ func (d *decoder) files() {
 		}
 		s.fileIdx[k] = int32(i)
 		if f.flags&fPending != 0 {
-			lpush(s.files, &s.pendFiles, fileLRU, int32(i))
+			lpush(&s.files, &s.pendFiles, fileLRU, int32(i))
 		} else {
-			lpush(s.files, &s.lru, fileLRU, int32(i))
+			lpush(&s.files, &s.lru, fileLRU, int32(i))
 		}
 	}
 }
@@ -944,23 +944,23 @@ func (d *decoder) lists() {
 		}
 		for n, j := d.Count(1), 0; j < n && d.Err() == nil; j++ {
 			fi := int32(d.Index(nFiles))
-			if d.Err() == nil && (s.files[fi].inc != inc.id || placed[fi]&inIncList != 0) {
+			if d.Err() == nil && (s.files.at(fi).inc != inc.id || placed[fi]&inIncList != 0) {
 				d.Fail("file list of server %d", inc.id)
 			}
 			if d.Err() == nil {
 				placed[fi] |= inIncList
-				lpush(s.files, &inc.files, fileInc, fi)
+				lpush(&s.files, &inc.files, fileInc, fi)
 				nf++
 			}
 		}
 		for n, j := d.Count(1), 0; j < n && d.Err() == nil; j++ {
 			si := int32(d.Index(nSess))
-			if d.Err() == nil && (s.sess[si].inc != inc.id || placed[si]&inSessList != 0) {
+			if d.Err() == nil && (s.sess.at(si).inc != inc.id || placed[si]&inSessList != 0) {
 				d.Fail("session list of server %d", inc.id)
 			}
 			if d.Err() == nil {
 				placed[si] |= inSessList
-				lpush(s.sess, &inc.sessions, sessInc, si)
+				lpush(&s.sess, &inc.sessions, sessInc, si)
 				ns++
 			}
 		}
@@ -970,7 +970,7 @@ func (d *decoder) lists() {
 		for n, j := d.Count(1), 0; j < n && d.Err() == nil; j++ {
 			t := d.str(nil)
 			si := int32(d.Index(nSess))
-			if d.Err() == nil && s.sess[si].inc != inc.id {
+			if d.Err() == nil && s.sess.at(si).inc != inc.id {
 				d.Fail("userid index of server %d", inc.id)
 			}
 			inc.byText[t] = si
@@ -980,15 +980,15 @@ func (d *decoder) lists() {
 		d.Fail("%d of %d files and %d of %d sessions in server lists", nf, nFiles, ns, nSess)
 	}
 	for si := 0; si < nSess && d.Err() == nil; si++ {
-		ss := &s.sess[si]
+		ss := s.sess.at(int32(si))
 		for n, j := d.Count(1), 0; j < n && d.Err() == nil; j++ {
 			fi := int32(d.Index(nFiles))
-			if d.Err() == nil && (s.files[fi].inc != ss.inc || s.files[fi].sess >= 0) {
+			if d.Err() == nil && (s.files.at(fi).inc != ss.inc || s.files.at(fi).sess >= 0) {
 				d.Fail("file list of session %d", ss.dictID)
 			}
 			if d.Err() == nil {
-				s.files[fi].sess = int32(si)
-				lpush(s.files, &ss.files, fileSess, fi)
+				s.files.at(fi).sess = int32(si)
+				lpush(&s.files, &ss.files, fileSess, fi)
 			}
 		}
 	}
@@ -1027,14 +1027,14 @@ func (e *snapScratch) traces(s *Shard) {
 	// Profiles of a server that is gone are left out: they wait only to
 	// expire.
 	n := 0
-	for i := s.traceLRU.head; i >= 0; i = s.traces[i].ln[0].next {
-		if s.byID[s.traces[i].inc] != nil {
+	for i := s.traceLRU.head; i >= 0; i = s.traces.at(i).ln[0].next {
+		if s.byID[s.traces.at(i).inc] != nil {
 			n++
 		}
 	}
 	e.uv(uint64(n))
-	for i := s.traceLRU.head; i >= 0; i = s.traces[i].ln[0].next {
-		ts := &s.traces[i]
+	for i := s.traceLRU.head; i >= 0; i = s.traces.at(i).ln[0].next {
+		ts := s.traces.at(i)
 		if s.byID[ts.inc] == nil {
 			continue
 		}
@@ -1093,9 +1093,9 @@ func (d *decoder) traces() {
 			d.Fail("trace of file %d: unknown server, duplicate or over the bound", ts.fileID)
 			return
 		}
-		s.traces = append(s.traces, ts)
-		j := int32(len(s.traces) - 1)
+		j := s.traces.alloc()
+		*s.traces.at(j) = ts
 		s.traceIdx[k] = j
-		lpush(s.traces, &s.traceLRU, 0, j)
+		lpush(&s.traces, &s.traceLRU, 0, j)
 	}
 }

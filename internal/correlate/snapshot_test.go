@@ -52,7 +52,7 @@ func restoreCopy(t testing.TB, s *Shard, cfg Config) *Shard {
 		}
 		var sessions int64
 		for _, i := range sh.sessIdx {
-			sessions += sh.sess[i].cost
+			sessions += sh.sess.at(i).cost
 		}
 		if sessions != sh.sessBytes || se != sh.sessBytes {
 			t.Fatalf("session bytes %d, sessions cost %d, tables hold %d", sh.sessBytes, sessions, se)

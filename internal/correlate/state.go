@@ -24,11 +24,11 @@ type node[T any] interface {
 	lk(k int) *link
 }
 
-func lpush[T any, P node[T]](slab []T, l *list, k int, i int32) {
-	n := P(&slab[i]).lk(k)
+func lpush[T any, P node[T]](slab *slab[T], l *list, k int, i int32) {
+	n := P(slab.at(i)).lk(k)
 	n.prev, n.next = l.tail, -1
 	if l.tail >= 0 {
-		P(&slab[l.tail]).lk(k).next = i
+		P(slab.at(l.tail)).lk(k).next = i
 	} else {
 		l.head = i
 	}
@@ -36,15 +36,15 @@ func lpush[T any, P node[T]](slab []T, l *list, k int, i int32) {
 	l.n++
 }
 
-func lremove[T any, P node[T]](slab []T, l *list, k int, i int32) {
-	n := P(&slab[i]).lk(k)
+func lremove[T any, P node[T]](slab *slab[T], l *list, k int, i int32) {
+	n := P(slab.at(i)).lk(k)
 	if n.prev >= 0 {
-		P(&slab[n.prev]).lk(k).next = n.next
+		P(slab.at(n.prev)).lk(k).next = n.next
 	} else {
 		l.head = n.next
 	}
 	if n.next >= 0 {
-		P(&slab[n.next]).lk(k).prev = n.prev
+		P(slab.at(n.next)).lk(k).prev = n.prev
 	} else {
 		l.tail = n.prev
 	}
@@ -53,7 +53,7 @@ func lremove[T any, P node[T]](slab []T, l *list, k int, i int32) {
 }
 
 // ltouch moves i to the tail of l (most recently used).
-func ltouch[T any, P node[T]](slab []T, l *list, k int, i int32) {
+func ltouch[T any, P node[T]](slab *slab[T], l *list, k int, i int32) {
 	if l.tail == i {
 		return
 	}

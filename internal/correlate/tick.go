@@ -28,7 +28,7 @@ func (s *Shard) Tick(now time.Time) {
 	}
 	for s.pendFiles.head >= 0 {
 		i := s.pendFiles.head
-		f := &s.files[i]
+		f := s.files.at(i)
 		if int64(f.queued)+pendTTL > n {
 			break
 		}
@@ -36,7 +36,7 @@ func (s *Shard) Tick(now time.Time) {
 	}
 	for s.lru.head >= 0 {
 		i := s.lru.head
-		f := &s.files[i]
+		f := s.files.at(i)
 		if int64(f.queued)+openTTL > n {
 			break
 		}
@@ -50,26 +50,26 @@ func (s *Shard) Tick(now time.Time) {
 	for s.pending.len() > 0 && s.pending.front().at+pendTTL <= n {
 		s.expirePending()
 	}
-	for s.sessDisc.head >= 0 && s.sess[s.sessDisc.head].seen+discTTL <= n {
+	for s.sessDisc.head >= 0 && s.sess.at(s.sessDisc.head).seen+discTTL <= n {
 		i := s.sessDisc.head
-		if s.sess[i].files.head >= 0 { // files still waiting: give them time
+		if s.sess.at(i).files.head >= 0 { // files still waiting: give them time
 			// Move it behind the others with a fresh time and go on: the
 			// loop ends when it meets a session seen at n again.
-			s.sess[i].seen = n
-			ltouch(s.sess, &s.sessDisc, sessLRU, i)
+			s.sess.at(i).seen = n
+			ltouch(&s.sess, &s.sessDisc, sessLRU, i)
 			continue
 		}
 		s.removeSession(i)
 	}
 	for rounds := s.sessLRU.n; s.sessLRU.head >= 0 && rounds > 0; rounds-- {
 		i := s.sessLRU.head
-		ss := &s.sess[i]
+		ss := s.sess.at(i)
 		if ss.seen+sessTTL > n {
 			break
 		}
 		if ss.files.head >= 0 { // in use by an open file: keep
 			ss.seen = n
-			ltouch(s.sess, &s.sessLRU, sessLRU, i)
+			ltouch(&s.sess, &s.sessLRU, sessLRU, i)
 			continue
 		}
 		s.removeSession(i)
@@ -99,11 +99,11 @@ func (s *Shard) Flush(now time.Time) {
 	s.setNow(now)
 	for s.pendFiles.head >= 0 {
 		i := s.pendFiles.head
-		s.finishFile(i, s.files[i].pend, s.files[i].tLast, nil)
+		s.finishFile(i, s.files.at(i).pend, s.files.at(i).tLast, nil)
 	}
 	for s.lru.head >= 0 {
 		i := s.lru.head
-		s.finishFile(i, rEndOfInput, s.files[i].tLast, nil)
+		s.finishFile(i, rEndOfInput, s.files.at(i).tLast, nil)
 	}
 	for len(s.incList) > 0 {
 		s.dropIncarnation(s.incList[0], rEndOfInput)

@@ -141,34 +141,27 @@ func (s *Shard) handleTrace(data []byte, addr netip.Addr) {
 func (s *Shard) trace(inc *incarnation, fileID uint32) *traceState {
 	k := dictKey(inc.id, fileID)
 	if i, ok := s.traceIdx[k]; ok {
-		ts := &s.traces[i]
+		ts := s.traces.at(i)
 		ts.seen = uint32(s.nowS)
-		ltouch(s.traces, &s.traceLRU, 0, i)
+		ltouch(&s.traces, &s.traceLRU, 0, i)
 		return ts
 	}
 	for len(s.traceIdx) >= s.cfg.maxTraces() {
 		s.dropTrace(s.traceLRU.head)
 	}
-	var i int32
-	if n := len(s.traceFree); n > 0 {
-		i = s.traceFree[n-1]
-		s.traceFree = s.traceFree[:n-1]
-	} else {
-		s.traces = append(s.traces, traceState{})
-		i = int32(len(s.traces) - 1)
-	}
-	s.traces[i] = traceState{inc: inc.id, fileID: fileID, seen: uint32(s.nowS), gaps: mainGaps(inc)}
+	i := s.traces.alloc()
+	*s.traces.at(i) = traceState{inc: inc.id, fileID: fileID, seen: uint32(s.nowS), gaps: mainGaps(inc)}
 	s.traceIdx[k] = i
-	lpush(s.traces, &s.traceLRU, 0, i)
-	return &s.traces[i]
+	lpush(&s.traces, &s.traceLRU, 0, i)
+	return s.traces.at(i)
 }
 
 func (s *Shard) dropTrace(i int32) {
-	ts := &s.traces[i]
+	ts := s.traces.at(i)
 	delete(s.traceIdx, dictKey(ts.inc, ts.fileID))
-	lremove(s.traces, &s.traceLRU, 0, i)
+	lremove(&s.traces, &s.traceLRU, 0, i)
 	*ts = traceState{}
-	s.traceFree = append(s.traceFree, i)
+	s.traces.release(i)
 }
 
 // waitsForTrace reports whether file fi, closed with its open seen, waits
@@ -184,8 +177,8 @@ func (s *Shard) holdForTrace(fi int32, inc *incarnation, c *packet.FileClose, tE
 	if !inc.traced {
 		return false
 	}
-	f := &s.files[fi]
-	if i, ok := s.traceIdx[dictKey(inc.id, f.fileID)]; ok && s.traces[i].ended {
+	f := s.files.at(fi)
+	if i, ok := s.traceIdx[dictKey(inc.id, f.fileID)]; ok && s.traces.at(i).ended {
 		return false
 	}
 	f.flags |= fClosed
@@ -203,8 +196,8 @@ func (s *Shard) holdForTrace(fi int32, inc *incarnation, c *packet.FileClose, tE
 // traceEnded emits file fileID of inc if it waits for its trace.
 func (s *Shard) traceEnded(inc *incarnation, fileID uint32) {
 	fi, ok := s.fileIdx[dictKey(inc.id, fileID)]
-	if ok && s.files[fi].waitsForTrace() {
-		s.finishFile(fi, rComplete, s.files[fi].tLast, nil)
+	if ok && s.files.at(fi).waitsForTrace() {
+		s.finishFile(fi, rComplete, s.files.at(fi).tLast, nil)
 	}
 }
 
@@ -215,10 +208,10 @@ func (s *Shard) traceDisc(inc *incarnation, user uint32) {
 	if !ok {
 		return
 	}
-	for fi := s.sess[si].files.head; fi >= 0; {
-		next := s.files[fi].ln[fileSess].next
-		if s.files[fi].waitsForTrace() {
-			s.finishFile(fi, rComplete, s.files[fi].tLast, nil)
+	for fi := s.sess.at(si).files.head; fi >= 0; {
+		next := s.files.at(fi).ln[fileSess].next
+		if s.files.at(fi).waitsForTrace() {
+			s.finishFile(fi, rComplete, s.files.at(fi).tLast, nil)
 		}
 		fi = next
 	}
@@ -241,7 +234,7 @@ func (s *Shard) attachTrace(rec *record.Record, f *fileEntry, inc *incarnation) 
 		rec.IO = &record.IOProfile{Partial: record.IOUntraced}
 		return
 	}
-	ts := &s.traces[i]
+	ts := s.traces.at(i)
 	p := ts.io
 	switch {
 	case mainGaps(inc) > ts.gaps:
@@ -261,7 +254,7 @@ func (s *Shard) attachTrace(rec *record.Record, f *fileEntry, inc *incarnation) 
 func (s *Shard) expireTraces(ttl int64) {
 	for s.traceLRU.head >= 0 {
 		i := s.traceLRU.head
-		if int64(s.traces[i].seen)+ttl > s.nowS {
+		if int64(s.traces.at(i).seen)+ttl > s.nowS {
 			return
 		}
 		s.dropTrace(i)
