@@ -9,14 +9,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
 // runOutputs implements `xrdmon outputs`.
 func runOutputs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("outputs", helpText("outputs"), stderr)
-	dir := fs.String("store.path", config.Default().Store.Path, "`DIR`ectory of the store (as collect's store.path)")
+	dir := storeDirFlag(fs)
 	forget := fs.String("forget", "", "remove the cursor of the output `NAME` (the collector stopped)")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -10,14 +10,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
 // runDeadLetters implements `xrdmon deadletters`.
 func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("deadletters", helpText("deadletters"), stderr)
-	dir := fs.String("store.path", config.Default().Store.Path, "`DIR`ectory of the store (as collect's store.path)")
+	dir := storeDirFlag(fs)
 	sink := fs.String("sink", "", "only the dead letters of this output (`NAME`, e.g. postgres)")
 	del := fs.String("delete", "", "remove the dead letters of these `IDS` (comma-separated), or all (of --sink); the collector stopped")
 	if err := parseFlags(fs, args); err != nil {

@@ -108,6 +108,12 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// storeDirFlag defines --store.path, the directory of the store to read,
+// as collect's store.path.
+func storeDirFlag(fs *flag.FlagSet) *string {
+	return fs.String("store.path", config.Default().Store.Path, "`DIR`ectory of the store (as collect's store.path)")
+}
+
 // createFile creates the file path for writing; what names it in the
 // error.
 func createFile(path, what string) (*os.File, error) {
