@@ -15,26 +15,6 @@ import (
 	"github.com/xrdmon/xrdmon/internal/loadgen"
 )
 
-const benchSynopsis = "[flags]\n\n" +
-	"Measures a collector end to end. For each step of a scenario it starts the\n" +
-	"collector afresh (default: this xrdmon's `collect` on loopback ports with a\n" +
-	"fresh store and DNS off), sends a simulated XRootD workload over UDP at the\n" +
-	"step's rate, follows the records the collector makes durable, checks them\n" +
-	"against the ground truth and prints one row per step: offered and accepted\n" +
-	"rate, loss (sequence gaps, kernel drops), CPU seconds per 100,000 packets,\n" +
-	"peak memory, close-to-durable latency (p50, p99) and the record check.\n\n" +
-	"Scenarios (--scenario): a preset (" + "%s" + ") or param=values, e.g.\n" +
-	"`rate=50000..250000 step 50000`, `clients=5,10`, `servers=10..10000 x10`.\n\n" +
-	"Another collector: --target-cmd 'cmd args' with placeholders {udp_port},\n" +
-	"{udp_addr}, {http_port} and {dir} (a fresh directory per step), plus where\n" +
-	"it writes records: --records-jsonl FILE or --records-amqp URL --records-queue Q\n" +
-	"(FILE and Q may use the placeholders too).\n\n" +
-	"--target null measures the machine's ceiling for any collector: a receiver\n" +
-	"that only counts datagrams (recvmmsg, 64 MiB buffer) replaces the collector,\n" +
-	"and the table shows datagrams received and kernel drops instead of records.\n" +
-	"--pregenerate generates each step's packets before sending them, so that\n" +
-	"the sender costs little more than the kernel's work while measured."
-
 // runBench implements `xrdmon bench`. `xrdmon bench nullrecv` is the null
 // target's receiver, which the bench starts as a child process.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -46,9 +26,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // runNullRecv implements the hidden `xrdmon bench nullrecv`.
 func runNullRecv(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := newFlagSet("bench nullrecv", "--udp host:port [flags]\n\n"+
-		"The null target of `xrdmon bench --target null`: receives datagrams and\n"+
-		"only counts them, until SIGTERM.", stderr)
+	fs := newFlagSet("bench nullrecv", helpText("bench-nullrecv"), stderr)
 	addr := fs.String("udp", "", "listen on `host:port`")
 	countFile := fs.String("count-file", "", "write \"packets bytes\" received to `file` every 100 ms and at exit")
 	rcvbuf := fs.Int("rcvbuf", bench.DefaultNullRcvbuf, "socket receive buffer `bytes` (SO_RCVBUFFORCE when permitted)")
@@ -68,7 +46,7 @@ func runBenchMain(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	base := loadgen.DefaultConfig()
 	base.Rate = 20000
 	bc := bench.DefaultConfig()
-	fs := newFlagSet("bench", fmt.Sprintf(benchSynopsis, strings.Join(loadgen.PresetNames(), ", ")), stderr)
+	fs := newFlagSet("bench", fmt.Sprintf(helpText("bench"), strings.Join(loadgen.PresetNames(), ", ")), stderr)
 	f := addBenchFlags(fs, &base, &bc)
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -12,22 +12,9 @@ import (
 	"github.com/xrdmon/xrdmon/internal/web"
 )
 
-const busSynopsis = "setup|route [flags]\n\n" +
-	"Shards the shoveler's messages by XRootD server over RabbitMQ, for several\n" +
-	"collectors (docs/scale-out.md). The broker needs the consistent-hash exchange:\n" +
-	"`rabbitmq-plugins enable rabbitmq_consistent_hash_exchange`.\n\n" +
-	"  setup  declares, idempotently, the consistent-hash exchange, the shard queues\n" +
-	"         (durable, single active consumer) and the route queue bound to the\n" +
-	"         shoveler's exchange, and prints them.\n" +
-	"  route  republishes the shoveler's messages from the route queue to the shard\n" +
-	"         exchange keyed by server (the shoveler publishes with an empty key),\n" +
-	"         acknowledging each only once the broker confirmed it. Runs until stopped.\n\n" +
-	"The broker URL comes from --url or XRDMON_BUS_URL (keep passwords off the\n" +
-	"command line), or a token file (--token-file) is the password."
-
 // runBus implements `xrdmon bus`.
 func runBus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bus", busSynopsis, stderr)
+	fs := newFlagSet("bus", helpText("bus"), stderr)
 	def := bus.DefaultTopology()
 	url := fs.String("url", os.Getenv("XRDMON_BUS_URL"), "broker `URL` (amqp:// or amqps://; default $XRDMON_BUS_URL)")
 	tokenFile := fs.String("token-file", "", "`FILE` holding a JWT used as the password, re-read at every connect")

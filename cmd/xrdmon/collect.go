@@ -36,17 +36,9 @@ import (
 	"github.com/xrdmon/xrdmon/internal/web"
 )
 
-const collectSynopsis = "[--config FILE] [--print-config] [--section.key=value ...]\n\n" +
-	"Runs the collector: receives XRootD monitoring packets over UDP (and/or from\n" +
-	"the shoveler's RabbitMQ queue), correlates them into transfer records and\n" +
-	"commits them to the embedded store, from which the configured outputs read.\n" +
-	"Every configuration key can be given as a flag --section.key, as an\n" +
-	"environment variable XRDMON_SECTION_KEY, or in the YAML file; flags win over\n" +
-	"the environment, which wins over the file."
-
 // runCollect implements `xrdmon collect`.
 func runCollect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("collect", collectSynopsis, stderr)
+	fs := newFlagSet("collect", helpText("collect"), stderr)
 	cfgPath := fs.String("config", "", "YAML configuration `file`")
 	printConfig := fs.Bool("print-config", false, "print the effective configuration and exit")
 	overrides := config.RegisterFlags(fs)

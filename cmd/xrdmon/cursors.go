@@ -9,22 +9,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
-const outputsSynopsis = "[--store.path DIR] [--forget NAME]\n\n" +
-	"Lists where each reader of the store's log is: every output (its cursor\n" +
-	"name), and the rollups; how many entries it is behind and when it last\n" +
-	"moved (the rollups' cursor moves when they flush). Retention never deletes what one of them has not passed, so the\n" +
-	"cursor of an output removed from the configuration holds the log back\n" +
-	"for ever (collect logs it): --forget NAME removes that cursor. Listing is\n" +
-	"safe while a collector runs; --forget needs the collector stopped."
-
 // runOutputs implements `xrdmon outputs`.
 func runOutputs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("outputs", outputsSynopsis, stderr)
-	dir := fs.String("store.path", config.Default().Store.Path, "`DIR`ectory of the store (as collect's store.path)")
+	fs := newFlagSet("outputs", helpText("outputs"), stderr)
+	dir := storeDirFlag(fs)
 	forget := fs.String("forget", "", "remove the cursor of the output `NAME` (the collector stopped)")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -10,25 +10,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
-const deadLettersSynopsis = "[--store.path DIR] [--sink NAME] [--delete IDS|all]\n\n" +
-	"Lists the entries an output's destination refused for good (a row PostgreSQL\n" +
-	"rejects, a message over the broker's size limit), which the output set aside\n" +
-	"instead of retrying: one JSON line each, with its id, the sink, the entry's\n" +
-	"log position, the destination's reason and the entry in the native schema\n" +
-	"(docs/records.md). Safe while a collector runs on the store.\n\n" +
-	"Once you have dealt with them (sent them again by other means, or decided\n" +
-	"to drop them), --delete removes the dead letters of the ids listed\n" +
-	"(comma-separated), or all of them (of --sink, if given); it needs the\n" +
-	"collector stopped. Until then they stay, and count in the store's size."
-
 // runDeadLetters implements `xrdmon deadletters`.
 func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("deadletters", deadLettersSynopsis, stderr)
-	dir := fs.String("store.path", config.Default().Store.Path, "`DIR`ectory of the store (as collect's store.path)")
+	fs := newFlagSet("deadletters", helpText("deadletters"), stderr)
+	dir := storeDirFlag(fs)
 	sink := fs.String("sink", "", "only the dead letters of this output (`NAME`, e.g. postgres)")
 	del := fs.String("delete", "", "remove the dead letters of these `IDS` (comma-separated), or all (of --sink); the collector stopped")
 	if err := parseFlags(fs, args); err != nil {

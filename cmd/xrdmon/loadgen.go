@@ -5,26 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"syscall"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/loadgen"
 )
 
-const loadgenSynopsis = "[flags]\n\n" +
-	"Simulates XRootD servers and clients and sends their monitoring packets to\n" +
-	"a collector (--udp), to RabbitMQ as shoveler messages (--amqp), or to\n" +
-	"capture files (--pcap, --jsonl); several outputs may be combined. With\n" +
-	"none, packets are generated and discarded (to measure the generator).\n" +
-	"--truth writes what a correlator must produce from the packets (JSON).\n" +
-	"The same flags and --seed always give the same packets. A summary goes to\n" +
-	"standard error."
-
 // runLoadgen implements `xrdmon loadgen`.
 func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := loadgen.DefaultConfig()
-	fs := newFlagSet("loadgen", loadgenSynopsis, stderr)
+	fs := newFlagSet("loadgen", helpText("loadgen"), stderr)
 	addGeneratorFlags(fs, &cfg)
 	f := addLoadgenFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -185,9 +175,9 @@ func (o *loadgenOutputs) open(f *loadgenFlags) error {
 		o.outs = append(o.outs, a)
 	}
 	if *f.pcap != "" {
-		file, err := os.Create(*f.pcap)
+		file, err := createFile(*f.pcap, "pcap")
 		if err != nil {
-			return fmt.Errorf("create pcap: %w", err)
+			return err
 		}
 		p, err := loadgen.NewPcap(file, loadgen.DefaultCollector)
 		if err != nil {
@@ -197,9 +187,9 @@ func (o *loadgenOutputs) open(f *loadgenFlags) error {
 		o.outs = append(o.outs, p)
 	}
 	if *f.jsonl != "" {
-		file, err := os.Create(*f.jsonl)
+		file, err := createFile(*f.jsonl, "jsonl")
 		if err != nil {
-			return fmt.Errorf("create jsonl: %w", err)
+			return err
 		}
 		o.outs = append(o.outs, loadgen.NewJSONL(file))
 	}

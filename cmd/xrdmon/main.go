@@ -108,6 +108,35 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// storeDirFlag defines --store.path, the directory of the store to read,
+// as collect's store.path.
+func storeDirFlag(fs *flag.FlagSet) *string {
+	return fs.String("store.path", config.Default().Store.Path, "`DIR`ectory of the store (as collect's store.path)")
+}
+
+// createFile creates the file path for writing; what names it in the
+// error.
+func createFile(path, what string) (*os.File, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", what, err)
+	}
+	return f, nil
+}
+
+// createOutput returns the file path created for writing and its close, or
+// def and a close that does nothing when path is empty.
+func createOutput(path, what string, def io.Writer) (io.Writer, func(), error) {
+	if path == "" {
+		return def, func() {}, nil
+	}
+	f, err := createFile(path, what)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, func() { f.Close() }, nil
+}
+
 // parseFlags parses args, mapping a parse error to errUsage. A mistake
 // gets one line and the closest flag ("did you mean"), not the whole
 // usage (-h prints that).

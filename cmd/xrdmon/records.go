@@ -101,18 +101,11 @@ func (q *queryFlags) open() (report.Source, store.Query, report.Format, func(), 
 	return report.StoreSource{R: r}, sq, f, func() { r.Close() }, nil
 }
 
-const recordsSynopsis = "[--since 1h] [--user NAME] [--path PREFIX] [--format table|csv|json] [flags]\n\n" +
-	"Lists the transfer records a collector kept, newest first (--oldest: oldest\n" +
-	"first), at most --limit of them, and says how many the window holds, from its store\n" +
-	"(--store.path or --config; safe while the collector runs) or from a running\n" +
-	"collector's API (--url). Tables humanise numbers; CSV and JSON are exact\n" +
-	"(JSON: one native record per line, docs/records.md)."
-
 var errEnough = errors.New("enough records")
 
 // runRecords implements `xrdmon records`.
 func runRecords(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("records", recordsSynopsis, stderr)
+	fs := newFlagSet("records", helpText("records"), stderr)
 	var q queryFlags
 	q.register(fs, "1h")
 	limit := fs.Int("limit", 1000, "at most this many `records` (0: all)")
@@ -192,18 +185,9 @@ func noArgs(fs *flag.FlagSet, stderr io.Writer) error {
 	return nil
 }
 
-const reportSynopsis = "[--since 24h] [--by vo | --by site,vo | --top users] [--format table|csv|json] [flags]\n\n" +
-	"Sums the transfers of a window by dimension: transfers, partial ones, bytes read\n" +
-	"and written, distinct users, average rate. --by groups by one or more of\n" +
-	"server, site, vo, user, identity, domain, protocol, app, dir, locality; --top DIM lists\n" +
-	"the N (--n) groups that moved the most bytes. Reads a store or a collector's\n" +
-	"API, as xrdmon records does: from the collector's rollups when they keep those\n" +
-	"dimensions and no record filter is given (the window in whole minutes, bytes of\n" +
-	"long transfers in the minutes they flowed), else from the records."
-
 // runReport implements `xrdmon report`.
 func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("report", reportSynopsis, stderr)
+	fs := newFlagSet("report", helpText("report"), stderr)
 	var q queryFlags
 	q.register(fs, "24h")
 	by := fs.String("by", "", "group by these `dimensions` (comma-separated)")

@@ -22,16 +22,9 @@ import (
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
-const replaySynopsis = "[--schema native|gracc|wlcg] [--gracc-flavour python|go] [--wlcg-only] [--out FILE] [--events FILE] INPUT...\n\n" +
-	"Decodes captures and writes one JSON line per transfer record. INPUT is a\n" +
-	"shoveler message file (JSON lines with remote, version, data), a pcap or\n" +
-	"pcapng file of UDP datagrams, or - for standard input. At the end of input,\n" +
-	"files still open are written as partial records (reason end_of_input).\n" +
-	"A summary goes to standard error."
-
 // runReplay implements `xrdmon replay`.
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("replay", replaySynopsis, stderr)
+	fs := newFlagSet("replay", helpText("replay"), stderr)
 	schema := fs.String("schema", "native", "record format: native, gracc or wlcg")
 	flavour := fs.String("gracc-flavour", record.GRACCPython, "with --schema gracc: python (the Python OSG collector's document) or go (the shoveler's collector mode)")
 	wlcgOnly := fs.Bool("wlcg-only", false, "with --schema gracc: write records matching the WLCG rules as WLCG documents instead, as the OSG collectors route them")
@@ -91,24 +84,16 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 
-	w := stdout
-	if *out != "" {
-		f, err := os.Create(*out)
-		if err != nil {
-			return fmt.Errorf("create output: %w", err)
-		}
-		defer f.Close()
-		w = f
+	w, closeOut, err := createOutput(*out, "output", stdout)
+	if err != nil {
+		return err
 	}
-	var ew io.Writer
-	if *events != "" {
-		f, err := os.Create(*events)
-		if err != nil {
-			return fmt.Errorf("create events output: %w", err)
-		}
-		defer f.Close()
-		ew = f
+	defer closeOut()
+	ew, closeEvents, err := createOutput(*events, "events output", nil)
+	if err != nil {
+		return err
 	}
+	defer closeEvents()
 
 	fcfg := file.DefaultOptions()
 	fcfg.Paths = fs.Args()

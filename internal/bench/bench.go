@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/loadgen"
+	"github.com/xrdmon/xrdmon/internal/signal"
 	"github.com/xrdmon/xrdmon/internal/units"
 )
 
@@ -267,12 +268,7 @@ func startCollector(t Target, vars map[string]string, logPath string) (*collecto
 }
 
 func (p *collectorProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return signal.Closed(p.done)
 }
 
 // stop sends SIGTERM to the collector's process group and waits up to

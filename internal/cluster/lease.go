@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/xrdmon/xrdmon/internal/signal"
 	"github.com/xrdmon/xrdmon/internal/sink/postgres"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
@@ -187,12 +188,7 @@ func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
 // lostYet reports whether Lost is closed.
 func (l *Lease) lostYet() bool {
-	select {
-	case <-l.lost:
-		return true
-	default:
-		return false
-	}
+	return signal.Closed(l.lost)
 }
 
 // fence checks, in tx, that this lease still holds the shard: the shard's

@@ -281,19 +281,9 @@ var (
 func setFromString(v reflect.Value, s string) error {
 	switch v.Type() {
 	case durationType:
-		d, err := units.ParseDuration(s)
-		if err != nil {
-			return err
-		}
-		v.SetInt(int64(d))
-		return nil
+		return setParsed(v, s, units.ParseDuration)
 	case byteSizeType:
-		b, err := units.ParseByteSize(s)
-		if err != nil {
-			return err
-		}
-		v.SetInt(int64(b))
-		return nil
+		return setParsed(v, s, units.ParseByteSize)
 	}
 	switch v.Kind() {
 	case reflect.String:
@@ -340,6 +330,16 @@ func setFromString(v reflect.Value, s string) error {
 	default:
 		return fmt.Errorf("unsupported type %s", v.Type())
 	}
+	return nil
+}
+
+// setParsed sets the integer v to what parse makes of s.
+func setParsed[T ~int64](v reflect.Value, s string, parse func(string) (T, error)) error {
+	n, err := parse(s)
+	if err != nil {
+		return err
+	}
+	v.SetInt(int64(n))
 	return nil
 }
 

@@ -509,6 +509,15 @@ func chunks(total, size int64) (n, lo, hi int64, sq float64) {
 	return n, last, hi, float64(n-1)*float64(size)*float64(size) + float64(last)*float64(last)
 }
 
+// chunkLen returns the length of chunk i of the n that chunks makes:
+// size, and last for the last one.
+func chunkLen(i, n, size, last int64) int64 {
+	if i == n-1 {
+		return last
+	}
+	return size
+}
+
 // stats returns the OPS and SSQ blocks of a close with the given bytes.
 func (a *access) stats(rd, rv, wr int64) (packet.Ops, packet.SSQ) {
 	var o packet.Ops

@@ -89,10 +89,7 @@ func (r *run) trace(s *server, a *access, rd, rv, wr int64) bool {
 	t.tb.Open(dict, a.size)
 	if n, last, size, _ := chunks(rd, a.rdSize); n > 0 {
 		for i := range n {
-			sz := size
-			if i == n-1 {
-				sz = last
-			}
+			sz := chunkLen(i, n, size, last)
 			k := i
 			if !a.seqRead {
 				k = (i * 7919) % n // a scattered order
@@ -105,10 +102,7 @@ func (r *run) trace(s *server, a *access, rd, rv, wr int64) bool {
 	if n, last, size, _ := chunks(rv, a.rvSize); n > 0 {
 		segs := a.rvSegs
 		for i := range n {
-			total := size
-			if i == n-1 {
-				total = last
-			}
+			total := chunkLen(i, n, size, last)
 			if !t.room() {
 				return false
 			}
@@ -136,10 +130,7 @@ func (r *run) trace(s *server, a *access, rd, rv, wr int64) bool {
 	}
 	if n, last, size, _ := chunks(wr, a.wrSize); n > 0 {
 		for i := range n {
-			sz := size
-			if i == n-1 {
-				sz = last
-			}
+			sz := chunkLen(i, n, size, last)
 			if !t.room() {
 				return false
 			}

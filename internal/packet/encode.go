@@ -111,12 +111,18 @@ func AppendUEAC(dst []byte, u UEAC) []byte {
 	return AppendKVInt(dst, "Ac", int64(u.Activity))
 }
 
+// appendFRMHead appends what the payloads of 'p' and 'x' records start
+// with: the file's name on its own line, then its tod and sz.
+func appendFRMHead(dst, name []byte, tod, size int64) []byte {
+	dst = append(dst, name...)
+	dst = append(dst, '\n')
+	dst = AppendKVInt(dst, "tod", tod)
+	return AppendKVInt(dst, "sz", size)
+}
+
 // AppendPurge appends the payload of a 'p' record (after its user id line).
 func AppendPurge(dst []byte, p Purge) []byte {
-	dst = append(dst, p.Name...)
-	dst = append(dst, '\n')
-	dst = AppendKVInt(dst, "tod", p.Tod)
-	dst = AppendKVInt(dst, "sz", p.Size)
+	dst = appendFRMHead(dst, p.Name, p.Tod, p.Size)
 	dst = AppendKVInt(dst, "at", p.Atime)
 	dst = AppendKVInt(dst, "ct", p.Ctime)
 	dst = AppendKVInt(dst, "mt", p.Mtime)
@@ -129,10 +135,7 @@ func AppendPurge(dst []byte, p Purge) []byte {
 
 // AppendFRMXfer appends the payload of an 'x' record (after its user id line).
 func AppendFRMXfer(dst []byte, x FRMXfer) []byte {
-	dst = append(dst, x.LFN...)
-	dst = append(dst, '\n')
-	dst = AppendKVInt(dst, "tod", x.Tod)
-	dst = AppendKVInt(dst, "sz", x.Size)
+	dst = appendFRMHead(dst, x.LFN, x.Tod, x.Size)
 	dst = AppendKVInt(dst, "qt", x.QueueTime)
 	dst = AppendKVInt(dst, "tm", x.XferTime)
 	dst = AppendKVInt(dst, "op", int64(x.Op))

@@ -62,12 +62,9 @@ type FStream struct {
 // and the declared counts must match what is present. A packet that fails
 // any check is rejected whole, so nothing from it is half-applied.
 func DecodeFStream(b []byte) (FStream, error) {
-	h, err := parseHeaderCode(b, CodeFStream)
+	h, err := parseHeaderCode(b, CodeFStream, HeaderSize+TimeSizeOld)
 	if err != nil {
 		return FStream{}, err
-	}
-	if len(b) < HeaderSize+TimeSizeOld {
-		return FStream{}, ErrShort
 	}
 	t := b[HeaderSize:]
 	if RecType(t[0]) != RecTime {

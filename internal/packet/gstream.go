@@ -32,12 +32,9 @@ type GStream struct {
 // DecodeGStream decodes a binary g-stream packet. It must carry at least
 // one non-empty record (ErrEmptyText): producers never send empty buffers.
 func DecodeGStream(b []byte) (GStream, error) {
-	h, err := parseHeaderCode(b, CodeGStream)
+	h, err := parseHeaderCode(b, CodeGStream, GStreamHeaderSize)
 	if err != nil {
 		return GStream{}, err
-	}
-	if len(b) < GStreamHeaderSize {
-		return GStream{}, ErrShort
 	}
 	if !hasLine(b[GStreamHeaderSize:]) {
 		return GStream{}, ErrEmptyText

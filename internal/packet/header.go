@@ -125,11 +125,15 @@ func ParseHeader(b []byte) (Header, error) {
 }
 
 // parseHeaderCode is ParseHeader for the decoder of one code's packets:
-// a header of another code is ErrUnknownCode.
-func parseHeaderCode(b []byte, code byte) (Header, error) {
+// a header of another code is ErrUnknownCode, a packet shorter than
+// minLen bytes ErrShort.
+func parseHeaderCode(b []byte, code byte, minLen int) (Header, error) {
 	h, err := ParseHeader(b)
 	if err == nil && h.Code != code {
 		err = ErrUnknownCode
+	}
+	if err == nil && len(b) < minLen {
+		err = ErrShort
 	}
 	return h, err
 }

@@ -32,14 +32,11 @@ type Trace struct {
 // DecodeTrace decodes a t-stream packet: a whole number of 16-byte entries,
 // each of a known kind.
 func DecodeTrace(b []byte) (Trace, error) {
-	h, err := parseHeaderCode(b, CodeTrace)
+	h, err := parseHeaderCode(b, CodeTrace, HeaderSize+1) // no entry at all: ErrShort
 	if err != nil {
 		return Trace{}, err
 	}
 	body := b[HeaderSize:]
-	if len(body) == 0 {
-		return Trace{}, ErrShort
-	}
 	if len(body)%TraceEntrySize != 0 {
 		return Trace{}, ErrRecordSize
 	}
@@ -136,12 +133,9 @@ const (
 // DecodeRedir decodes an r-stream packet: the server-id slot, then 8-byte
 // slots of timing marks and redirect entries with their text slots.
 func DecodeRedir(b []byte) (Redir, error) {
-	h, err := parseHeaderCode(b, CodeRedir)
+	h, err := parseHeaderCode(b, CodeRedir, redirFixed)
 	if err != nil {
 		return Redir{}, err
-	}
-	if len(b) < redirFixed {
-		return Redir{}, ErrShort
 	}
 	if b[8] != redSIDMark {
 		return Redir{}, ErrRecordType

@@ -104,12 +104,8 @@ func (p *Pipeline) name(chunks [][]record.Record, evs []record.Event) {
 		for _, recs := range chunks {
 			for i := range recs {
 				r := &recs[i]
-				if r.ServerHost == "" {
-					if n, ok := p.lookup(r.ServerIP); ok {
-						r.ServerHost = n
-					} else {
-						missing = true
-					}
+				if !p.nameServer(&r.ServerHost, r.ServerIP) {
+					missing = true
 				}
 				if r.ClientName == "" && r.ClientHost != "" {
 					if n, ok := p.lookup(r.ClientHost); ok {
@@ -121,13 +117,8 @@ func (p *Pipeline) name(chunks [][]record.Record, evs []record.Event) {
 			}
 		}
 		for i := range evs {
-			e := &evs[i]
-			if e.ServerHost == "" {
-				if n, ok := p.lookup(e.ServerIP); ok {
-					e.ServerHost = n
-				} else {
-					missing = true
-				}
+			if !p.nameServer(&evs[i].ServerHost, evs[i].ServerIP) {
+				missing = true
 			}
 		}
 		if !missing || !time.Now().Before(deadline) {
@@ -143,6 +134,19 @@ func (p *Pipeline) name(chunks [][]record.Record, evs []record.Event) {
 		}
 		wait.Stop()
 	}
+}
+
+// nameServer sets *host, when empty, to the name of the server address
+// ip; false when it is still empty (the name not known yet).
+func (p *Pipeline) nameServer(host *string, ip string) bool {
+	if *host != "" {
+		return true
+	}
+	n, ok := p.lookup(ip)
+	if ok {
+		*host = n
+	}
+	return ok
 }
 
 // resolvedWaiter is a Namer that can wake a wait for names

@@ -32,3 +32,14 @@ func (b *Broadcast) Notify() {
 		b.ch = nil
 	}
 }
+
+// Closed reports, without blocking, whether ch is closed (or holds a
+// value); a nil ch is never closed.
+func Closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrdmon/xrdmon/internal/backoff"
+	"github.com/xrdmon/xrdmon/internal/signal"
 	"github.com/xrdmon/xrdmon/internal/units"
 )
 
@@ -64,12 +65,7 @@ func (r *Reconnect) Run(ctx context.Context, session func() error) {
 }
 
 func (r *Reconnect) stopped() bool {
-	select {
-	case <-r.Stop:
-		return true
-	default:
-		return false
-	}
+	return signal.Closed(r.Stop)
 }
 
 // ShovelerDecoder adds shoveler messages to batches for a relayed

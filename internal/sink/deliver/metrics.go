@@ -15,21 +15,20 @@ type metrics struct {
 	duration  prometheus.Observer
 }
 
+// sinkCounter returns a counter vector by sink.
+func sinkCounter(name, help string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"sink"})
+}
+
 // newMetrics returns the metrics of sink name. When a vector is already
 // registered on reg (by another sink) the existing one is used.
 func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
-	delivered := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "xrdmon_sink_delivered_total",
-		Help: "Entries (records and events) a sink has delivered and its destination has acknowledged.",
-	}, []string{"sink"})
-	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "xrdmon_sink_errors_total",
-		Help: "Failed delivery attempts of a sink (each is retried).",
-	}, []string{"sink"})
-	dead := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "xrdmon_sink_dead_letters_total",
-		Help: "Entries a sink's destination refused for good, set aside in the store's dead letters (xrdmon deadletters) instead of being retried.",
-	}, []string{"sink"})
+	delivered := sinkCounter("xrdmon_sink_delivered_total",
+		"Entries (records and events) a sink has delivered and its destination has acknowledged.")
+	errs := sinkCounter("xrdmon_sink_errors_total",
+		"Failed delivery attempts of a sink (each is retried).")
+	dead := sinkCounter("xrdmon_sink_dead_letters_total",
+		"Entries a sink's destination refused for good, set aside in the store's dead letters (xrdmon deadletters) instead of being retried.")
 	dur := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "xrdmon_sink_batch_duration_seconds",
 		Help:    "Time to deliver one batch, from the first write to the destination's acknowledgement.",
