@@ -179,6 +179,22 @@ func blockEntries(dst, data []byte) ([]byte, error) {
 	return raw, nil
 }
 
+// recordSlab gives out the records a read decodes, recordSlabLen to an
+// allocation: a reader of the log (an output, the rollups catching up)
+// reads thousands at a time and drops them together.
+type recordSlab []record.Record
+
+const recordSlabLen = 256
+
+// next returns a zero record of the slab.
+func (s *recordSlab) next() *record.Record {
+	if len(*s) == cap(*s) {
+		*s = make([]record.Record, 0, recordSlabLen)
+	}
+	*s = (*s)[:len(*s)+1]
+	return &(*s)[len(*s)-1]
+}
+
 // rawEntry is one entry of a decompressed block; data points into the
 // block.
 type rawEntry struct {
@@ -223,15 +239,15 @@ func (it *entryIter) next() bool {
 }
 
 // decodeEntry decodes a raw entry into a store Entry.
-func decodeEntry(r rawEntry) (Entry, error) {
+func decodeEntry(r rawEntry, recs *recordSlab) (Entry, error) {
 	e := Entry{Seq: r.seq}
 	var err error
 	switch r.kind {
 	case entryRecord:
-		e.Record = new(record.Record)
+		e.Record = recs.next()
 		err = record.DecodeStored(r.data, e.Record)
 	case entryProgress:
-		e.Progress = new(record.Record)
+		e.Progress = recs.next()
 		err = record.DecodeBinary(r.data, e.Progress)
 	default:
 		e.Event = new(record.Event)

@@ -156,6 +156,7 @@ func (r *Reader) Read(ctx context.Context, afterSeq int64, max int) ([]Entry, er
 		return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
 	}
 	var out []Entry
+	var recs recordSlab
 	for _, b := range spans {
 		if b.last <= afterSeq {
 			continue
@@ -172,7 +173,7 @@ func (r *Reader) Read(ctx context.Context, afterSeq int64, max int) ([]Entry, er
 			if it.cur.seq <= afterSeq {
 				continue
 			}
-			e, err := decodeEntry(it.cur)
+			e, err := decodeEntry(it.cur, &recs)
 			if err != nil {
 				return nil, fmt.Errorf("read after %d: block %d: %w", afterSeq, b.first, err)
 			}
