@@ -631,37 +631,26 @@ func (s *slab) agg(nu, nb int) *Agg {
 	}
 	s.aggs = s.aggs[:len(s.aggs)+1]
 	a := &s.aggs[len(s.aggs)-1]
-	a.Users.small = s.userRoom(nu)
-	a.Duration.b = s.histRoom(nb)
-	a.Size.b = s.histRoom(nb)
+	a.Users.small = cut(&s.users, nu)
+	a.Duration.b = cut(&s.hists, nb)
+	a.Size.b = cut(&s.hists, nb)
 	return a
 }
 
-// userRoom returns an empty slice with room for n users: a full one grows
-// by copying (room), never into its neighbour.
-func (s *slab) userRoom(n int) []uint32 {
+// cut returns an empty slice with room for n items, cut from *chunk (a
+// new chunk of slabRoom when it has not that much left; more than an
+// eighth of a chunk gets an array of its own): a full slice grows by
+// copying (room), never into its neighbour.
+func cut[T any](chunk *[]T, n int) []T {
 	if n > slabRoom/8 {
-		return make([]uint32, 0, n)
+		return make([]T, 0, n)
 	}
-	if cap(s.users)-len(s.users) < n {
-		s.users = make([]uint32, 0, slabRoom)
+	if cap(*chunk)-len(*chunk) < n {
+		*chunk = make([]T, 0, slabRoom)
 	}
-	k := len(s.users)
-	s.users = s.users[:k+n]
-	return s.users[k : k : k+n]
-}
-
-// histRoom returns an empty slice with room for n buckets.
-func (s *slab) histRoom(n int) []hbucket {
-	if n > slabRoom/8 {
-		return make([]hbucket, 0, n)
-	}
-	if cap(s.hists)-len(s.hists) < n {
-		s.hists = make([]hbucket, 0, slabRoom)
-	}
-	k := len(s.hists)
-	s.hists = s.hists[:k+n]
-	return s.hists[k : k : k+n]
+	k := len(*chunk)
+	*chunk = (*chunk)[:k+n]
+	return (*chunk)[k : k : k+n]
 }
 
 // room makes sure that a can count one more user and one more bucket of
@@ -669,13 +658,13 @@ func (s *slab) histRoom(n int) []hbucket {
 // from the slab.
 func (s *slab) room(a *Agg) {
 	if u := a.Users.small; len(u) == cap(u) && a.Users.hll == nil && len(u) < smallUsers {
-		a.Users.small = append(s.userRoom(min(max(2*len(u), slabUsers), smallUsers)), u...)
+		a.Users.small = append(cut(&s.users, min(max(2*len(u), slabUsers), smallUsers)), u...)
 	}
 	if h := a.Duration.b; len(h) == cap(h) {
-		a.Duration.b = append(s.histRoom(max(2*len(h), slabBuckets)), h...)
+		a.Duration.b = append(cut(&s.hists, max(2*len(h), slabBuckets)), h...)
 	}
 	if h := a.Size.b; len(h) == cap(h) {
-		a.Size.b = append(s.histRoom(max(2*len(h), slabBuckets)), h...)
+		a.Size.b = append(cut(&s.hists, max(2*len(h), slabBuckets)), h...)
 	}
 }
 
