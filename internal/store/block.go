@@ -179,17 +179,18 @@ func blockEntries(dst, data []byte) ([]byte, error) {
 	return raw, nil
 }
 
-// recordSlab gives out the records a read decodes, recordSlabLen to an
-// allocation: a reader of the log (an output, the rollups catching up)
+// recordSlab gives out the records a read decodes, up to recordSlabLen to
+// an allocation: a reader of the log (an output, the rollups catching up)
 // reads thousands at a time and drops them together.
 type recordSlab []record.Record
 
 const recordSlabLen = 256
 
-// next returns a zero record of the slab.
-func (s *recordSlab) next() *record.Record {
+// next returns a zero record of the slab; left is how many the read may
+// still want (a new allocation holds no more than that).
+func (s *recordSlab) next(left int) *record.Record {
 	if len(*s) == cap(*s) {
-		*s = make([]record.Record, 0, recordSlabLen)
+		*s = make([]record.Record, 0, max(min(left, recordSlabLen), 1))
 	}
 	*s = (*s)[:len(*s)+1]
 	return &(*s)[len(*s)-1]
@@ -238,16 +239,17 @@ func (it *entryIter) next() bool {
 	return true
 }
 
-// decodeEntry decodes a raw entry into a store Entry.
-func decodeEntry(r rawEntry, recs *recordSlab) (Entry, error) {
+// decodeEntry decodes a raw entry into a store Entry, a record into recs
+// (left: how many entries the read may still return).
+func decodeEntry(r rawEntry, recs *recordSlab, left int) (Entry, error) {
 	e := Entry{Seq: r.seq}
 	var err error
 	switch r.kind {
 	case entryRecord:
-		e.Record = recs.next()
+		e.Record = recs.next(left)
 		err = record.DecodeStored(r.data, e.Record)
 	case entryProgress:
-		e.Progress = recs.next()
+		e.Progress = recs.next(left)
 		err = record.DecodeBinary(r.data, e.Progress)
 	default:
 		e.Event = new(record.Event)

@@ -173,7 +173,7 @@ func (r *Reader) Read(ctx context.Context, afterSeq int64, max int) ([]Entry, er
 			if it.cur.seq <= afterSeq {
 				continue
 			}
-			e, err := decodeEntry(it.cur, &recs)
+			e, err := decodeEntry(it.cur, &recs, max-len(out))
 			if err != nil {
 				return nil, fmt.Errorf("read after %d: block %d: %w", afterSeq, b.first, err)
 			}
