@@ -15,30 +15,21 @@ type metrics struct {
 	duration  prometheus.Observer
 }
 
-// sinkCounter returns a counter vector by sink.
-func sinkCounter(name, help string) *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"sink"})
-}
-
 // newMetrics returns the metrics of sink name. When a vector is already
 // registered on reg (by another sink) the existing one is used.
 func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
-	delivered := sinkCounter("xrdmon_sink_delivered_total",
-		"Entries (records and events) a sink has delivered and its destination has acknowledged.")
-	errs := sinkCounter("xrdmon_sink_errors_total",
-		"Failed delivery attempts of a sink (each is retried).")
-	dead := sinkCounter("xrdmon_sink_dead_letters_total",
-		"Entries a sink's destination refused for good, set aside in the store's dead letters (xrdmon deadletters) instead of being retried.")
-	dur := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	ms := xmetrics.NewSet(reg)
+	delivered := xmetrics.CounterVec(ms, "xrdmon_sink_delivered_total",
+		"Entries (records and events) a sink has delivered and its destination has acknowledged.", "sink")
+	errs := xmetrics.CounterVec(ms, "xrdmon_sink_errors_total",
+		"Failed delivery attempts of a sink (each is retried).", "sink")
+	dead := xmetrics.CounterVec(ms, "xrdmon_sink_dead_letters_total",
+		"Entries a sink's destination refused for good, set aside in the store's dead letters (xrdmon deadletters) instead of being retried.", "sink")
+	dur := xmetrics.Add(ms, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "xrdmon_sink_batch_duration_seconds",
 		Help:    "Time to deliver one batch, from the first write to the destination's acknowledgement.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
-	}, []string{"sink"})
-	ms := xmetrics.NewSet(reg)
-	delivered = xmetrics.Add(ms, delivered)
-	errs = xmetrics.Add(ms, errs)
-	dead = xmetrics.Add(ms, dead)
-	dur = xmetrics.Add(ms, dur)
+	}, []string{"sink"}))
 	if err := ms.Err(); err != nil {
 		return nil, err
 	}
