@@ -124,17 +124,23 @@ func createFile(path, what string) (*os.File, error) {
 	return f, nil
 }
 
-// createOutput returns the file path created for writing and its close, or
-// def and a close that does nothing when path is empty.
-func createOutput(path, what string, def io.Writer) (io.Writer, func(), error) {
+// createOutput returns the file path created for writing and its close
+// (whose error says whether what was written reached the file), or def and
+// a close that does nothing when path is empty.
+func createOutput(path, what string, def io.Writer) (io.Writer, func() error, error) {
 	if path == "" {
-		return def, func() {}, nil
+		return def, func() error { return nil }, nil
 	}
 	f, err := createFile(path, what)
 	if err != nil {
 		return nil, nil, err
 	}
-	return f, func() { f.Close() }, nil
+	return f, func() error {
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("close %s: %w", what, err)
+		}
+		return nil
+	}, nil
 }
 
 // parseFlags parses args, mapping a parse error to errUsage. A mistake

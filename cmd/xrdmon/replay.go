@@ -23,7 +23,7 @@ import (
 )
 
 // runReplay implements `xrdmon replay`.
-func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlagSet("replay", helpText("replay"), stderr)
 	schema := fs.String("schema", "native", "record format: native, gracc or wlcg")
 	flavour := fs.String("gracc-flavour", record.GRACCPython, "with --schema gracc: python (the Python OSG collector's document) or go (the shoveler's collector mode)")
@@ -88,12 +88,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	defer closeOut()
+	defer func() { err = errors.Join(err, closeOut()) }()
 	ew, closeEvents, err := createOutput(*events, "events output", nil)
 	if err != nil {
 		return err
 	}
-	defer closeEvents()
+	defer func() { err = errors.Join(err, closeEvents()) }()
 
 	fcfg := file.DefaultOptions()
 	fcfg.Paths = fs.Args()
