@@ -98,33 +98,27 @@ func (r *Record) Dim(d Dim) string {
 
 // locality compares the client's domain with the server's.
 func (r *Record) locality() string {
-	c, s := cmp.Or(r.ClientName, r.ClientHost), r.ServerHost
-	if !isName(c) || !isName(s) {
+	c, cname := splitDomain(cmp.Or(r.ClientName, r.ClientHost))
+	s, sname := splitDomain(r.ServerHost)
+	if !cname || !sname {
 		return "unknown"
 	}
-	if strings.EqualFold(domain(c), domain(s)) {
+	if strings.EqualFold(c, s) {
 		return "local"
 	}
 	return "remote"
-}
-
-// isName reports whether host is a host name with a domain (not an
-// address, not a bare name).
-func isName(host string) bool {
-	h := trimBrackets(host)
-	if h == "" || isAddr(h) {
-		return false
-	}
-	i := strings.IndexByte(h, '.')
-	return i > 0 && i+1 < len(h)
 }
 
 // isAddr reports whether h is an IP address. A text that cannot be one
 // (a host name has a letter or a hyphen and no colon) is not parsed: a
 // failed parse allocates its error, and rollups ask this of every record.
 func isAddr(h string) bool {
-	if !strings.ContainsRune(h, ':') && strings.IndexFunc(h, func(c rune) bool { return (c < '0' || c > '9') && c != '.' }) >= 0 {
-		return false
+	if strings.IndexByte(h, ':') < 0 {
+		for i := range len(h) { // a name's first byte is a letter: one step
+			if c := h[i]; (c < '0' || c > '9') && c != '.' {
+				return false
+			}
+		}
 	}
 	_, err := netip.ParseAddr(h)
 	return err == nil
@@ -146,14 +140,22 @@ func trimBrackets(s string) string {
 // domain returns the domain of a host name (all but its first label), or
 // the host itself when it is an address.
 func domain(host string) string {
+	d, _ := splitDomain(host)
+	return d
+}
+
+// splitDomain returns domain(host) and whether host is a host name with a
+// domain (not an address, not a bare name), looking at host once: the
+// rollups ask for the domain and locality of every record.
+func splitDomain(host string) (string, bool) {
 	h := trimBrackets(host)
-	if isAddr(h) {
-		return h
+	if h == "" || isAddr(h) {
+		return h, false
 	}
 	if i := strings.IndexByte(h, '.'); i >= 0 && i+1 < len(h) {
-		return h[i+1:]
+		return h[i+1:], i > 0
 	}
-	return h
+	return h, false
 }
 
 // dir returns the first n levels of path p ("/store/data/Run2026A").
