@@ -365,7 +365,7 @@ type barrier struct {
 	// activity (for Options.Observe).
 	out      correlate.Output
 	nrecs    int
-	hasBufs  bool // out.Records and out.Events were taken from the free list (by the first shard to answer)
+	hasBufs  bool // out's slices were taken from the free list (by the first shard to answer)
 	appended int  // chunks of out.Records appended (the first with out.Events): where a retried commit goes on
 	states   map[int][]byte
 	err      error
@@ -424,7 +424,7 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 	// to answer takes the slices: a later one must append to what earlier
 	// ones put there, even when that is only events (recs still nil).
 	if !br.hasBufs {
-		br.out.Records, br.out.Events = p.buffers()
+		p.buffers(&br.out)
 		br.hasBufs = true
 	}
 	s.c.Drain(&br.out) // events typed by the writer, off the packet path
@@ -486,14 +486,14 @@ func (s *shard) recycle(p *Pipeline) {
 	}
 }
 
-// buffers returns record and event slices for a barrier: ones a committed
-// barrier gave back (release), else new ones.
-func (p *Pipeline) buffers() ([][]record.Record, []record.Event) {
+// buffers gives o the slices a committed barrier gave back (release), if
+// one waits: a barrier's opens and progress snapshots are copied into
+// them (correlate.Shard.Drain), tens of thousands a second.
+func (p *Pipeline) buffers(o *correlate.Output) {
 	select {
 	case b := <-p.free:
-		return b.recs, b.evs
+		o.Records, o.Events, o.Opens, o.Progress = b.recs, b.evs, b.opens, b.progress
 	default:
-		return nil, nil
 	}
 }
 
@@ -509,21 +509,27 @@ func (p *Pipeline) release(br *barrier) {
 		default: // enough chunks wait for reuse: leave this one to the GC
 		}
 	}
-	clear(br.out.Records)
-	clear(br.out.Events)
+	o := &br.out
+	clear(o.Records)
+	clear(o.Events)
+	clear(o.Opens)
+	clear(o.Progress)
 	select {
-	case p.free <- barrierBuffers{br.out.Records[:0], br.out.Events[:0]}:
+	case p.free <- barrierBuffers{o.Records[:0], o.Events[:0], o.Opens[:0], o.Progress[:0]}:
 	default:
 	}
-	br.out.Records, br.out.Events, br.hasBufs, br.nrecs, br.appended = nil, nil, false, 0, 0
-	br.out.Opens = nil
-	br.out.Progress = nil
+	o.Records, o.Events, o.Opens, o.Progress = nil, nil, nil, nil
+	br.hasBufs, br.nrecs, br.appended = false, 0, 0
 }
 
-// barrierBuffers are the slices of a committed barrier, kept for reuse.
+// barrierBuffers are the slices of a committed barrier, kept for reuse:
+// nothing a commit gives them to keeps them (the store, the linker and
+// Options.Observe copy what they keep).
 type barrierBuffers struct {
-	recs [][]record.Record
-	evs  []record.Event
+	recs     [][]record.Record
+	evs      []record.Event
+	opens    []correlate.Open
+	progress []record.Record
 }
 
 // Run applies batches from in until in is closed (its owner closes it after
