@@ -600,14 +600,27 @@ func openSize(k *record.AccessKey) int64 { return int64(96 + len(k.ServerIP)) }
 // slab allocates the head's series in chunks: a record of a busy minute
 // (or of a stream whose time runs fast) makes several new series, and an
 // allocation each for the key, the sums, the users and the two
-// distributions would cost more than summing the record. A chunk is never
-// reused: what a series holds stays valid as long as anything points to
-// it (a query's copy of a key, a flushed head).
+// distributions would cost more than summing the record. A key chunk is
+// never reused: a query's copy of a series keeps its key. The chunks of
+// sums, users and buckets are, once nothing uses their series (recycle:
+// a flushed head, the hours a flush merged), so that a stream whose time
+// runs fast, which fills a head at every flush, does not make the GC
+// collect a head's worth of chunks each time.
 type slab struct {
 	aggs  []Agg
 	keys  []byte
 	users []uint32 // room not yet given out
 	hists []hbucket
+	// used lists the chunks given out so far, free those of a flushed
+	// head, to be filled before new ones are made.
+	used, free chunks
+}
+
+// chunks are the chunks of a slab but its keys.
+type chunks struct {
+	aggs  [][]Agg
+	users [][]uint32
+	hists [][]hbucket
 }
 
 const (
@@ -627,26 +640,59 @@ const (
 // each distribution.
 func (s *slab) agg(nu, nb int) *Agg {
 	if len(s.aggs) == cap(s.aggs) {
-		s.aggs = make([]Agg, 0, slabAggs)
+		s.aggs = newChunk(&s.used.aggs, &s.free.aggs, slabAggs)
 	}
 	s.aggs = s.aggs[:len(s.aggs)+1]
 	a := &s.aggs[len(s.aggs)-1]
-	a.Users.small = cut(&s.users, nu)
-	a.Duration.b = cut(&s.hists, nb)
-	a.Size.b = cut(&s.hists, nb)
+	a.Users.small = s.userRoom(nu)
+	a.Duration.b = s.histRoom(nb)
+	a.Size.b = s.histRoom(nb)
 	return a
 }
 
+func (s *slab) userRoom(n int) []uint32  { return cut(&s.users, &s.used.users, &s.free.users, n) }
+func (s *slab) histRoom(n int) []hbucket { return cut(&s.hists, &s.used.hists, &s.free.hists, n) }
+
+// recycle gives s the chunks of olds, whose series nothing uses any more,
+// to fill before making new ones. The chunks s was given before and has
+// not used are let go: s keeps at most what olds took.
+func (s *slab) recycle(olds ...*slab) {
+	var f chunks
+	for _, o := range olds {
+		f.aggs = append(f.aggs, o.used.aggs...)
+		f.users = append(f.users, o.used.users...)
+		f.hists = append(f.hists, o.used.hists...)
+		o.used = chunks{}
+	}
+	s.free = f
+}
+
+// newChunk returns an empty chunk of n items, noted in used: the last of
+// free (cleared, as a new one is), else a new one.
+func newChunk[T any](used, free *[][]T, n int) []T {
+	var c []T
+	if k := len(*free); k > 0 {
+		c = (*free)[k-1][:0]
+		(*free)[k-1] = nil
+		*free = (*free)[:k-1]
+		clear(c[:cap(c)])
+	} else {
+		c = make([]T, 0, n)
+	}
+	*used = append(*used, c)
+	return c
+}
+
 // cut returns an empty slice with room for n items, cut from *chunk (a
-// new chunk of slabRoom when it has not that much left; more than an
-// eighth of a chunk gets an array of its own): a full slice grows by
-// copying (room), never into its neighbour.
-func cut[T any](chunk *[]T, n int) []T {
+// new chunk of slabRoom, noted in used, when it has not that much left;
+// more than an eighth of a chunk gets an array of its own): a full slice
+// grows by copying (room), never into its neighbour.
+func cut[T any](chunk *[]T, used, free *[][]T, n int) []T {
 	if n > slabRoom/8 {
 		return make([]T, 0, n)
 	}
 	if cap(*chunk)-len(*chunk) < n {
-		*chunk = make([]T, 0, slabRoom)
+		*chunk = newChunk(used, free, slabRoom)
 	}
 	k := len(*chunk)
 	*chunk = (*chunk)[:k+n]
@@ -658,14 +704,31 @@ func cut[T any](chunk *[]T, n int) []T {
 // from the slab.
 func (s *slab) room(a *Agg) {
 	if u := a.Users.small; len(u) == cap(u) && a.Users.hll == nil && len(u) < smallUsers {
-		a.Users.small = append(cut(&s.users, min(max(2*len(u), slabUsers), smallUsers)), u...)
+		a.Users.small = append(s.userRoom(min(max(2*len(u), slabUsers), smallUsers)), u...)
 	}
 	if h := a.Duration.b; len(h) == cap(h) {
-		a.Duration.b = append(cut(&s.hists, max(2*len(h), slabBuckets)), h...)
+		a.Duration.b = append(s.histRoom(max(2*len(h), slabBuckets)), h...)
 	}
 	if h := a.Size.b; len(h) == cap(h) {
-		a.Size.b = append(cut(&s.hists, max(2*len(h), slabBuckets)), h...)
+		a.Size.b = append(s.histRoom(max(2*len(h), slabBuckets)), h...)
 	}
+}
+
+// merge adds src to dst, first giving dst from the slab the room the sum
+// may need (twice what it holds, as append grows), so that merging the
+// minutes of a flush into its hours allocates chunks, not sets.
+func (s *slab) merge(dst, src *Agg) {
+	if u := dst.Users.small; dst.Users.hll == nil && src.Users.hll == nil {
+		if n := len(u) + len(src.Users.small); n > cap(u) && n <= smallUsers {
+			dst.Users.small = append(s.userRoom(min(max(n, 2*len(u)), smallUsers)), u...)
+		}
+	}
+	for _, hs := range [2][2]*Hist{{&dst.Duration, &src.Duration}, {&dst.Size, &src.Size}} {
+		if h, n := hs[0].b, len(hs[0].b)+len(hs[1].b); n > cap(h) {
+			hs[0].b = append(s.histRoom(max(n, 2*len(h))), h...)
+		}
+	}
+	dst.Merge(src)
 }
 
 // clone returns a copy of a in the slab.
@@ -768,14 +831,17 @@ func (b *Builder) Flush(ctx context.Context) error {
 	b.head, b.headBytes, b.flushing = make(head), 0, h
 	b.lastMap = nil
 	clear(b.last)
-	b.slab = slab{} // the flushed head keeps its chunks
+	flushed := b.slab // the flushed head keeps its chunks until it is written
+	b.slab = slab{free: flushed.free}
+	flushed.free = chunks{}
 	b.expireOpen(wm)
 	cursor, open := b.cursor, b.marshalOpen()
 	b.mu.Unlock()
 
 	// Off the lock: encoding (and merging the minutes of a stream whose
 	// time runs fast) is the flush's work.
-	add, added := headParts(h, b.part)
+	var hours slab
+	add, added := headParts(h, b.part, &hours)
 	part := b.part
 	for _, n := range added {
 		part += int64(n)
@@ -808,6 +874,8 @@ func (b *Builder) Flush(ctx context.Context) error {
 			b.headBytes += headSize(h)
 			b.lastMap = nil
 			clear(b.last)
+		} else {
+			b.slab.recycle(&flushed, &hours) // written, and queries read the store now
 		}
 		b.flushing = nil
 		b.mu.Unlock()
@@ -866,15 +934,15 @@ func (b *Builder) writeParts(ctx context.Context, ps []store.RollupPart) error {
 // keeping up) gets their bytes as its parts, merged later by its
 // compaction like any bucket's; one that it holds more minutes of (a
 // stream whose time runs fast: a catch-up, a replay) gets one part, the
-// merge of them, so that its part count stays small.
-func headParts(h head, part int64) ([]store.RollupPart, map[bucketKey]int) {
+// merge of them, so that its part count stays small. The series of those
+// merges are sl's.
+func headParts(h head, part int64, sl *slab) ([]store.RollupPart, map[bucketKey]int) {
 	// A bucket's sums so far: series maps, each with its encoded parts.
 	type piece struct {
 		m     map[string]*Agg
 		parts []specPart
 	}
 	var enc partEncoder
-	var sl slab
 	level := make(map[bucketKey][]piece, len(h))
 	for start, m := range h {
 		level[bucketKey{60, start}] = []piece{{m, enc.encode(nil, m)}}
@@ -906,7 +974,7 @@ func headParts(h head, part int64) ([]store.RollupPart, map[bucketKey]int) {
 			for _, p := range ps {
 				for k, a := range p.m {
 					if cur := m[k]; cur != nil {
-						cur.Merge(a)
+						sl.merge(cur, a)
 					} else {
 						m[k] = sl.clone(a)
 					}

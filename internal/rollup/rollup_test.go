@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -601,7 +602,7 @@ func TestRollupsUncommittedFlushDropped(t *testing.T) {
 	}
 	// The crash: the next flush's parts written, its commit never made.
 	applyUpTo(t, b, st, 2*last/3)
-	ps, _ := headParts(b.head, b.part)
+	ps, _ := headParts(b.head, b.part, &slab{})
 	if err := st.AddRollupParts(ctx, ps); err != nil {
 		t.Fatal(err)
 	}
@@ -795,5 +796,70 @@ func TestRollupsYield(t *testing.T) {
 			ref, _ := reference(t, st, cfg)
 			sameSeries(t, ref, newBuilder(t, st, cfg), tc.name)
 		})
+	}
+}
+
+// A builder whose head is flushed every few hundred records, each new head
+// filling the chunks of the one flushed before it (slab.recycle), stores
+// the same series as one that flushes once: no series of a new head starts
+// with what a flushed one held, and no flushed series is changed by a new
+// head's.
+func TestRollupsRecycledChunksExact(t *testing.T) {
+	ctx := context.Background()
+	recycled := 0
+	query := func(small bool) ([]Series, int) {
+		st, _ := collected(t, longConfig())
+		cfg := DefaultConfig()
+		cfg.RetentionMinute, cfg.RetentionHour = 0, 0
+		if small {
+			cfg.MaxHeadBytes = 3 << 10
+		}
+		b := newBuilder(t, st, cfg)
+		for seq := int64(0); ; { // CatchUp, in batches small enough to flush often
+			es, err := st.Read(ctx, seq, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(es) == 0 {
+				break
+			}
+			b.Apply(es)
+			seq = es[len(es)-1].Seq
+			if b.headFull() {
+				if err := b.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if len(b.slab.free.aggs) > 0 {
+					recycled++
+				}
+			}
+		}
+		if err := b.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var all []Series
+		for _, by := range [][]record.Dim{{record.DimUser}, {record.DimSite, record.DimVO}, nil} {
+			for _, step := range Resolutions[:2] {
+				ss, err := b.Series(ctx, Query{By: by, From: forever[0], To: forever[1], Step: step})
+				if err != nil {
+					t.Fatal(err)
+				}
+				all = append(all, ss...)
+			}
+		}
+		return all, int(testutil.ToFloat64(b.m.flushes))
+	}
+	want, _ := query(false)
+	got, flushes := query(true)
+	if flushes < 10 || recycled < flushes/2 {
+		t.Fatalf("%d flushes, %d left chunks to reuse: the head did not fill often enough to test reuse", flushes, recycled)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d series after %d flushes, %d after one", len(got), flushes, len(want))
+	}
+	for i := range want {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Fatalf("series %v after %d flushes:\n%+v\nafter one:\n%+v", want[i].Keys, flushes, got[i].Total, want[i].Total)
+		}
 	}
 }
