@@ -799,7 +799,7 @@ func TestRollupsYield(t *testing.T) {
 	}
 }
 
-// A builder whose head is flushed every few hundred records, each new head
+// A builder whose head is flushed every few records, each new head
 // filling the chunks of the one flushed before it (slab.recycle), stores
 // the same series as one that flushes once: no series of a new head starts
 // with what a flushed one held, and no flushed series is changed by a new
