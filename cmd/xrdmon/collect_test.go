@@ -254,6 +254,8 @@ func TestCollectUDPEndToEnd(t *testing.T) {
 	pkts := s.files(20, 1700000100)
 	sendUDP(t, d.udp, pkts)
 	d.waitMetric(t, `xrdmon_records_total{kind="complete",reason="none"}`, 20)
+	// Made is not yet stored: the API answers from the store, after the commit.
+	d.waitMetric(t, `xrdmon_pipeline_records_committed_total`, 20)
 	if got := d.metric(t, `xrdmon_packets_total{outcome="accounted"}`); got != float64(len(pkts)) {
 		t.Errorf("accounted packets = %v, want %d", got, len(pkts))
 	}
