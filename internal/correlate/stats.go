@@ -181,26 +181,34 @@ func statArrays(st *Stats) [5][]uint64 {
 	return [...][]uint64{st.Rejected[:], st.ByKind[:], st.Lost[:], st.Records[:], st.Truncated[:]}
 }
 
+// statGauges returns the gauges of st that count entries.
+func statGauges(st *Stats) [6]*int {
+	return [...]*int{&st.Servers, &st.Sessions, &st.OpenFiles, &st.PendingRefs, &st.PendingFiles, &st.Missing}
+}
+
+// statBytes returns the gauges of st that estimate bytes.
+func statBytes(st *Stats) [4]*int64 {
+	return [...]*int64{&st.FileBytes, &st.SessionBytes, &st.PendingBytes, &st.InternBytes}
+}
+
 // Add adds o's counters and gauges to s.
 func (s *Stats) Add(o *Stats) {
 	from := statScalars(o)
 	for i, p := range statScalars(s) {
 		*p += *from[i]
 	}
-	fromA := statArrays(o)
+	fromArrays := statArrays(o)
 	for i, a := range statArrays(s) {
 		for j := range a {
-			a[j] += fromA[i][j]
+			a[j] += fromArrays[i][j]
 		}
 	}
-	s.Servers += o.Servers
-	s.Missing += o.Missing
-	s.Sessions += o.Sessions
-	s.OpenFiles += o.OpenFiles
-	s.PendingRefs += o.PendingRefs
-	s.PendingFiles += o.PendingFiles
-	s.FileBytes += o.FileBytes
-	s.SessionBytes += o.SessionBytes
-	s.PendingBytes += o.PendingBytes
-	s.InternBytes += o.InternBytes
+	fromGauges := statGauges(o)
+	for i, p := range statGauges(s) {
+		*p += *fromGauges[i]
+	}
+	fromBytes := statBytes(o)
+	for i, p := range statBytes(s) {
+		*p += *fromBytes[i]
+	}
 }
