@@ -14,8 +14,7 @@ import (
 
 // runOutputs implements `xrdmon outputs`.
 func runOutputs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("outputs", helpText("outputs"), stderr)
-	dir := storeDirFlag(fs)
+	fs, dir := storeFlagSet("outputs", stderr)
 	forget := fs.String("forget", "", "remove the cursor of the output `NAME` (the collector stopped)")
 	if err := parseFlags(fs, args); err != nil {
 		return err

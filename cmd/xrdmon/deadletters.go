@@ -15,8 +15,7 @@ import (
 
 // runDeadLetters implements `xrdmon deadletters`.
 func runDeadLetters(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("deadletters", helpText("deadletters"), stderr)
-	dir := storeDirFlag(fs)
+	fs, dir := storeFlagSet("deadletters", stderr)
 	sink := fs.String("sink", "", "only the dead letters of this output (`NAME`, e.g. postgres)")
 	del := fs.String("delete", "", "remove the dead letters of these `IDS` (comma-separated), or all (of --sink); the collector stopped")
 	if err := parseFlags(fs, args); err != nil {

@@ -175,24 +175,37 @@ func (o *loadgenOutputs) open(f *loadgenFlags) error {
 		o.outs = append(o.outs, a)
 	}
 	if *f.pcap != "" {
-		file, err := createFile(*f.pcap, "pcap")
+		err := o.addFile(*f.pcap, "pcap", func(w io.Writer) (loadgen.Output, error) {
+			return loadgen.NewPcap(w, loadgen.DefaultCollector)
+		})
 		if err != nil {
 			return err
 		}
-		p, err := loadgen.NewPcap(file, loadgen.DefaultCollector)
-		if err != nil {
-			file.Close()
-			return err
-		}
-		o.outs = append(o.outs, p)
 	}
 	if *f.jsonl != "" {
-		file, err := createFile(*f.jsonl, "jsonl")
+		err := o.addFile(*f.jsonl, "jsonl", func(w io.Writer) (loadgen.Output, error) {
+			return loadgen.NewJSONL(w), nil
+		})
 		if err != nil {
 			return err
 		}
-		o.outs = append(o.outs, loadgen.NewJSONL(file))
 	}
+	return nil
+}
+
+// addFile creates the file path (what names it in errors) and adds the
+// output open makes of it; the file is closed if open fails.
+func (o *loadgenOutputs) addFile(path, what string, open func(io.Writer) (loadgen.Output, error)) error {
+	file, err := createFile(path, what)
+	if err != nil {
+		return err
+	}
+	out, err := open(file)
+	if err != nil {
+		file.Close()
+		return err
+	}
+	o.outs = append(o.outs, out)
 	return nil
 }
 

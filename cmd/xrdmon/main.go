@@ -108,10 +108,12 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// storeDirFlag defines --store.path, the directory of the store to read,
-// as collect's store.path.
-func storeDirFlag(fs *flag.FlagSet) *string {
-	return fs.String("store.path", config.Default().Store.Path, "`DIR`ectory of the store (as collect's store.path)")
+// storeFlagSet returns the flag set of the command name, which reads or
+// edits the store, with --store.path: the directory of the store, as
+// collect's store.path.
+func storeFlagSet(name string, stderr io.Writer) (fs *flag.FlagSet, dir *string) {
+	fs = newFlagSet(name, helpText(name), stderr)
+	return fs, fs.String("store.path", config.Default().Store.Path, "`DIR`ectory of the store (as collect's store.path)")
 }
 
 // createFile creates the file path for writing; what names it in the

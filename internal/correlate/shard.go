@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/xrdmon/xrdmon/internal/hashmix"
 	"github.com/xrdmon/xrdmon/internal/packet"
 	"github.com/xrdmon/xrdmon/internal/record"
 )
@@ -44,13 +45,7 @@ func addrHash(a netip.Addr) uint64 {
 		h ^= uint64(c)
 		h *= prime64
 	}
-	// murmur3 fmix64
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
+	return hashmix.Fmix64(h)
 }
 
 type pendingPath struct {

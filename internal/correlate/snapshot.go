@@ -470,16 +470,6 @@ func (e *snapScratch) close(cd *closeData) {
 	e.uv(uint64(cd.tEnd))
 }
 
-func statScalars(st *Stats) [13]*uint64 {
-	return [...]*uint64{&st.Packets, &st.Accounted, &st.Duplicates, &st.Reordered, &st.Stale, &st.Events,
-		&st.InvalidEvents, &st.FRMRecords, &st.Restarts, &st.PendingDropped, &st.EvictedSess, &st.SeqCollisions,
-		&st.ClockAhead}
-}
-
-func statArrays(st *Stats) [5][]uint64 {
-	return [...][]uint64{st.Rejected[:], st.ByKind[:], st.Lost[:], st.Records[:], st.Truncated[:]}
-}
-
 // ErrBadSnapshot is wrapped by every RestoreShard error about the
 // content of a snapshot (as opposed to reading it).
 var ErrBadSnapshot = errors.New("bad correlation snapshot")

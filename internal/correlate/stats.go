@@ -167,41 +167,48 @@ func (s *Stats) RecordsFor(r record.Reason) uint64 {
 	return 0
 }
 
-// addEach adds src[i] to dst[i] for each i.
-func addEach(dst, src []uint64) {
-	for i := range dst {
-		dst[i] += src[i]
-	}
+// statScalars returns the scalar counters of st in the order of the
+// checkpoint (snapScratch.header): new ones go at the end.
+func statScalars(st *Stats) [13]*uint64 {
+	return [...]*uint64{&st.Packets, &st.Accounted, &st.Duplicates, &st.Reordered, &st.Stale, &st.Events,
+		&st.InvalidEvents, &st.FRMRecords, &st.Restarts, &st.PendingDropped, &st.EvictedSess, &st.SeqCollisions,
+		&st.ClockAhead}
+}
+
+// statArrays returns the counter arrays of st in the order of the
+// checkpoint: new ones go at the end.
+func statArrays(st *Stats) [5][]uint64 {
+	return [...][]uint64{st.Rejected[:], st.ByKind[:], st.Lost[:], st.Records[:], st.Truncated[:]}
+}
+
+// statGauges returns the gauges of st that count entries.
+func statGauges(st *Stats) [6]*int {
+	return [...]*int{&st.Servers, &st.Sessions, &st.OpenFiles, &st.PendingRefs, &st.PendingFiles, &st.Missing}
+}
+
+// statBytes returns the gauges of st that estimate bytes.
+func statBytes(st *Stats) [4]*int64 {
+	return [...]*int64{&st.FileBytes, &st.SessionBytes, &st.PendingBytes, &st.InternBytes}
 }
 
 // Add adds o's counters and gauges to s.
 func (s *Stats) Add(o *Stats) {
-	s.Packets += o.Packets
-	s.Accounted += o.Accounted
-	addEach(s.Rejected[:], o.Rejected[:])
-	addEach(s.ByKind[:], o.ByKind[:])
-	addEach(s.Lost[:], o.Lost[:])
-	s.Duplicates += o.Duplicates
-	s.Reordered += o.Reordered
-	s.Stale += o.Stale
-	s.SeqCollisions += o.SeqCollisions
-	s.ClockAhead += o.ClockAhead
-	addEach(s.Records[:], o.Records[:])
-	s.Events += o.Events
-	s.InvalidEvents += o.InvalidEvents
-	s.FRMRecords += o.FRMRecords
-	s.Restarts += o.Restarts
-	s.PendingDropped += o.PendingDropped
-	s.EvictedSess += o.EvictedSess
-	s.Servers += o.Servers
-	s.Missing += o.Missing
-	s.Sessions += o.Sessions
-	s.OpenFiles += o.OpenFiles
-	s.PendingRefs += o.PendingRefs
-	s.PendingFiles += o.PendingFiles
-	s.FileBytes += o.FileBytes
-	s.SessionBytes += o.SessionBytes
-	s.PendingBytes += o.PendingBytes
-	s.InternBytes += o.InternBytes
-	addEach(s.Truncated[:], o.Truncated[:])
+	from := statScalars(o)
+	for i, p := range statScalars(s) {
+		*p += *from[i]
+	}
+	fromArrays := statArrays(o)
+	for i, a := range statArrays(s) {
+		for j := range a {
+			a[j] += fromArrays[i][j]
+		}
+	}
+	fromGauges := statGauges(o)
+	for i, p := range statGauges(s) {
+		*p += *fromGauges[i]
+	}
+	fromBytes := statBytes(o)
+	for i, p := range statBytes(s) {
+		*p += *fromBytes[i]
+	}
 }

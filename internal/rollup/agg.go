@@ -10,6 +10,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/xrdmon/xrdmon/internal/codec"
+	"github.com/xrdmon/xrdmon/internal/hashmix"
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
@@ -144,13 +145,7 @@ func (u *Users) add(h uint32) int {
 // spread returns a 64-bit hash of the 32-bit hash h for the sketch, whose
 // registers take the top bits: the finalizer of MurmurHash3, a bijection.
 func spread(h uint32) uint64 {
-	x := uint64(h)
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return x
+	return hashmix.Fmix64(uint64(h))
 }
 
 // searchUsers is slices.BinarySearch, made for sets of hashes. Short sets

@@ -210,11 +210,8 @@ func (f *File) readPcap(r io.Reader, s *sender) error {
 	link := pr.LinkType()
 	for {
 		data, ci, err := pr.ZeroCopyReadPacketData()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
 		if err != nil {
-			return fmt.Errorf("pcap: %w", err)
+			return readEnd(err, "pcap")
 		}
 		if err := f.frame(s, link, data, ci.Timestamp); err != nil {
 			return err
@@ -231,11 +228,8 @@ func (f *File) readPcapNG(r io.Reader, s *sender) error {
 	}
 	for {
 		data, ci, err := nr.ZeroCopyReadPacketData()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
 		if err != nil {
-			return fmt.Errorf("pcapng: %w", err)
+			return readEnd(err, "pcapng")
 		}
 		link := nr.LinkType()
 		if iface, ierr := nr.Interface(ci.InterfaceIndex); ierr == nil {
@@ -311,13 +305,19 @@ func (f *File) readLines(br *bufio.Reader, s *sender) error {
 				return perr
 			}
 		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
 		if err != nil {
-			return fmt.Errorf("read line: %w", err)
+			return readEnd(err, "read line")
 		}
 	}
+}
+
+// readEnd is what a read error ends reading the input with: nil at its
+// end (io.EOF), else err wrapped with what was read.
+func readEnd(err error, what string) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 func (f *File) line(s *sender, line []byte) error {
