@@ -4,6 +4,8 @@ import (
 	"hash/fnv"
 	"net/netip"
 	"testing"
+
+	"github.com/xrdmon/xrdmon/internal/hashmix"
 )
 
 // TestShardOfStable pins ShardOf: checkpoints are restored by shard index,
@@ -34,19 +36,10 @@ func TestShardOfStable(t *testing.T) {
 		b := a.Unmap().As16()
 		f := fnv.New64a()
 		f.Write(b[:])
-		if fmix64(f.Sum64()) != c.hash {
+		if hashmix.Fmix64(f.Sum64()) != c.hash { // hashmix_test checks Fmix64 against known values
 			t.Errorf("%s: not fmix64(FNV-1a)", c.addr)
 		}
 	}
-}
-
-func fmix64(h uint64) uint64 {
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
 }
 
 // TestShardOfSpread: consecutive addresses spread over the shards.
