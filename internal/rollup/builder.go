@@ -723,12 +723,17 @@ func (s *slab) merge(dst, src *Agg) {
 			dst.Users.small = append(s.userRoom(min(max(n, 2*len(u)), smallUsers)), u...)
 		}
 	}
-	for _, hs := range [2][2]*Hist{{&dst.Duration, &src.Duration}, {&dst.Size, &src.Size}} {
-		if h, n := hs[0].b, len(hs[0].b)+len(hs[1].b); n > cap(h) {
-			hs[0].b = append(s.histRoom(max(n, 2*len(h))), h...)
-		}
-	}
+	s.fit(&dst.Duration, len(src.Duration.b))
+	s.fit(&dst.Size, len(src.Size.b))
 	dst.Merge(src)
+}
+
+// fit makes sure that h has room for n more buckets (twice what it holds
+// at least), from the slab.
+func (s *slab) fit(h *Hist, n int) {
+	if need := len(h.b) + n; need > cap(h.b) {
+		h.b = append(s.histRoom(max(need, 2*len(h.b))), h.b...)
+	}
 }
 
 // clone returns a copy of a in the slab.
@@ -833,7 +838,6 @@ func (b *Builder) Flush(ctx context.Context) error {
 	clear(b.last)
 	flushed := b.slab // the flushed head keeps its chunks until it is written
 	b.slab = slab{free: flushed.free}
-	flushed.free = chunks{}
 	b.expireOpen(wm)
 	cursor, open := b.cursor, b.marshalOpen()
 	b.mu.Unlock()
