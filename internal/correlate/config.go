@@ -64,7 +64,9 @@ type Config struct {
 	// times are whole seconds of windows that end after the collector saw
 	// them.
 	ClockAheadTolerance time.Duration
-	// InternMax bounds each string-interning table; a full table is reset.
+	// InternMax is the number of slots of each string-interning cache
+	// (rounded up to a power of two; intern.go) and the most logins of the
+	// login cache, which is reset when full.
 	InternMax int
 	// MaxStateBytes bounds the estimated heap bytes of the shard's state:
 	// open files, sessions, pending references and the interning tables

@@ -10,9 +10,7 @@ import (
 	"math"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/xrdmon/xrdmon/internal/codec"
@@ -556,25 +554,6 @@ func (d *decoder) str(in *interner) string {
 	}
 }
 
-// str interns s (a copy the caller gives up), as bytes does.
-func (in *interner) str(s string) string {
-	if s == "" {
-		return ""
-	}
-	if v, ok := in.m[s]; ok {
-		return v
-	}
-	v := s
-	if !utf8.ValidString(s) {
-		v = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	if len(in.m) >= in.max {
-		clear(in.m)
-	}
-	in.m[s] = v
-	return v
-}
-
 func (d *decoder) login() *loginInfo {
 	switch x := d.Uvarint(); {
 	case d.Err() != nil || x == 0:
@@ -887,9 +866,6 @@ func (d *decoder) files() {
 	d.nFiles = nFiles
 	s.files.reset(nFiles)
 	s.fileIdx = make(map[uint64]int32, nFiles)
-	if len(s.pathsI.m) == 0 {
-		s.pathsI.m = make(map[string]string, min(nFiles, s.pathsI.max))
-	}
 	for i := 0; i < nFiles && d.Err() == nil; i++ {
 		f := s.files.at(int32(i))
 		f.inc = d.Uint32()

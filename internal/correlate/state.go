@@ -2,9 +2,6 @@ package correlate
 
 import (
 	"net/netip"
-	"strings"
-	"unicode/utf8"
-	"unsafe"
 )
 
 // link is one node's place in an intrusive doubly linked list of slab
@@ -188,47 +185,6 @@ type incarnation struct {
 	// fileBytes and sessBytes are this server's part of the shard's byte
 	// counts: over a budget, the heaviest server gives up entries first.
 	fileBytes, sessBytes int64
-}
-
-// interner returns one shared string per distinct byte sequence, with
-// invalid UTF-8 replaced by U+FFFD. It holds at most max entries; a full
-// table is reset (strings already handed out stay valid).
-type interner struct {
-	m        map[string]string
-	max      int
-	size     int64 // estimated heap bytes of m
-	maxBytes int64 // a table over it is reset too
-}
-
-func newInterner(max int, maxBytes int64) interner {
-	return interner{m: make(map[string]string), max: max, maxBytes: maxBytes}
-}
-
-func (in *interner) bytes(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	if s, ok := in.m[string(b)]; ok {
-		return s
-	}
-	var k, s string
-	if utf8.Valid(b) {
-		s = string(b)
-		k = s
-	} else {
-		k = string(b)
-		s = strings.ToValidUTF8(k, "\uFFFD")
-	}
-	if len(in.m) >= in.max || in.size >= in.maxBytes {
-		clear(in.m)
-		in.size = 0
-	}
-	in.m[k] = s
-	in.size += internOverhead + int64(len(k))
-	if len(s) > 0 && unsafe.StringData(s) != unsafe.StringData(k) {
-		in.size += int64(len(s))
-	}
-	return s
 }
 
 // fifo is a queue of pending references in arrival order; entries whose

@@ -1,0 +1,107 @@
+package correlate
+
+import (
+	"hash/maphash"
+	"math/bits"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// interner returns one shared string per distinct byte sequence that
+// recurs (protocols, user, host and organisation names, paths), so that
+// the sessions and files holding them share one copy. It is a cache, not
+// a table of every text seen: a two-way set-associative array of strings
+// indexed by a hash of the text, the newer of a set's two kept. A lookup
+// is a hash and one set (a cache line or two), where a map of 100,000
+// texts missed the CPU's cache at every probe and was reset whole when
+// full; a text met once (a unique file name, a client's port) takes a slot
+// until two newer texts of its set push it out, and is never looked for
+// again. Invalid UTF-8 gets U+FFFD and is not cached. Strings handed out
+// stay valid whatever the cache forgets.
+type interner struct {
+	seed     maphash.Seed
+	slots    []string // 2 per set; allocated at first use
+	sets     int      // a power of two, from Config.InternMax
+	size     int64    // estimated heap bytes: slots and the texts they hold
+	maxBytes int64    // texts beyond it are handed out, not cached
+}
+
+// newInterner returns an interner of entries slots (rounded up to a
+// power of two) and maxBytes.
+func newInterner(entries int, maxBytes int64) interner {
+	slots := 1 << bits.Len(uint(min(max(entries, 2), 16384)-1))
+	return interner{seed: maphash.MakeSeed(), sets: slots / 2, maxBytes: maxBytes}
+}
+
+// bytes returns b as a string, shared with the earlier calls that gave the
+// same bytes while the cache kept them.
+func (in *interner) bytes(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	set := in.set(maphash.Bytes(in.seed, b))
+	if set != nil {
+		if set[0] == string(b) {
+			return set[0]
+		}
+		if set[1] == string(b) {
+			return set[1]
+		}
+	}
+	if !utf8.Valid(b) {
+		return strings.ToValidUTF8(string(b), "\uFFFD")
+	}
+	s := string(b)
+	in.put(set, s)
+	return s
+}
+
+// str is bytes for a string the caller gives up (a snapshot's).
+func (in *interner) str(s string) string {
+	if s == "" {
+		return ""
+	}
+	set := in.set(maphash.String(in.seed, s))
+	if set != nil {
+		if set[0] == s {
+			return set[0]
+		}
+		if set[1] == s {
+			return set[1]
+		}
+	}
+	if !utf8.ValidString(s) {
+		return strings.ToValidUTF8(s, "\uFFFD")
+	}
+	in.put(set, s)
+	return s
+}
+
+// set returns the two slots of hash h, allocating the slots at first use;
+// nil when the interner holds nothing (no sets).
+func (in *interner) set(h uint64) []string {
+	if in.slots == nil {
+		if in.sets == 0 {
+			return nil
+		}
+		in.slots = make([]string, 2*in.sets)
+		in.size = int64(len(in.slots)) * int64(unsafe.Sizeof(""))
+	}
+	i := 2 * int(h&uint64(in.sets-1))
+	return in.slots[i : i+2 : i+2]
+}
+
+// put makes s the newer of set's two, forgetting the older, unless the
+// texts held would pass maxBytes.
+func (in *interner) put(set []string, s string) {
+	if set == nil {
+		return
+	}
+	grow := int64(len(s)) - int64(len(set[1]))
+	if in.size+grow > in.maxBytes {
+		return
+	}
+	in.size += grow
+	set[0], set[1] = s, set[0]
+}

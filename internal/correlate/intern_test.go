@@ -1,0 +1,74 @@
+package correlate
+
+import (
+	"fmt"
+	"testing"
+	"unsafe"
+)
+
+func TestInternerShares(t *testing.T) {
+	in := newInterner(1024, 1<<20)
+	a := in.bytes([]byte("https"))
+	b := in.bytes([]byte("https"))
+	if a != "https" || unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Fatalf("a repeated text is not shared: %q %p, %q %p", a, unsafe.StringData(a), b, unsafe.StringData(b))
+	}
+	if c := in.str("https"); unsafe.StringData(c) != unsafe.StringData(a) {
+		t.Error("str does not return the text bytes interned")
+	}
+	if got := in.bytes(nil); got != "" {
+		t.Errorf("empty: %q", got)
+	}
+}
+
+func TestInternerInvalidUTF8(t *testing.T) {
+	in := newInterner(1024, 1<<20)
+	for range 2 {
+		if got := in.bytes([]byte("a\xffb")); got != "a\uFFFDb" {
+			t.Fatalf("invalid UTF-8: %q, want %q", got, "a\uFFFDb")
+		}
+		if got := in.str("c\xfe"); got != "c\uFFFD" {
+			t.Fatalf("invalid UTF-8: %q, want %q", got, "c\uFFFD")
+		}
+	}
+}
+
+// A cache of a few slots given many texts forgets, never mixes them up,
+// and keeps its bytes bounded.
+func TestInternerBounded(t *testing.T) {
+	const maxBytes = 512
+	in := newInterner(8, maxBytes)
+	if len(in.slots) != 0 || in.sets != 4 {
+		t.Fatalf("sets %d, slots %d before use: want 4, none", in.sets, len(in.slots))
+	}
+	for round := range 3 {
+		for i := range 1000 {
+			want := fmt.Sprintf("user-%d-%0*d", i, i%200, 0)
+			if got := in.bytes([]byte(want)); got != want {
+				t.Fatalf("round %d: %q for %q", round, got, want)
+			}
+			if in.size > maxBytes {
+				t.Fatalf("round %d, text %d: %d bytes held, bound %d", round, i, in.size, maxBytes)
+			}
+		}
+	}
+	var held int64
+	for _, s := range in.slots {
+		held += int64(len(s))
+	}
+	if fixed := int64(len(in.slots)) * int64(unsafe.Sizeof("")); in.size != fixed+held {
+		t.Errorf("size %d, want slots %d + texts %d", in.size, fixed, held)
+	}
+}
+
+func BenchmarkInterner(b *testing.B) {
+	in := newInterner(100_000, 100<<20)
+	texts := make([][]byte, 4096)
+	for i := range texts {
+		texts[i] = fmt.Appendf(nil, "/DC=org/DC=cilogon/C=US/O=University/CN=user %d", i)
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		in.bytes(texts[i%len(texts)])
+	}
+}
