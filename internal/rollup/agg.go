@@ -229,6 +229,9 @@ func union(a, b []uint32) int {
 // has room: one pass from the back, where adding them one at a time
 // would search and shift a for each.
 func mergeSorted(a, b []uint32) []uint32 {
+	if len(b) <= fewUsers && len(a) >= 4*len(b) {
+		return mergeFew(a, b)
+	}
 	n := union(a, b)
 	if n == len(a) {
 		return a
@@ -248,6 +251,46 @@ func mergeSorted(a, b []uint32) []uint32 {
 			a[k] = b[y]
 			y--
 		}
+	}
+	return a
+}
+
+// fewUsers is the most users of a set that mergeSorted merges into a
+// set four times its size or more by searching, not by a pass over both:
+// a minute's user or two into an hour of hundreds, in a flush of a
+// stream whose time runs fast.
+const fewUsers = 8
+
+// mergeFew is mergeSorted for a short b: each of b is searched for in a,
+// and a's hashes after the first one missing move once, by copy.
+func mergeFew(a, b []uint32) []uint32 {
+	var at [fewUsers]int // where b[j] goes in a; -1: a has it
+	missing := 0
+	for j, h := range b {
+		i, found := slices.BinarySearch(a, h)
+		if found {
+			i = -1
+		} else {
+			missing++
+		}
+		at[j] = i
+	}
+	if missing == 0 {
+		return a
+	}
+	end := len(a)
+	a = slices.Grow(a, missing)[:len(a)+missing]
+	k := len(a) // a[k:] is in place
+	for j := len(b) - 1; j >= 0; j-- {
+		p := at[j]
+		if p < 0 {
+			continue
+		}
+		k -= end - p
+		copy(a[k:], a[p:end])
+		k--
+		a[k] = b[j]
+		end = p
 	}
 	return a
 }

@@ -863,3 +863,43 @@ func TestRollupsRecycledChunksExact(t *testing.T) {
 		}
 	}
 }
+
+// mergeSorted's search for a few users gives the union a pass over both
+// gives, whatever the overlap.
+func TestMergeSortedFew(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	set := func(n, span int) []uint32 {
+		m := make(map[uint32]bool)
+		for len(m) < n {
+			m[uint32(rng.IntN(span))] = true
+		}
+		out := make([]uint32, 0, n)
+		for h := range m {
+			out = append(out, h)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for range 2000 {
+		na := rng.IntN(300)
+		nb := 1 + rng.IntN(fewUsers)
+		span := 1 + na + nb + rng.IntN(600)
+		a, b := set(na, max(span, na)), set(nb, max(span, nb))
+		m := make(map[uint32]bool)
+		for _, h := range a {
+			m[h] = true
+		}
+		for _, h := range b {
+			m[h] = true
+		}
+		want := make([]uint32, 0, len(m))
+		for h := range m {
+			want = append(want, h)
+		}
+		slices.Sort(want)
+		got := mergeSorted(slices.Clone(a), b)
+		if !slices.Equal(got, want) {
+			t.Fatalf("mergeSorted(%v, %v) = %v, want %v", a, b, got, want)
+		}
+	}
+}
