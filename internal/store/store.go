@@ -145,7 +145,7 @@ func DefaultOptions() Options {
 		BusyTimeout:       10 * time.Second,
 		ReadConns:         4,
 		WALLimit:          64 << 20,
-		CacheBytes:        64 << 20,
+		CacheBytes:        16 << 20,
 		PageSize:          16384,
 		CheckpointPages:   1000,
 	}
