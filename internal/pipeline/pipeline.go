@@ -376,8 +376,8 @@ type shard struct {
 	id, n int
 	c     *correlate.Shard
 	in    chan shardMsg
-	snap  bytes.Buffer // the last checkpoint, compressed (kept for its room)
-	zw    *s2.Writer   // compresses the snapshot into snap as it is written
+	zw    *s2.Writer // compresses the snapshot as it is written
+	last  int        // the length of the last checkpoint, for the room of the next
 }
 
 func (s *shard) run(p *Pipeline) {
@@ -448,20 +448,29 @@ const shardStateMagic = "XRDMCSS2"
 
 // checkpoint returns the shard's state as stored (shardStateMagic).
 func (s *shard) checkpoint() ([]byte, error) {
-	s.snap.Reset()
-	s.snap.WriteString(shardStateMagic)
+	// A buffer of its own, handed over as it is: the barrier keeps it
+	// until the store has it, and a buffer kept between checkpoints
+	// would hold the shard's compressed state in memory for nothing.
+	snap := bytes.NewBuffer(make([]byte, 0, len(shardStateMagic)+s.last+s.last/8))
+	snap.WriteString(shardStateMagic)
 	if s.zw == nil {
 		// In the shard's goroutine: no goroutines of the compressor's own.
 		s.zw = s2.NewWriter(nil, s2.WriterConcurrency(1))
 	}
-	s.zw.Reset(&s.snap)
-	if err := s.c.Snapshot(s.zw); err != nil {
+	s.zw.Reset(snap)
+	err := s.c.Snapshot(s.zw)
+	if err == nil {
+		err = s.zw.Close()
+		if err != nil {
+			err = fmt.Errorf("compress: %w", err)
+		}
+	}
+	s.zw.Reset(nil) // not to keep snap
+	if err != nil {
 		return nil, err
 	}
-	if err := s.zw.Close(); err != nil {
-		return nil, fmt.Errorf("compress: %w", err)
-	}
-	return bytes.Clone(s.snap.Bytes()), nil
+	s.last = snap.Len()
+	return snap.Bytes(), nil
 }
 
 // shardState returns the reader of a stored shard checkpoint: compressed
