@@ -435,8 +435,9 @@ func (l *Linker) indexLazy() {
 
 // dropLazy forgets the opens kept lazily that are due (all of them when
 // final): decided without a redirect, as they would have been indexed.
-// Past a quarter of the byte bound it forgets the oldest ones too: they
-// matter only if a first redirect comes, and a busy collector whose
+// Past a sixteenth of the byte bound (4 MiB by default, the opens of the
+// last second or so at 150,000 packets/s) it forgets the oldest ones too:
+// they matter only if a first redirect comes, and a busy collector whose
 // redirectors do not report to it (a data server's) would otherwise keep
 // the whole bound (at 150,000 packets/s, 60,000 opens a second for two
 // minutes) for nothing.
@@ -772,7 +773,7 @@ func openCost(k linkKey) int64 { return redirCost(k) + 320 }
 
 // lazyShare: the opens kept lazily hold at most 1/lazyShare of the byte
 // bound.
-const lazyShare = 4
+const lazyShare = 16
 
 // lazyCost is what an open kept lazily holds: its copy and its strings
 // (shared with the shard's, but counted).

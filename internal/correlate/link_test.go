@@ -370,7 +370,7 @@ func TestLinkerLazyBounded(t *testing.T) {
 	for i := range 20000 {
 		l.Link(nil, nil, []Open{linkOpenOf(uint32(i), int64(i/100), int64(i/100), fmt.Sprint("host", i), "u", "/q")}, time.Unix(int64(i/100), 0), false)
 		if l.bytes > maxBytes/lazyShare+lazyCost(&l.lazy[len(l.lazy)-1]) {
-			t.Fatalf("after %d opens: %d bytes, a quarter of the bound is %d", i, l.bytes, maxBytes/lazyShare)
+			t.Fatalf("after %d opens: %d bytes, their share of the bound is %d", i, l.bytes, maxBytes/lazyShare)
 		}
 	}
 	if l.Stats().Forgotten == 0 || len(l.opens) != 0 {
