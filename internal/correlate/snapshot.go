@@ -32,18 +32,20 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 // that a periodic snapshot does not allocate in proportion to the state.
 // The output goes to the writer in chunks of about snapChunk bytes.
 type snapScratch struct {
-	w        io.Writer
-	crc      uint32
-	err      error
-	buf      []byte
-	strs     map[string]uint32
-	logins   map[*loginInfo]uint32
-	tokens   map[*tokenInfo]uint32
-	filePos  []int32 // slab index -> position in the snapshot
-	sessPos  []int32
-	indexed  []bool // slab index -> the session is its userid text's in byText
-	keys     []uint64
-	nStrings uint32
+	w    io.Writer
+	crc  uint32
+	err  error
+	buf  []byte
+	strs map[string]uint32
+	// epoch numbers the snapshots (from 1); logins and tokens count
+	// those written in this one (each remembers its number: snapRef).
+	epoch          uint32
+	logins, tokens uint32
+	filePos        []int32 // slab index -> position in the snapshot
+	sessPos        []int32
+	indexed        []bool // slab index -> the session is its userid text's in byText
+	keys           []uint64
+	nStrings       uint32
 	// seen caches, by where a string's bytes are, the index strs gave
 	// it: the shard's strings are interned, so the same host, user or
 	// protocol is one string in memory, and most of str's lookups are
@@ -68,17 +70,16 @@ const strCacheBits = 12
 // and waiting files (with their LRU order), pending references, sequence
 // trackers and the counters (Stats), so that RestoreShard gives a shard
 // that behaves as this one would. Take records and events first: those
-// not yet taken are not included. Snapshot does not change the state; its
+// not yet taken are not included. Snapshot does not change the state (it
+// marks the logins and tokens it writes, for its own use: snapRef); its
 // buffers are kept for the next call.
 func (s *Shard) Snapshot(w io.Writer) error {
 	if s.snap == nil {
-		s.snap = &snapScratch{
-			strs:   make(map[string]uint32),
-			logins: make(map[*loginInfo]uint32),
-			tokens: make(map[*tokenInfo]uint32),
-		}
+		s.snap = &snapScratch{strs: make(map[string]uint32)}
 	}
 	e := s.snap
+	e.epoch++
+	e.logins, e.tokens = 0, 0
 	defer e.reset()
 	e.w, e.crc, e.err = w, 0, nil
 	e.buf = append(e.buf[:0], snapMagic...)
@@ -349,8 +350,6 @@ func (e *snapScratch) flush() {
 // so the scratch does not keep dead strings alive.
 func (e *snapScratch) reset() {
 	clear(e.strs)
-	clear(e.logins)
-	clear(e.tokens)
 	clear(e.seen[:])
 	e.nStrings = 0
 	e.w = nil
@@ -409,11 +408,12 @@ func (e *snapScratch) login(l *loginInfo) {
 		e.buf = append(e.buf, 0)
 		return
 	}
-	if i, ok := e.logins[l]; ok {
-		e.uv(uint64(i) + 2)
+	if l.snap.epoch == e.epoch {
+		e.uv(uint64(l.snap.id) + 2)
 		return
 	}
-	e.logins[l] = uint32(len(e.logins))
+	l.snap = snapRef{e.epoch, e.logins}
+	e.logins++
 	e.buf = append(e.buf, 1)
 	for _, s := range [...]string{l.authProt, l.dn, l.host, l.vo, l.role, l.groups, l.monInfo, l.release, l.app, l.info} {
 		e.str(s)
@@ -426,11 +426,12 @@ func (e *snapScratch) token(t *tokenInfo) {
 		e.buf = append(e.buf, 0)
 		return
 	}
-	if i, ok := e.tokens[t]; ok {
-		e.uv(uint64(i) + 2)
+	if t.snap.epoch == e.epoch {
+		e.uv(uint64(t.snap.id) + 2)
 		return
 	}
-	e.tokens[t] = uint32(len(e.tokens))
+	t.snap = snapRef{e.epoch, e.tokens}
+	e.tokens++
 	e.buf = append(e.buf, 1)
 	for _, s := range [...]string{t.subject, t.name, t.org, t.role, t.groups} {
 		e.str(s)

@@ -111,12 +111,20 @@ const (
 type loginInfo struct {
 	authProt, dn, host, vo, role, groups, monInfo, release, app, info string
 	ipv6                                                              bool
+	snap                                                              snapRef
 }
 
 // tokenInfo is the payload of a T record.
 type tokenInfo struct {
 	subject, name, org, role, groups string
+	snap                             snapRef
 }
+
+// snapRef is where a login or token shared by sessions was written in
+// the snapshot being taken: its number there, valid while epoch is the
+// snapshot's (snapScratch.epoch), so that a snapshot needs no map of
+// every login it wrote.
+type snapRef struct{ epoch, id uint32 }
 
 // session is one user login (u record), keyed by (incarnation, dictid).
 type session struct {
