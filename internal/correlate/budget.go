@@ -76,7 +76,6 @@ var (
 	fileOverhead    = int64(unsafe.Sizeof(fileEntry{})) + 48 // fileIdx slot, fileFree
 	sessionOverhead = int64(unsafe.Sizeof(session{})) + 96   // sessIdx and byText slots
 	pendingOverhead = int64(unsafe.Sizeof(pendingPath{})) + 64 + int64(unsafe.Sizeof(fifoEntry{}))
-	internOverhead  = int64(64)                                   // map slot and string headers
 	loginOverhead   = int64(unsafe.Sizeof(loginInfo{})) + 64 + 16 // the struct, map slot, pointer
 )
 
