@@ -76,7 +76,7 @@ var (
 	fileOverhead    = int64(unsafe.Sizeof(fileEntry{})) + 48 // fileIdx slot, fileFree
 	sessionOverhead = int64(unsafe.Sizeof(session{})) + 96   // sessIdx and byText slots
 	pendingOverhead = int64(unsafe.Sizeof(pendingPath{})) + 64 + int64(unsafe.Sizeof(fifoEntry{}))
-	loginOverhead   = int64(unsafe.Sizeof(loginInfo{})) + 64 + 16 // the struct, map slot, pointer
+	loginOverhead   = int64(unsafe.Sizeof(loginInfo{})) + 64 + 16 // the struct, its cache slot, the session's pointer
 )
 
 // Budget shares of Config.MaxStateBytes, in percent.

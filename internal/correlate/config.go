@@ -65,8 +65,7 @@ type Config struct {
 	// them.
 	ClockAheadTolerance time.Duration
 	// InternMax is the number of slots of each string-interning cache
-	// (rounded up to a power of two; intern.go) and the most logins of the
-	// login cache, which is reset when full.
+	// (rounded up to a power of two; intern.go).
 	InternMax int
 	// MaxStateBytes bounds the estimated heap bytes of the shard's state:
 	// open files, sessions, pending references and the interning tables

@@ -2,7 +2,6 @@ package correlate
 
 import (
 	"bytes"
-	"hash/maphash"
 	"net/netip"
 
 	"github.com/xrdmon/xrdmon/internal/packet"
@@ -250,8 +249,8 @@ func (s *Shard) login(inc *incarnation, dictID uint32, uid, payload []byte) {
 }
 
 func (s *Shard) loginInfo(payload []byte) *loginInfo {
-	h := maphash.Bytes(s.loginSeed, payload)
-	if li, ok := s.logins[h]; ok {
+	h := s.logins.hash(payload)
+	if li := s.logins.get(h); li != nil {
 		return li
 	}
 	l := packet.ParseLogin(payload)
@@ -273,12 +272,7 @@ func (s *Shard) loginInfo(payload []byte) *loginInfo {
 		info:     s.names.bytes(l.Info),
 		ipv6:     l.IPv == 6,
 	}
-	if len(s.logins) >= s.cfg.InternMax || s.loginBytes >= s.cfg.budget(shareIntern) {
-		clear(s.logins)
-		s.loginBytes = 0
-	}
-	s.logins[h] = li
-	s.loginBytes += loginCost(li)
+	s.logins.put(h, li)
 	return li
 }
 

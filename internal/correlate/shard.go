@@ -3,7 +3,6 @@ package correlate
 import (
 	"bytes"
 	"hash/crc32"
-	"hash/maphash"
 	"net/netip"
 	"slices"
 	"time"
@@ -114,19 +113,14 @@ type Shard struct {
 
 	names  interner
 	pathsI interner
-	// logins caches the parsed login payloads by a hash of the payload
-	// (seeded per shard, so that no sender can aim at a collision; an
-	// accidental one among the 100,000 kept by default has a chance of
-	// 3 in 10^10): a payload is kept in no copy of its own, and a login
-	// whose payload is new costs no allocation for its key.
-	logins    map[uint64]*loginInfo
-	loginSeed maphash.Seed
+	// logins caches the parsed login payloads (intern.go).
+	logins loginCache
 	// loginSlab holds new logins' parsed forms, a chunk at a time: one
 	// allocation per 64 logins instead of one per login.
 	loginSlab []loginInfo
 
 	// Byte counts of the tables with a budget (budget.go).
-	fileBytes, sessBytes, pendBytes, loginBytes int64
+	fileBytes, sessBytes, pendBytes int64
 
 	// Records are made into fixed chunks of RecordChunk: out is the one
 	// being filled, full the filled ones not yet drained, spare empty ones
@@ -177,8 +171,7 @@ func NewShard(cfg Config) *Shard {
 		users:      make(map[uint64]*pendingUser),
 		names:      newInterner(cfg.InternMax, cfg.budget(shareIntern)),
 		pathsI:     newInterner(cfg.InternMax, cfg.budget(shareIntern)),
-		logins:     make(map[uint64]*loginInfo),
-		loginSeed:  maphash.MakeSeed(),
+		logins:     newLoginCache(cfg.budget(shareIntern)),
 	}
 }
 
@@ -234,7 +227,7 @@ func (s *Shard) Stats() Stats {
 	st.PendingFiles = int(s.pendFiles.n)
 	st.PendingRefs = len(s.paths) + len(s.users)
 	st.FileBytes, st.SessionBytes, st.PendingBytes = s.fileBytes, s.sessBytes, s.pendBytes
-	st.InternBytes = s.names.size + s.pathsI.size + s.loginBytes
+	st.InternBytes = s.names.size + s.pathsI.size + s.logins.size
 	for _, inc := range s.incs {
 		for d := range inc.seq {
 			st.Missing += int(inc.seq[d].holes(256))
