@@ -105,7 +105,7 @@ func DefaultConfig() Config {
 		MaxServersPerAddr:     32,
 		ReorderWindow:         16,
 		ClockAheadTolerance:   5 * time.Minute,
-		InternMax:             100_000,
+		InternMax:             16_384,
 		MaxStateBytes:         1 << 30,
 	}
 }

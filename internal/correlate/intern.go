@@ -8,30 +8,68 @@ import (
 	"unsafe"
 )
 
+// twoWay is the array of a two-way set-associative cache: sets of two
+// slots chosen by a hash, the newer slot first, allocated at first use.
+// The interner and the login cache are two.
+type twoWay[T any] struct {
+	slots []T
+	sets  int // a power of two
+}
+
+// newTwoWay returns a cache of entries slots, rounded up to a power of two.
+func newTwoWay[T any](entries int) twoWay[T] {
+	return twoWay[T]{sets: 1 << bits.Len(uint(max(entries, 2)-1)) / 2}
+}
+
+// set returns the two slots of hash h.
+func (w *twoWay[T]) set(h uint64) []T {
+	if w.slots == nil {
+		w.slots = make([]T, 2*w.sets)
+	}
+	i := 2 * int(h&uint64(w.sets-1))
+	return w.slots[i : i+2 : i+2]
+}
+
+// slotBytes is the heap bytes of the slots.
+func (w *twoWay[T]) slotBytes() int64 {
+	var t T
+	return int64(2*w.sets) * int64(unsafe.Sizeof(t))
+}
+
+// push makes x the newer of set's two, forgetting the older.
+func push[T any](set []T, x T) { set[0], set[1] = x, set[0] }
+
 // interner returns one shared string per distinct byte sequence that
 // recurs (protocols, user, host and organisation names, paths), so that
 // the sessions and files holding them share one copy. It is a cache, not
 // a table of every text seen: a two-way set-associative array of strings
 // indexed by a hash of the text, the newer of a set's two kept. A lookup
-// is a hash and one set (a cache line or two), where a map of 100,000
-// texts missed the CPU's cache at every probe and was reset whole when
-// full; a text met once (a unique file name, a client's port) takes a slot
-// until two newer texts of its set push it out, and is never looked for
-// again. Invalid UTF-8 gets U+FFFD and is not cached. Strings handed out
-// stay valid whatever the cache forgets.
+// is a hash and one set, where a map of 100,000 texts missed the CPU's
+// cache at every probe and was reset whole when full; a text met once (a
+// unique file name, a client's port) takes a slot until two newer texts of
+// its set push it out, and is never looked for again. Invalid UTF-8 gets
+// U+FFFD and is not cached. Strings handed out stay valid whatever the
+// cache forgets.
 type interner struct {
 	seed     maphash.Seed
-	slots    []string // 2 per set; allocated at first use
-	sets     int      // a power of two, from Config.InternMax
-	size     int64    // estimated heap bytes: slots and the texts they hold
-	maxBytes int64    // texts beyond it are handed out, not cached
+	w        twoWay[string]
+	size     int64 // estimated heap bytes: slots and the texts they hold
+	maxBytes int64 // texts beyond it are handed out, not cached
 }
 
-// newInterner returns an interner of entries slots (rounded up to a
-// power of two) and maxBytes.
+// newInterner returns an interner of entries slots (Config.InternMax,
+// rounded up to a power of two) and maxBytes.
 func newInterner(entries int, maxBytes int64) interner {
-	slots := 1 << bits.Len(uint(min(max(entries, 2), 16384)-1))
-	return interner{seed: maphash.MakeSeed(), sets: slots / 2, maxBytes: maxBytes}
+	return interner{seed: maphash.MakeSeed(), w: newTwoWay[string](entries), maxBytes: maxBytes}
+}
+
+// set returns the two slots of hash h, counting the slots' bytes when
+// they are allocated.
+func (in *interner) set(h uint64) []string {
+	if in.w.slots == nil {
+		in.size += in.w.slotBytes()
+	}
+	return in.w.set(h)
 }
 
 // bytes returns b as a string, shared with the earlier calls that gave the
@@ -41,13 +79,11 @@ func (in *interner) bytes(b []byte) string {
 		return ""
 	}
 	set := in.set(maphash.Bytes(in.seed, b))
-	if set != nil {
-		if set[0] == string(b) {
-			return set[0]
-		}
-		if set[1] == string(b) {
-			return set[1]
-		}
+	if set[0] == string(b) {
+		return set[0]
+	}
+	if set[1] == string(b) {
+		return set[1]
 	}
 	if !utf8.Valid(b) {
 		return strings.ToValidUTF8(string(b), "\uFFFD")
@@ -63,13 +99,11 @@ func (in *interner) str(s string) string {
 		return ""
 	}
 	set := in.set(maphash.String(in.seed, s))
-	if set != nil {
-		if set[0] == s {
-			return set[0]
-		}
-		if set[1] == s {
-			return set[1]
-		}
+	if set[0] == s {
+		return set[0]
+	}
+	if set[1] == s {
+		return set[1]
 	}
 	if !utf8.ValidString(s) {
 		return strings.ToValidUTF8(s, "\uFFFD")
@@ -78,32 +112,15 @@ func (in *interner) str(s string) string {
 	return s
 }
 
-// set returns the two slots of hash h, allocating the slots at first use;
-// nil when the interner holds nothing (no sets).
-func (in *interner) set(h uint64) []string {
-	if in.slots == nil {
-		if in.sets == 0 {
-			return nil
-		}
-		in.slots = make([]string, 2*in.sets)
-		in.size = int64(len(in.slots)) * int64(unsafe.Sizeof(""))
-	}
-	i := 2 * int(h&uint64(in.sets-1))
-	return in.slots[i : i+2 : i+2]
-}
-
-// put makes s the newer of set's two, forgetting the older, unless the
-// texts held would pass maxBytes.
+// put makes s the newer of set's two unless the texts held would pass
+// maxBytes.
 func (in *interner) put(set []string, s string) {
-	if set == nil {
-		return
-	}
 	grow := int64(len(s)) - int64(len(set[1]))
 	if in.size+grow > in.maxBytes {
 		return
 	}
 	in.size += grow
-	set[0], set[1] = s, set[0]
+	push(set, s)
 }
 
 // loginCache shares the parsed form of a login payload that recurs (a
@@ -118,9 +135,9 @@ func (in *interner) put(set []string, s string) {
 // loginSlots of them, 2.9 MB, at the most.
 type loginCache struct {
 	seed     maphash.Seed
-	slots    []loginSlot // 2 per set; allocated at first use
-	size     int64       // loginCost of the logins held
-	maxBytes int64       // logins beyond it are not cached
+	w        twoWay[loginSlot]
+	size     int64 // loginCost of the logins held
+	maxBytes int64 // logins beyond it are not cached
 }
 
 type loginSlot struct {
@@ -132,7 +149,7 @@ type loginSlot struct {
 const loginSlots = 1 << 14
 
 func newLoginCache(maxBytes int64) loginCache {
-	return loginCache{seed: maphash.MakeSeed(), maxBytes: maxBytes}
+	return loginCache{seed: maphash.MakeSeed(), w: newTwoWay[loginSlot](loginSlots), maxBytes: maxBytes}
 }
 
 // hash returns the key of payload.
@@ -140,10 +157,7 @@ func (c *loginCache) hash(payload []byte) uint64 { return maphash.Bytes(c.seed, 
 
 // get returns the login of hash h, nil when the cache does not hold it.
 func (c *loginCache) get(h uint64) *loginInfo {
-	if c.slots == nil {
-		return nil
-	}
-	set := c.set(h)
+	set := c.w.set(h)
 	switch {
 	case set[0].li != nil && set[0].h == h:
 		return set[0].li
@@ -156,19 +170,11 @@ func (c *loginCache) get(h uint64) *loginInfo {
 // put makes li the newer login of h's set, forgetting the older, unless
 // the logins held would pass maxBytes.
 func (c *loginCache) put(h uint64, li *loginInfo) {
-	if c.slots == nil {
-		c.slots = make([]loginSlot, loginSlots)
-	}
-	set := c.set(h)
+	set := c.w.set(h)
 	grow := loginCost(li) - loginCost(set[1].li)
 	if c.size+grow > c.maxBytes {
 		return
 	}
 	c.size += grow
-	set[0], set[1] = loginSlot{h, li}, set[0]
-}
-
-func (c *loginCache) set(h uint64) []loginSlot {
-	i := 2 * int(h&(loginSlots/2-1))
-	return c.slots[i : i+2 : i+2]
+	push(set, loginSlot{h, li})
 }

@@ -38,8 +38,8 @@ func TestInternerInvalidUTF8(t *testing.T) {
 func TestInternerBounded(t *testing.T) {
 	const maxBytes = 512
 	in := newInterner(8, maxBytes)
-	if len(in.slots) != 0 || in.sets != 4 {
-		t.Fatalf("sets %d, slots %d before use: want 4, none", in.sets, len(in.slots))
+	if len(in.w.slots) != 0 || in.w.sets != 4 {
+		t.Fatalf("sets %d, slots %d before use: want 4, none", in.w.sets, len(in.w.slots))
 	}
 	for round := range 3 {
 		for i := range 1000 {
@@ -53,10 +53,10 @@ func TestInternerBounded(t *testing.T) {
 		}
 	}
 	var held int64
-	for _, s := range in.slots {
+	for _, s := range in.w.slots {
 		held += int64(len(s))
 	}
-	if fixed := int64(len(in.slots)) * int64(unsafe.Sizeof("")); in.size != fixed+held {
+	if fixed := int64(len(in.w.slots)) * int64(unsafe.Sizeof("")); in.size != fixed+held {
 		t.Errorf("size %d, want slots %d + texts %d", in.size, fixed, held)
 	}
 }
