@@ -254,12 +254,34 @@ func (s *Shard) disc(inc *incarnation, userID uint32, tEnd uint32) {
 			s.pendFile(fi, rDisconnect)
 		}
 	}
+	ss.seen = s.nowS
 	if !ss.disc {
 		ss.disc = true
+		s.discBytes += ss.cost
 		lremove(&s.sess, &s.sessLRU, sessLRU, si)
 		lpush(&s.sess, &s.sessDisc, sessLRU, si)
+		s.trimDisc()
 	}
-	ss.seen = s.nowS
+}
+
+// trimDisc holds the disconnected sessions to their budget (shareDisc):
+// over it, the oldest give up the rest of their grace, counted in
+// Stats.EvictedSess. One still waiting for its files keeps it (forgetting
+// it would strip their user fields) and goes behind the others, as in
+// Tick; a few of those at most are passed over per call, so that a
+// disconnect costs O(1) whatever waits.
+func (s *Shard) trimDisc() {
+	budget := s.cfg.budget(shareDisc)
+	for rounds := 8; s.discBytes > budget && s.sessDisc.head >= 0 && rounds > 0; {
+		i := s.sessDisc.head
+		if ss := s.sess.at(i); ss.files.head >= 0 {
+			ss.seen = s.nowS
+			ltouch(&s.sess, &s.sessDisc, sessLRU, i)
+			rounds--
+			continue
+		}
+		s.evictSession(i)
+	}
 }
 
 // finishFile emits file fi as a record with reason r (a pending file keeps

@@ -333,6 +333,7 @@ func (s *Shard) removeSession(i int32) {
 		s.files.at(f).sess = -1
 	}
 	if ss.disc {
+		s.discBytes -= ss.cost
 		lremove(&s.sess, &s.sessDisc, sessLRU, i)
 	} else {
 		lremove(&s.sess, &s.sessLRU, sessLRU, i)

@@ -496,6 +496,60 @@ func TestDisconnectedSessionsExpire(t *testing.T) {
 	}
 }
 
+// TestDisconnectedSessionsBudget: at a churn of logins that would hold
+// more disconnected sessions through their grace than their budget
+// (shareDisc) allows, the oldest go early (counted as evicted), the bytes
+// held stay within the budget, the one whose file still waits is kept, and
+// a late open of the latest disconnected session still gets its user.
+func TestDisconnectedSessionsBudget(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxStateBytes = 1 << 20 // a disconnected-session budget of 31 KB
+	sv := newSrv("192.0.2.10:1094", 1700000000, 4242)
+	s := NewShard(cfg)
+	send := func(b []byte) { s.Handle(b, sv.addr, at(1)) }
+	send(sv.login(10, sv.uid("xroot", "u1", 1, "h.example.org"), packet.Login{}))
+	send(sv.f(int32(t0), int32(t0), func(fb *packet.FStreamBuilder) {
+		fb.Open(openLFN(11, 10, "/f", 1))
+		fb.Disc(10)
+	}))
+	const n = 5000
+	for i := range n {
+		u := uint32(100 + i)
+		send(sv.login(u, sv.uid("xroot", fmt.Sprintf("u%d", u), int(u), "h.example.org"), packet.Login{}))
+		send(sv.f(int32(t0+1), int32(t0+1), func(fb *packet.FStreamBuilder) { fb.Disc(u) }))
+	}
+	st := s.Stats()
+	budget := cfg.budget(shareDisc)
+	if s.discBytes > budget+sessionOverhead+2*maxUserIDBytes+2*maxLoginBytes {
+		t.Errorf("disconnected sessions hold %d bytes, budget %d", s.discBytes, budget)
+	}
+	var held int64
+	for _, i := range s.sessIdx {
+		if ss := s.sess.at(i); ss.disc {
+			held += ss.cost
+		}
+	}
+	if held != s.discBytes {
+		t.Errorf("counted %d bytes of disconnected sessions, tables hold %d", s.discBytes, held)
+	}
+	if st.Sessions < 10 || st.Sessions > n/10 || st.EvictedSess != uint64(n+1-st.Sessions) {
+		t.Errorf("%d sessions held, %d evicted, of %d", st.Sessions, st.EvictedSess, n+1)
+	}
+	last := uint32(100 + n - 1)
+	send(sv.f(int32(t0+2), int32(t0+2), func(fb *packet.FStreamBuilder) {
+		fb.Open(openLFN(12, last, "/late", 1))
+		fb.Close(packet.FileClose{FileID: 12})
+	}))
+	s.Tick(at(int64(cfg.PendingTTL/time.Second) + 4))
+	recs := byFile(drainRecords(s))
+	if r := recs[11]; r.Reason != record.Disconnect || r.User != "u1" {
+		t.Errorf("the waiting file: %+v", r)
+	}
+	if r := recs[12]; r.User != fmt.Sprintf("u%d", last) {
+		t.Errorf("the late open of the latest session: user %q", r.User)
+	}
+}
+
 // A server whose clock runs 49 minutes ahead: its records are kept with
 // the server's times, flagged clock_ahead and counted; one a minute ahead
 // is within the tolerance (5 minutes by default).

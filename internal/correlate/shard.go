@@ -119,8 +119,9 @@ type Shard struct {
 	// allocation per 64 logins instead of one per login.
 	loginSlab []loginInfo
 
-	// Byte counts of the tables with a budget (budget.go).
-	fileBytes, sessBytes, pendBytes int64
+	// Byte counts of the tables with a budget (budget.go); discBytes is
+	// the disconnected sessions' part of sessBytes.
+	fileBytes, sessBytes, pendBytes, discBytes int64
 
 	// Records are made into fixed chunks of RecordChunk: out is the one
 	// being filled, full the filled ones not yet drained, spare empty ones
