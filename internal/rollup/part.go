@@ -38,28 +38,35 @@ func encodeParts(m map[string]*Agg) []specPart {
 // partEncoder encodes parts with buffers kept from one bucket to the next,
 // into an arena of output bytes: a flush encodes thousands of parts.
 type partEncoder struct {
-	keys     []string
+	series   []keyed
 	body, ab []byte
 	out      []byte // the arena: each part's data is a full slice of it
 }
 
+// keyed is a series with its key.
+type keyed struct {
+	key string
+	agg *Agg
+}
+
 // encode appends the parts of m to dst (see encodeParts).
 func (e *partEncoder) encode(dst []specPart, m map[string]*Agg) []specPart {
-	e.keys = e.keys[:0]
-	for k := range m {
-		e.keys = append(e.keys, k)
+	e.series = e.series[:0]
+	for k, a := range m {
+		e.series = append(e.series, keyed{k, a})
 	}
-	slices.Sort(e.keys) // a spec's keys are together: a key starts with its spec and a zero byte
-	for i := 0; i < len(e.keys); {
-		spec, _, _ := strings.Cut(e.keys[i], "\x00")
+	// A spec's keys are together: a key starts with its spec and a zero byte.
+	slices.SortFunc(e.series, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	for i := 0; i < len(e.series); {
+		spec, _, _ := strings.Cut(e.series[i].key, "\x00")
 		j := i
-		for j < len(e.keys) && len(e.keys[j]) > len(spec) && e.keys[j][len(spec)] == 0 && e.keys[j][:len(spec)] == spec {
+		for j < len(e.series) && len(e.series[j].key) > len(spec) && e.series[j].key[len(spec)] == 0 && e.series[j].key[:len(spec)] == spec {
 			j++
 		}
 		e.body = binary.AppendUvarint(e.body[:0], uint64(j-i))
-		for _, k := range e.keys[i:j] {
-			e.body = codec.AppendString(e.body, k)
-			e.ab = appendAgg(e.ab[:0], m[k])
+		for _, s := range e.series[i:j] {
+			e.body = codec.AppendString(e.body, s.key)
+			e.ab = appendAgg(e.ab[:0], s.agg)
 			e.body = codec.AppendBytes(e.body, e.ab)
 		}
 		need := 3 + 2*binary.MaxVarintLen64 + len(spec) + s2.MaxEncodedLen(len(e.body))
