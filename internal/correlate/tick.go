@@ -105,6 +105,13 @@ func (s *Shard) Flush(now time.Time) {
 		i := s.lru.head
 		s.finishFile(i, rEndOfInput, s.files.at(i).tLast, nil)
 	}
+	for _, inc := range s.incList {
+		for inc.files.head >= 0 {
+			i := inc.files.head
+			s.finishFile(i, rEndOfInput, s.files.at(i).tLast, nil)
+		}
+	}
+	s.dropSessions()
 	for len(s.incList) > 0 {
 		s.dropIncarnation(s.incList[0], rEndOfInput)
 	}
@@ -144,3 +151,19 @@ func (s *Shard) recordID(inc *incarnation, fileID uint32, start, end time.Time) 
 }
 
 const idArenaSize = 32 * 512
+
+// dropSessions forgets every session at once, as Flush drops all state
+// once every file is finished: taking each out of its lists and indexes
+// (removeSession) would cost the end of a replay of hundreds of thousands
+// of logins tens of milliseconds for nothing.
+func (s *Shard) dropSessions() {
+	for _, inc := range s.incList {
+		inc.sessions = newList()
+		clear(inc.byText)
+		inc.sessBytes = 0
+	}
+	clear(s.sessIdx)
+	s.sess = slab[session]{}
+	s.sessLRU, s.sessDisc = newList(), newList()
+	s.sessBytes, s.discBytes = 0, 0
+}
