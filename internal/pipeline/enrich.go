@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/backoff"
@@ -29,12 +31,37 @@ func (p *Pipeline) enrich(ctx context.Context, br *barrier) error {
 
 // typeEvents types the events (record.TypeEvent: JSON of g-stream lines
 // and summaries is parsed here, off the packet path) and counts those that
-// are not valid.
+// are not valid. Many events (a g-stream flood, the end of a replay) are
+// typed on every core: the commit waits for them.
 func (p *Pipeline) typeEvents(br *barrier) {
-	for i := range br.out.Events {
-		if !record.TypeEvent(&br.out.Events[i]) {
-			p.invalidEvents.Add(1)
+	evs := br.out.Events
+	n := runtime.GOMAXPROCS(0)
+	if n < 2 || len(evs) < 2*typePart {
+		p.typeEventsOf(evs)
+		return
+	}
+	n = min(n, len(evs)/typePart)
+	var wg sync.WaitGroup
+	for w := range n {
+		part := evs[w*len(evs)/n : (w+1)*len(evs)/n]
+		wg.Go(func() { p.typeEventsOf(part) })
+	}
+	wg.Wait()
+}
+
+// typePart is the least number of events typeEvents gives one core.
+const typePart = 512
+
+// typeEventsOf types evs and counts those that are not valid.
+func (p *Pipeline) typeEventsOf(evs []record.Event) {
+	var invalid uint64
+	for i := range evs {
+		if !record.TypeEvent(&evs[i]) {
+			invalid++
 		}
+	}
+	if invalid > 0 {
+		p.invalidEvents.Add(invalid)
 	}
 }
 
