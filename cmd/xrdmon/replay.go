@@ -173,17 +173,27 @@ type replayWriter struct {
 	enc   func([]byte, *record.Record) []byte
 	match func(*record.Record) bool
 	w, ew *bufio.Writer
-	buf   []byte
-	bufs  [][]byte // one per encoder of a large commit (encodeParallel)
+	jobs  []replayJob
+	// pending are the encoded parts of the last Append's last round, not
+	// yet written: the next Append writes them while it encodes (flush at
+	// the end).
+	pending []replayJob
+	free    [][]byte // buffers of written parts, for reuse
 }
 
-// replayChunk is how many encoded bytes Append gathers before it writes
-// them: a commit can hold tens of thousands of records (a drain), and one
-// buffer for all of them would be regrown to tens of megabytes.
-const replayChunk = 256 << 10
+// replayJob is one part of an Append to encode, records or events, and
+// its encoded bytes; once encoded, only buf and events are kept.
+type replayJob struct {
+	recs   []record.Record
+	evs    []record.Event
+	buf    []byte
+	events bool // buf goes to the events output
+}
 
-// replayPart is how many records one encoder takes at a time when a commit
-// is large enough to encode on every core.
+// replayPart is how many records (or events) one encoder takes at a time:
+// a commit can hold tens of thousands (a drain), encoded on every core in
+// parts of replayPart, and one buffer for all of them would be regrown to
+// tens of megabytes.
 const replayPart = 512
 
 // AppendWithProgress writes recs and evs (Append); progress snapshots
@@ -192,79 +202,108 @@ func (r *replayWriter) AppendWithProgress(ctx context.Context, recs []record.Rec
 	return r.Append(ctx, recs, evs)
 }
 
-// Append writes recs and evs.
+// Append writes recs and evs, in order, each to its own output. They are
+// encoded in parts of replayPart, a round of parts at a time, one part per
+// core, and each round is written while the next is encoded. The last
+// round is written by the next Append or flush: Append keeps no record or
+// event, only their encoded bytes.
 func (r *replayWriter) Append(_ context.Context, recs []record.Record, evs []record.Event) error {
-	if err := r.appendRecords(recs); err != nil {
-		return err
-	}
 	if r.ew == nil {
-		return nil
+		evs = nil
 	}
-	buf := r.buf[:0]
-	defer func() { r.buf = buf }()
-	for i := range evs {
-		buf = record.AppendEventJSON(buf, &evs[i])
-		buf = append(buf, '\n')
-		if len(buf) >= replayChunk {
-			if _, err := r.ew.Write(buf); err != nil {
-				return fmt.Errorf("write events: %w: %w", store.ErrPermanent, err)
-			}
-			buf = buf[:0]
-		}
-	}
-	if _, err := r.ew.Write(buf); err != nil {
-		return fmt.Errorf("write events: %w: %w", store.ErrPermanent, err)
-	}
-	return nil
-}
-
-// appendRecords encodes and writes recs in order. A large commit (a drain
-// closes thousands of files at once, and the correlator waits for it) is
-// encoded on every core, replayPart records per encoder, and written in
-// order.
-func (r *replayWriter) appendRecords(recs []record.Record) error {
-	n := runtime.GOMAXPROCS(0)
-	if n < 2 || len(recs) < 2*replayPart {
-		n = 1
-	}
-	if len(r.bufs) < n {
-		r.bufs = append(r.bufs, make([][]byte, n-len(r.bufs))...)
-	}
+	jobs := r.jobs[:0]
 	for len(recs) > 0 {
-		parts := min(n, (len(recs)+replayPart-1)/replayPart)
+		k := min(len(recs), replayPart)
+		jobs = append(jobs, replayJob{recs: recs[:k]})
+		recs = recs[k:]
+	}
+	for len(evs) > 0 {
+		k := min(len(evs), replayPart)
+		jobs = append(jobs, replayJob{evs: evs[:k]})
+		evs = evs[k:]
+	}
+	defer func() { clear(jobs); r.jobs = jobs[:0] }()
+	n := runtime.GOMAXPROCS(0)
+	for rest := jobs; len(rest) > 0; {
+		round := rest[:min(n, len(rest))]
+		rest = rest[len(round):]
+		for i := range round {
+			round[i].buf = r.buffer()
+		}
 		var wg sync.WaitGroup
-		for w := range parts {
-			part := recs[w*replayPart : min((w+1)*replayPart, len(recs))]
-			if parts == 1 {
-				r.bufs[0] = r.encode(r.bufs[0][:0], part)
-				break
-			}
-			wg.Go(func() { r.bufs[w] = r.encode(r.bufs[w][:0], part) })
+		for i := 1; i < len(round); i++ {
+			j := &round[i]
+			wg.Go(func() { r.encode(j) })
+		}
+		err := r.writePending() // the last round, while this one is encoded
+		if err == nil {
+			r.encode(&round[0])
 		}
 		wg.Wait()
-		for _, b := range r.bufs[:parts] {
-			if _, err := r.w.Write(b); err != nil {
-				return fmt.Errorf("write records: %w: %w", store.ErrPermanent, err)
-			}
+		if err != nil {
+			return err
 		}
-		recs = recs[min(parts*replayPart, len(recs)):]
+		for _, j := range round {
+			r.pending = append(r.pending, replayJob{buf: j.buf, events: j.evs != nil})
+		}
 	}
 	return nil
 }
 
-// encode appends the JSON lines of the records of recs that match.
-func (r *replayWriter) encode(dst []byte, recs []record.Record) []byte {
-	for i := range recs {
-		if r.match != nil && !r.match(&recs[i]) {
+// buffer returns an empty buffer for a part.
+func (r *replayWriter) buffer() []byte {
+	if n := len(r.free); n > 0 {
+		b := r.free[n-1]
+		r.free = r.free[:n-1]
+		return b[:0]
+	}
+	return nil
+}
+
+// encode appends the JSON lines of j's records that match, or of its
+// events, to j.buf.
+func (r *replayWriter) encode(j *replayJob) {
+	dst := j.buf
+	for i := range j.recs {
+		if r.match != nil && !r.match(&j.recs[i]) {
 			continue
 		}
-		dst = r.enc(dst, &recs[i])
+		dst = r.enc(dst, &j.recs[i])
 		dst = append(dst, '\n')
 	}
-	return dst
+	for i := range j.evs {
+		dst = record.AppendEventJSON(dst, &j.evs[i])
+		dst = append(dst, '\n')
+	}
+	j.buf = dst
+}
+
+// writePending writes the encoded parts not yet written, in order.
+func (r *replayWriter) writePending() error {
+	for i, j := range r.pending {
+		var err error
+		if j.events {
+			if _, err = r.ew.Write(j.buf); err != nil {
+				err = fmt.Errorf("write events: %w: %w", store.ErrPermanent, err)
+			}
+		} else if _, err = r.w.Write(j.buf); err != nil {
+			err = fmt.Errorf("write records: %w: %w", store.ErrPermanent, err)
+		}
+		if err != nil {
+			r.pending = r.pending[i:]
+			return err
+		}
+		r.free = append(r.free, j.buf)
+	}
+	clear(r.pending)
+	r.pending = r.pending[:0]
+	return nil
 }
 
 func (r *replayWriter) flush() error {
+	if err := r.writePending(); err != nil {
+		return err
+	}
 	if err := r.w.Flush(); err != nil {
 		return fmt.Errorf("write records: %w", err)
 	}
