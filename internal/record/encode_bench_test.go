@@ -62,3 +62,17 @@ func BenchmarkRecordID(b *testing.B) {
 		_ = RecordID(r.ServerIP, r.ServerStod, r.ServerID, r.FileID, r.Start, r.End)
 	}
 }
+
+// BenchmarkAppendFloat is the floats of a GRACC record: whole numbers
+// (byte counts, zeros, averages of equal reads) and fractions.
+func BenchmarkAppendFloat(b *testing.B) {
+	vals := []float64{0, 262144, 45186401, 261193.06936416184, 12471.338370768455, 1, 97633}
+	var buf []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = buf[:0]
+		for _, v := range vals {
+			buf = appendFloat(buf, v)
+		}
+	}
+}

@@ -97,6 +97,12 @@ func appendTime(dst []byte, t time.Time) []byte {
 // appendFloat appends f the way encoding/json formats a float64. JSON has
 // no NaN or infinity; those are written as 0.
 func appendFloat(dst []byte, f float64) []byte {
+	// Most values of a record are whole numbers (byte counts, averages
+	// of equal reads, zeros): below 2^53 strconv writes their digits, as
+	// an integer's. Not -0, which it writes with its sign.
+	if i := int64(f); float64(i) == f && i > -1<<53 && i < 1<<53 && (i != 0 || !math.Signbit(f)) {
+		return strconv.AppendInt(dst, i, 10)
+	}
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return append(dst, '0')
 	}

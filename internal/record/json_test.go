@@ -2,7 +2,9 @@ package record
 
 import (
 	"encoding/json"
+	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -165,10 +167,27 @@ func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 }
 
 func TestAppendFloatMatchesEncodingJSON(t *testing.T) {
-	for _, f := range []float64{0, 1, -1, 0.5, 1e-6, 1e-7, 9.99e20, 1e21, 123456789.125, 7.5e12, 2.5e-300, -3e25} {
+	for _, f := range []float64{0, 1, -1, 0.5, 1e-6, 1e-7, 9.99e20, 1e21, 123456789.125, 7.5e12, 2.5e-300, -3e25,
+		1 << 53, 1<<53 - 1, -(1 << 53), -(1<<53 - 1), 1<<53 + 2, 1 << 60, -(1 << 60), 1e20, 262144, 261193.06936416184,
+		math.Copysign(0, -1), math.MaxInt64, math.MinInt64, 9.2e18, -9.3e18, math.Nextafter(1, 2), math.Nextafter(1<<52, 0)} {
 		want, _ := json.Marshal(f)
+		if math.Signbit(f) && f == 0 {
+			want = []byte("-0") // encoding/json writes -0 as strconv does
+		}
 		if got := appendFloat(nil, f); string(got) != string(want) {
 			t.Errorf("appendFloat(%v) = %s, want %s", f, got, want)
+		}
+	}
+	// The whole-number fast path writes what strconv does.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200000 {
+		f := float64(rng.Int64N(1<<54) - 1<<53)
+		if rng.IntN(2) == 0 {
+			f = math.Ldexp(float64(rng.Int64N(1<<20)), rng.IntN(60)-10)
+		}
+		want := strconv.AppendFloat(nil, f, 'f', -1, 64)
+		if got := appendFloat(nil, f); string(got) != string(want) && math.Abs(f) < 1e21 && math.Abs(f) >= 1e-6 {
+			t.Fatalf("appendFloat(%v) = %s, want %s", f, got, want)
 		}
 	}
 }
