@@ -37,7 +37,11 @@ func appendString(dst []byte, s string) []byte {
 // appendEscaped appends the JSON-escaped content of s, without quotes.
 func appendEscaped(dst []byte, s string) []byte {
 	start := 0
-	for i := 0; i < len(s); {
+	i := safePrefix(s)
+	if i == len(s) {
+		return append(dst, s...)
+	}
+	for i < len(s) {
 		b := s[i]
 		if b < utf8.RuneSelf {
 			if safeASCII[b] {
@@ -83,6 +87,31 @@ func appendEscaped(dst []byte, s string) []byte {
 		i += size
 	}
 	return append(dst, s[start:]...)
+}
+
+// safePrefix returns the length of the longest prefix of s that
+// appendEscaped writes as it is (bytes of safeASCII), looking at 8 bytes
+// at a time: the strings of a record (paths, names) rarely need escaping.
+func safePrefix(s string) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		// The high bit of a byte of bad is set where w has a byte below
+		// 0x20 or at or above 0x80, or one of " \ < > & (a zero byte
+		// of w xor that byte repeated): exact as to whether one is there.
+		q, bs, lt, gt, amp := w^('"'*ones), w^('\\'*ones), w^('<'*ones), w^('>'*ones), w^('&'*ones)
+		bad := (w-0x20*ones)&^w | w |
+			(q-ones)&^q | (bs-ones)&^bs | (lt-ones)&^lt | (gt-ones)&^gt | (amp-ones)&^amp
+		if bad&highs != 0 {
+			break
+		}
+	}
+	for i < len(s) && s[i] < utf8.RuneSelf && safeASCII[s[i]] {
+		i++
+	}
+	return i
 }
 
 // appendTime appends t in UTC as a quoted RFC 3339 string with as many

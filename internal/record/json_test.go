@@ -320,3 +320,28 @@ func TestGRACCGoRules(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendStringEveryByte puts every byte, and some runes, at every
+// place of strings of up to 20 bytes: what the 8-byte scan (safePrefix)
+// passes must be what encoding/json writes as it is.
+func TestAppendStringEveryByte(t *testing.T) {
+	base := "abcdefghijklmnopqrst"
+	for n := 0; n <= len(base); n++ {
+		for at := 0; at < n; at++ {
+			for b := 0; b < 256; b++ {
+				s := base[:at] + string([]byte{byte(b)}) + base[at+1:n]
+				want, _ := json.Marshal(s)
+				if got := appendString(nil, s); string(got) != string(want) {
+					t.Fatalf("appendString(%q) = %s, want %s", s, got, want)
+				}
+			}
+			for _, r := range []string{"é", "\u2028", "€", "\U0001F600"} {
+				s := base[:at] + r + base[at:n]
+				want, _ := json.Marshal(s)
+				if got := appendString(nil, s); string(got) != string(want) {
+					t.Fatalf("appendString(%q) = %s, want %s", s, got, want)
+				}
+			}
+		}
+	}
+}
