@@ -90,8 +90,9 @@ const (
 	sharePending  = 15
 	shareIntern   = 10 // each of the two interning tables: names, paths
 	// shareDisc, of shareSessions, holds the disconnected sessions: 30 MiB
-	// of the default budget, about 60,000 sessions, a grace of 10 s at
-	// 6,000 logins a second and of 2.4 s at 25,000.
+	// of the default budget, about 42,000 sessions of xrdmon bench's
+	// (~760 bytes each), a grace of 10 s up to 4,200 logins a second and
+	// of 1.7 s at 25,000: far longer than packets of a server are late.
 	shareDisc = 3
 )
 

@@ -111,8 +111,9 @@ type Builder struct {
 	// need not be in time order with each other in the log.
 	serverTime map[serverKey]int64
 
-	// Scratch of apply (under mu): the record's dimension values, a
-	// series key, and the minute last written.
+	// Scratch of apply (under mu): a record read back and its dimension
+	// values, a series key, and the minute last written.
+	scratch sample
 	vals    []string
 	keyBuf  []byte
 	lastMin int64
@@ -418,12 +419,12 @@ func (b *Builder) CatchUp(ctx context.Context) error {
 }
 
 // Feed takes entries the store has just appended (store.Listener) for
-// Run to sum, without their being read back: it copies the records and
+// Run to sum, without their being read back: it takes of the records and
 // progress snapshots (store.Entry.Progress, as they are: no decoding;
-// the entries are the appender's) and queues them,
-// in the appender's goroutine, never blocking it. When the queue is full
-// the batch is dropped and counted, and Run reads those entries from the
-// log instead: nothing is summed twice or missed.
+// the entries are the appender's) what the sums need (sample) and queues
+// that, in the appender's goroutine, never blocking it. When the queue is
+// full the batch is dropped and counted, and Run reads those entries from
+// the log instead: nothing is summed twice or missed.
 func (b *Builder) Feed(entries []store.Entry) {
 	if len(entries) == 0 {
 		return
@@ -438,15 +439,22 @@ func (b *Builder) Feed(entries []store.Entry) {
 			n++
 		}
 	}
-	fb := &feedBatch{first: entries[0].Seq, last: entries[len(entries)-1].Seq, items: make([]feedItem, 0, n)}
+	nu := len(b.used)
+	vals := make([]string, n*nu)
+	fb := &feedBatch{first: entries[0].Seq, last: entries[len(entries)-1].Seq, items: make([]sample, 0, n)}
 	for i := range entries {
 		e := &entries[i]
-		switch {
-		case e.Record != nil:
-			fb.items = append(fb.items, feedItem{seq: e.Seq, rec: *e.Record})
-		case e.Progress != nil:
-			fb.items = append(fb.items, feedItem{seq: e.Seq, rec: *e.Progress, progress: true})
+		r, progress := e.Record, false
+		if r == nil {
+			r, progress = e.Progress, true
 		}
+		if r == nil {
+			continue
+		}
+		k := len(fb.items)
+		fb.items = fb.items[:k+1]
+		b.sample(&fb.items[k], r, progress, vals[k*nu:(k+1)*nu:(k+1)*nu])
+		fb.items[k].seq = e.Seq
 	}
 	select {
 	case b.feed <- fb:
@@ -459,13 +467,43 @@ func (b *Builder) Feed(entries []store.Entry) {
 // the log, of which items are the records and progress snapshots.
 type feedBatch struct {
 	first, last int64
-	items       []feedItem
+	items       []sample
 }
 
-type feedItem struct {
-	seq      int64
-	progress bool
-	rec      record.Record
+// sample is what the sums take of a record or a progress snapshot: its
+// time, access and bytes, and the values of the builder's dimensions
+// (strings of the record, shared, not copied); of a record also its
+// duration, reason and identity. A fed batch holds these, not whole
+// records: about a third of their bytes.
+type sample struct {
+	seq                int64 // the entry's, in a fed batch
+	progress           bool
+	end                int64 // Unix seconds
+	key                record.AccessKey
+	read, readv, write int64
+	ms                 int64 // the record's duration, 0 without a start
+	reason             int   // reasonIndex
+	identity           string
+	vals               []string // by Builder.used
+}
+
+// sample sets s from r, a record or (progress) a progress snapshot, with
+// vals (len(b.used)) to hold its dimension values. It reads only what New
+// set: Feed calls it in the appender's goroutine.
+func (b *Builder) sample(s *sample, r *record.Record, progress bool, vals []string) {
+	*s = sample{progress: progress, end: r.End.Unix(), key: r.Access(),
+		read: r.ReadBytes, readv: r.ReadvBytes, write: r.WriteBytes, vals: vals}
+	for i, d := range b.used {
+		vals[i] = r.Dim(d)
+	}
+	if progress {
+		return
+	}
+	if !r.Start.IsZero() { // a record without an open has no duration
+		s.ms = max(r.End.Sub(r.Start).Milliseconds(), 0)
+	}
+	s.reason = reasonIndex(r.Reason)
+	s.identity = r.Dim(record.DimIdentity)
 }
 
 // feedQueue bounds the batches fed and not yet summed: a batch is at most
@@ -481,13 +519,8 @@ func (b *Builder) applyFeed(fb *feedBatch) bool {
 		return false
 	}
 	for i := range fb.items {
-		it := &fb.items[i]
-		switch {
-		case it.seq <= b.cursor:
-		case it.progress:
-			b.applyProgress(&it.rec)
-		default:
-			b.applyRecord(&it.rec)
+		if it := &fb.items[i]; it.seq > b.cursor {
+			b.applySample(it)
 		}
 	}
 	b.cursor = max(b.cursor, fb.last)
@@ -514,7 +547,8 @@ func (b *Builder) applyLocked(entries []store.Entry) {
 		case e.Record != nil:
 			b.applyRecord(e.Record)
 		case e.Progress != nil:
-			b.applyProgress(e.Progress)
+			b.sample(&b.scratch, e.Progress, true, b.vals)
+			b.applySample(&b.scratch)
 		}
 		b.cursor = e.Seq
 	}
@@ -532,9 +566,18 @@ type delta struct {
 	dur, size          int16
 }
 
-func (b *Builder) applyProgress(p *record.Record) {
-	t := p.End.Unix()
-	k := p.Access()
+// applySample sums s, a record or a progress snapshot.
+func (b *Builder) applySample(s *sample) {
+	if s.progress {
+		b.applyProgress(s)
+	} else {
+		b.applyClosed(s)
+	}
+}
+
+func (b *Builder) applyProgress(p *sample) {
+	t := p.end
+	k := p.key
 	b.seen(&k, t)
 	o, ok := b.open[k]
 	if !ok {
@@ -547,8 +590,8 @@ func (b *Builder) applyProgress(p *record.Record) {
 	if o.closed {
 		return
 	}
-	d := delta{read: max(0, p.ReadBytes-o.read), readv: max(0, p.ReadvBytes-o.readv), write: max(0, p.WriteBytes-o.write)}
-	o.read, o.readv, o.write = max(o.read, p.ReadBytes), max(o.readv, p.ReadvBytes), max(o.write, p.WriteBytes)
+	d := delta{read: max(0, p.read-o.read), readv: max(0, p.readv-o.readv), write: max(0, p.write-o.write)}
+	o.read, o.readv, o.write = max(o.read, p.read), max(o.readv, p.readv), max(o.write, p.write)
 	o.last = max(o.last, t)
 	b.open[k] = o
 	if d.read+d.readv+d.write == 0 {
@@ -558,9 +601,16 @@ func (b *Builder) applyProgress(p *record.Record) {
 	b.m.progress.Inc()
 }
 
+// applyRecord sums record r (the log's, read back).
 func (b *Builder) applyRecord(r *record.Record) {
-	t := r.End.Unix()
-	k := r.Access()
+	b.sample(&b.scratch, r, false, b.vals)
+	b.applyClosed(&b.scratch)
+}
+
+// applyClosed sums r, a record's sample.
+func (b *Builder) applyClosed(r *sample) {
+	t := r.end
+	k := r.key
 	b.seen(&k, t)
 	counted, ok := b.open[k]
 	if counted.closed {
@@ -575,14 +625,11 @@ func (b *Builder) applyRecord(r *record.Record) {
 		b.open[k] = openAccess{closed: true, last: t}
 	}
 	d := delta{
-		read: max(0, r.ReadBytes-counted.read), readv: max(0, r.ReadvBytes-counted.readv), write: max(0, r.WriteBytes-counted.write),
-		closed: true, reason: reasonIndex(r.Reason), user: hashIdentity(r.Dim(record.DimIdentity)),
-	}
-	if !r.Start.IsZero() { // a record without an open has no duration
-		d.ms = max(r.End.Sub(r.Start).Milliseconds(), 0)
+		read: max(0, r.read-counted.read), readv: max(0, r.readv-counted.readv), write: max(0, r.write-counted.write),
+		closed: true, reason: r.reason, user: hashIdentity(r.identity), ms: r.ms,
 	}
 	d.dur = histIndex(float64(d.ms))
-	d.size = histIndex(float64(r.ReadBytes + r.ReadvBytes + r.WriteBytes))
+	d.size = histIndex(float64(r.read + r.readv + r.write))
 	b.add(t, r, &d)
 	b.m.records.Inc()
 }
@@ -780,7 +827,7 @@ const aggOverhead = int64(unsafe.Sizeof(Agg{})) + slabUsers*4 + 2*slabBuckets*in
 
 // add applies d to every series of r in the minute of time t. It
 // allocates only for a series the minute does not hold yet.
-func (b *Builder) add(t int64, r *record.Record, d *delta) {
+func (b *Builder) add(t int64, r *sample, d *delta) {
 	b.watermark = max(b.watermark, t)
 	start := t - mod(t, 60)
 	m := b.lastMap
@@ -793,12 +840,9 @@ func (b *Builder) add(t int64, r *record.Record, d *delta) {
 		}
 		b.lastMin, b.lastMap = start, m
 	}
-	for i, dim := range b.used {
-		b.vals[i] = r.Dim(dim)
-	}
 	for i, s := range b.specs {
 		c := &b.last[i]
-		b.keyBuf = appendKey(b.keyBuf[:0], s, b.dims[i], b.vals)
+		b.keyBuf = appendKey(b.keyBuf[:0], s, b.dims[i], r.vals)
 		a := c.agg
 		if a == nil || c.min != start || string(c.key) != string(b.keyBuf) {
 			if a = m[string(b.keyBuf)]; a == nil {
