@@ -118,8 +118,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) (er
 
 // replayPipeline returns collect's pipeline set up for replay: collect's
 // correlation defaults, one shard (records come out in the order they were
-// made), no checkpoints, time taken from the input, and files still open
-// at the end written as partial records (end_of_input).
+// made), no checkpoints, time taken from the input, a commit every 256 KiB
+// of datagrams as well (a run of large f-stream buffers closes thousands
+// of files: their records are written while the shard goes on), and files
+// still open at the end written as partial records (end_of_input).
 func replayPipeline(ctx context.Context, out pipeline.Store) (*pipeline.Pipeline, error) {
 	o := pipeline.DefaultOptions()
 	o.Shards = 1
@@ -128,6 +130,7 @@ func replayPipeline(ctx context.Context, out pipeline.Store) (*pipeline.Pipeline
 	o.FlushOnExit = true
 	o.InputClock = true
 	o.Progress = false // progress snapshots are internal, for rollups: replay writes none
+	o.CommitBytes = 256 << 10
 	return pipeline.New(ctx, o, out, nil, nil, nil)
 }
 

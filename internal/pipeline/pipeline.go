@@ -106,6 +106,11 @@ type Options struct {
 	// happens after that many even before FlushInterval, so a burst (or a
 	// replay, which reads as fast as it can) keeps a small working set.
 	CommitPackets int
+	// CommitBytes, when positive, also makes a commit due after that many
+	// bytes of datagrams: replay sets it, so that the records of a run of
+	// large f-stream buffers (thousands of closes) are written while the
+	// shards go on, not all at its end.
+	CommitBytes int
 	// AckPackets makes a checkpoint due, at once, when this many packets
 	// of acknowledgeable batches (RabbitMQ) wait for one (0: only every
 	// CheckpointInterval). Set it below the source's prefetch: the broker
@@ -565,6 +570,7 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *source.Batch) error {
 	perCheckpoint := int((p.opts.CheckpointInterval + p.opts.FlushInterval - 1) / p.opts.FlushInterval)
 	ticks := 0
 	pending := 0 // packets dispatched since the last commit
+	pendingBytes := 0
 	unacked := 0 // packets of acknowledgeable batches since the last checkpoint
 	// inputNow is the latest Received time dispatched, nextTick the input
 	// time of the next expiry (InputClock only).
@@ -574,7 +580,7 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *source.Batch) error {
 	p.ready.Store(true)
 
 	send := func(br *barrier) {
-		pending = 0
+		pending, pendingBytes = 0, 0
 		br.states = make(map[int][]byte)
 		br.wg.Add(len(p.shards))
 		for _, s := range p.shards {
@@ -601,6 +607,11 @@ loop:
 			// shards have it: the last of them releases it to its pool,
 			// and its reader fills it again.
 			n, ack := len(b.Packets), b.Ack
+			if p.opts.CommitBytes > 0 {
+				for i := range b.Packets {
+					pendingBytes += len(b.Packets[i].Data)
+				}
+			}
 			if p.opts.InputClock {
 				inputNow = latest(b, inputNow)
 			}
@@ -624,7 +635,8 @@ loop:
 				}
 			}
 			ackDue := p.opts.AckPackets > 0 && unacked >= p.opts.AckPackets
-			if pending += n; pending >= p.opts.CommitPackets || ackDue {
+			bytesDue := p.opts.CommitBytes > 0 && pendingBytes >= p.opts.CommitBytes
+			if pending += n; pending >= p.opts.CommitPackets || ackDue || bytesDue {
 				send(p.commitBarrier(time.Now(), ackDue && p.opts.StateKey != "", inputNow))
 			}
 		case now := <-ticker.C:

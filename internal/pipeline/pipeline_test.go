@@ -231,6 +231,47 @@ func TestAckPacketsCheckpointsEarly(t *testing.T) {
 	}
 }
 
+// TestCommitBytes: with CommitBytes set, a commit comes after that many
+// bytes of datagrams, though neither CommitPackets nor the flush interval
+// is due: the records of each are appended while the input goes on.
+func TestCommitBytes(t *testing.T) {
+	st := &fakeStore{}
+	o := testOptions()
+	o.FlushInterval, o.CheckpointInterval = time.Hour, time.Hour // no timed commit
+	o.StateKey = ""
+	o.CommitBytes = 1
+	p, err := New(context.Background(), o, st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan *source.Batch)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(context.Background(), in) }()
+	var mu sync.Mutex
+	var freed int32
+	for i := range 3 {
+		var seq, fseq uint8
+		in <- batchOf(fmt.Sprintf("192.0.2.%d:1094", i+1), transfer(1700000000, &seq, &fseq, 10, 11, true), nil, &freed, &mu)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			st.mu.Lock()
+			n := len(st.recs)
+			st.mu.Unlock()
+			if n == i+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("batch %d: %d records appended while the input is open, want %d", i, n, i+1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(in)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRestoreFromCheckpoint: a file opened before the pipeline stops is
 // completed by a close after a new pipeline restores the checkpoint.
 func TestRestoreFromCheckpoint(t *testing.T) {
