@@ -61,6 +61,8 @@ var (
 		"XRootD server restarts seen (a new stod from a known server).", nil, nil)
 	descPendingDropped = prometheus.NewDesc("xrdmon_pending_references_dropped_total",
 		"References (paths, user attributes) that waited for their record past the TTL or the bound.", nil, nil)
+	descSessionsEvicted = prometheus.NewDesc("xrdmon_sessions_evicted_total",
+		"Sessions forgotten before their time by a bound of the correlation state: entries or bytes (their open files lose their user fields), or the budget of disconnected sessions kept for late packets (their grace is cut short; nothing is lost unless a packet comes later still).", nil, nil)
 	descStateBytes = prometheus.NewDesc("xrdmon_state_bytes",
 		"Estimated heap bytes of the correlation state, by table (each bounded by its share of correlate.max_state_bytes).", []string{"table"}, nil)
 	descTruncated = prometheus.NewDesc("xrdmon_fields_truncated_total",
@@ -84,7 +86,7 @@ type statsCollector struct{ p *Pipeline }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descRejected, descKind, descLost, descDup, descReordered,
-		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descState, descStateBytes, descTruncated, descRedirects, descRedirected, descClockAhead, descMissing, descHeld} {
+		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descSessionsEvicted, descState, descStateBytes, descTruncated, descRedirects, descRedirected, descClockAhead, descMissing, descHeld} {
 		ch <- d
 	}
 }
@@ -126,6 +128,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descEvents, invalid, "false")
 	counter(descRestarts, s.Restarts)
 	counter(descPendingDropped, s.PendingDropped)
+	counter(descSessionsEvicted, s.EvictedSess)
 	gauge(descState, s.Servers, "servers")
 	gauge(descState, s.Sessions, "sessions")
 	gauge(descState, s.OpenFiles, "open_files")
