@@ -121,6 +121,20 @@ func testOptions() Options {
 	return o
 }
 
+// start runs a pipeline of o over st and returns its input and the
+// channel of Run's result.
+func start(t *testing.T, o Options, st Store) (chan<- *source.Batch, <-chan error) {
+	t.Helper()
+	p, err := New(context.Background(), o, st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan *source.Batch)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(context.Background(), in) }()
+	return in, done
+}
+
 // TestAckAfterCheckpoint: a batch is acknowledged only after its records are
 // appended and every shard's state has been checkpointed; every batch is
 // freed exactly once; records come out complete.
@@ -189,13 +203,7 @@ func TestAckPacketsCheckpointsEarly(t *testing.T) {
 	o := testOptions()
 	o.FlushInterval, o.CheckpointInterval = time.Hour, time.Hour // no timed commit
 	o.AckPackets = 4
-	p, err := New(context.Background(), o, st, nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := make(chan *source.Batch)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(context.Background(), in) }()
+	in, done := start(t, o, st)
 
 	var mu sync.Mutex
 	var freed int32
@@ -240,13 +248,7 @@ func TestCommitBytes(t *testing.T) {
 	o.FlushInterval, o.CheckpointInterval = time.Hour, time.Hour // no timed commit
 	o.StateKey = ""
 	o.CommitBytes = 1
-	p, err := New(context.Background(), o, st, nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := make(chan *source.Batch)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(context.Background(), in) }()
+	in, done := start(t, o, st)
 	var mu sync.Mutex
 	var freed int32
 	for i := range 3 {

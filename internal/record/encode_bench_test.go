@@ -66,28 +66,24 @@ func BenchmarkRecordID(b *testing.B) {
 // BenchmarkAppendFloat is the floats of a GRACC record: whole numbers
 // (byte counts, zeros, averages of equal reads) and fractions.
 func BenchmarkAppendFloat(b *testing.B) {
-	vals := []float64{0, 262144, 45186401, 261193.06936416184, 12471.338370768455, 1, 97633}
-	var buf []byte
-	b.ReportAllocs()
-	for b.Loop() {
-		buf = buf[:0]
-		for _, v := range vals {
-			buf = appendFloat(buf, v)
-		}
-	}
+	benchAppend(b, appendFloat, 0, 262144, 45186401, 261193.06936416184, 12471.338370768455, 1, 97633)
 }
 
 // BenchmarkAppendString is the strings of a GRACC record: a path, names
 // and a DN, none of which needs escaping.
 func BenchmarkAppendString(b *testing.B) {
-	vals := []string{"/store/data/Run2026D/Tau/MINIAOD/622767/0ebdac98742a5fd8.root", "xrd0005.site5.loadgen.example",
-		"LOADGEN_SITE_5", "cms0066", "/DC=org/DC=loadgen/OU=People/CN=cms0066", "1f3a4da5-935c-47b2-856d-bdb77067ef79", "xroot"}
+	benchAppend(b, appendString, "/store/data/Run2026D/Tau/MINIAOD/622767/0ebdac98742a5fd8.root", "xrd0005.site5.loadgen.example",
+		"LOADGEN_SITE_5", "cms0066", "/DC=org/DC=loadgen/OU=People/CN=cms0066", "1f3a4da5-935c-47b2-856d-bdb77067ef79", "xroot")
+}
+
+// benchAppend measures appending vals with appendOne into a reused buffer.
+func benchAppend[T any](b *testing.B, appendOne func([]byte, T) []byte, vals ...T) {
 	var buf []byte
 	b.ReportAllocs()
 	for b.Loop() {
 		buf = buf[:0]
 		for _, v := range vals {
-			buf = appendString(buf, v)
+			buf = appendOne(buf, v)
 		}
 	}
 }
