@@ -507,7 +507,8 @@ func (b *Builder) sample(s *sample, r *record.Record, progress bool, vals []stri
 }
 
 // feedQueue bounds the batches fed and not yet summed: a batch is at most
-// a record chunk (1,024 records, ~740 KB), so about 24 MB.
+// a record chunk (1,024 records: samples of ~300 bytes with their values,
+// the strings shared with the records), so about 10 MB.
 const feedQueue = 32
 
 // applyFeed sums fb if it follows the cursor and reports whether it did
