@@ -994,7 +994,7 @@ func headParts(h head, part int64, sl *slab) ([]store.RollupPart, map[bucketKey]
 	var enc partEncoder
 	level := make(map[bucketKey][]piece, len(h))
 	for start, m := range h {
-		level[bucketKey{60, start}] = []piece{{m, enc.encode(nil, m)}}
+		level[bucketKey{60, start}] = []piece{{m, []specPart{enc.encodeAll(m)}}}
 	}
 	var out []store.RollupPart
 	added := make(map[bucketKey]int)

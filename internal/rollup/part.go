@@ -12,9 +12,10 @@ import (
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
-// Part encoding (version 4), in sections by spec (the builder stores
-// one section per part, a part per spec, so that a query reads only its
-// spec's series):
+// Part encoding (version 4), in sections by spec (the builder stores a
+// part per spec, one section each, so that a query reads only its spec's
+// series; a minute as a flush writes it is one part of every spec's
+// section, store.AllSpecs: see encodeAll):
 //
 //	byte    0
 //	byte    version (4)
@@ -40,6 +41,7 @@ func encodeParts(m map[string]*Agg) []specPart {
 type partEncoder struct {
 	series   []keyed
 	body, ab []byte
+	secs     []byte // encodeAll's sections
 	out      []byte // the arena: each part's data is a full slice of it
 }
 
@@ -49,8 +51,45 @@ type keyed struct {
 	agg *Agg
 }
 
-// encode appends the parts of m to dst (see encodeParts).
+// encode appends the parts of m to dst, one per spec (see encodeParts).
 func (e *partEncoder) encode(dst []specPart, m map[string]*Agg) []specPart {
+	e.sections(m, func(spec string, z []byte) {
+		b := e.room(3 + binary.MaxVarintLen64 + len(spec) + binary.MaxVarintLen64 + len(z))
+		n := len(b)
+		b = append(b, 0, partVersion, 1)
+		b = codec.AppendString(b, spec)
+		b = codec.AppendBytes(b, z)
+		e.out = b
+		dst = append(dst, specPart{spec, b[n:len(b):len(b)]})
+	})
+	return dst
+}
+
+// encodeAll returns the part of m that holds every spec's series, a
+// section each, as a row of store.AllSpecs: a minute of a stream whose
+// time runs fast (a replay, a catch-up, xrdmon bench) holds a few
+// records, and a row per spec would cost the store ten rows, their
+// index entries and their deletion by retention for each.
+func (e *partEncoder) encodeAll(m map[string]*Agg) specPart {
+	e.secs = e.secs[:0]
+	n := 0
+	e.sections(m, func(spec string, z []byte) {
+		e.secs = codec.AppendString(e.secs, spec)
+		e.secs = codec.AppendBytes(e.secs, z)
+		n++
+	})
+	b := e.room(2 + binary.MaxVarintLen64 + len(e.secs))
+	k := len(b)
+	b = append(b, 0, partVersion)
+	b = binary.AppendUvarint(b, uint64(n))
+	b = append(b, e.secs...)
+	e.out = b
+	return specPart{store.AllSpecs, b[k:len(b):len(b)]}
+}
+
+// sections calls fn with each spec of m and its compressed series, in
+// spec order; z is valid during the call only.
+func (e *partEncoder) sections(m map[string]*Agg, fn func(spec string, z []byte)) {
 	e.series = e.series[:0]
 	for k, a := range m {
 		e.series = append(e.series, keyed{k, a})
@@ -69,20 +108,19 @@ func (e *partEncoder) encode(dst []specPart, m map[string]*Agg) []specPart {
 			e.ab = appendAgg(e.ab[:0], s.agg)
 			e.body = codec.AppendBytes(e.body, e.ab)
 		}
-		need := 3 + 2*binary.MaxVarintLen64 + len(spec) + s2.MaxEncodedLen(len(e.body))
-		if cap(e.out)-len(e.out) < need {
-			e.out = make([]byte, 0, max(need, 256<<10))
-		}
-		n := len(e.out)
-		b := append(e.out, 0, partVersion, 1)
-		b = codec.AppendString(b, spec)
-		z := s2.Encode(b[len(b)+binary.MaxVarintLen64:cap(b)], e.body)
-		b = codec.AppendBytes(b, z) // moves z down over the room left for its length
-		e.out = b
-		dst = append(dst, specPart{spec, e.out[n:len(e.out):len(e.out)]})
+		e.ab = s2.Encode(e.ab[:cap(e.ab)], e.body)
+		fn(spec, e.ab)
 		i = j
 	}
-	return dst
+}
+
+// room returns the arena with room for n more bytes (a new one when it
+// has not).
+func (e *partEncoder) room(n int) []byte {
+	if cap(e.out)-len(e.out) < n {
+		e.out = make([]byte, 0, max(n, 256<<10))
+	}
+	return e.out
 }
 
 // specPart is the stored part of one spec's series.

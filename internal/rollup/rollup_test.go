@@ -411,7 +411,12 @@ func TestPartFormats(t *testing.T) {
 	if len(v3) != 4 {
 		t.Fatalf("%d parts, want one per spec (4)", len(v3))
 	}
-	for name, parts := range map[string][][]byte{"v4": v3} {
+	var enc partEncoder
+	all := enc.encodeAll(m) // a minute's row: every spec's section
+	if all.spec != store.AllSpecs {
+		t.Fatalf("a part of every spec is stored as spec %q, want %q", all.spec, store.AllSpecs)
+	}
+	for name, parts := range map[string][][]byte{"a part per spec": v3, "one part of every spec": {all.data}} {
 		for _, prefix := range []string{"", "site\x00", "site,vo\x00", "vo\x00", "\x00", "dir\x00"} {
 			got := map[string]*Agg{}
 			for _, data := range parts {

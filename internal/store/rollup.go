@@ -21,12 +21,13 @@ const RollupCursor = "rollup"
 // store (package rollup).
 type RollupPart struct {
 	Step, Start, Part int64
-	Spec              string // AllSpecs: a part of every spec (schema 6)
+	Spec              string // AllSpecs: a part of every spec (a minute as a flush writes it)
 	Data              []byte
 }
 
-// AllSpecs is the Spec of a part holding the series of every spec, as
-// parts were stored before schema 7; it matches any spec asked for.
+// AllSpecs is the Spec of a part holding the series of every spec (the
+// rollups write a minute so: one row, not one per spec); it matches any
+// spec asked for.
 const AllSpecs = "*"
 
 // RollupCommit is what the rollup builder makes durable at once: new
