@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -41,12 +42,6 @@ func serverOf(k *record.AccessKey) serverKey { return serverKey{k.ServerIP, k.Se
 
 // bucketKey names a bucket: its width and start (Unix seconds).
 type bucketKey struct{ step, start int64 }
-
-// head is the sums not yet flushed, by minute: the start of a 1-minute
-// bucket (Unix s) -> series key -> sums. Hours and days are the merge of
-// their minutes, made when the head is flushed or queried: a record
-// updates one bucket per series, not one per resolution.
-type head map[int64]map[string]*Agg
 
 // openAccess is what the builder counted of an access still open (from
 // its progress snapshots), or, once closed, a tombstone that makes later
@@ -112,14 +107,14 @@ type Builder struct {
 	serverTime map[serverKey]int64
 
 	// Scratch of apply (under mu): a record read back and its dimension
-	// values, a series key, and the minute last written.
-	scratch sample
-	vals    []string
-	keyBuf  []byte
-	lastMin int64
-	lastMap map[string]*Agg
-	last    []lastSeries // per spec: consecutive records often share a series
-	slab    slab         // the head's series, allocated in chunks
+	// values, and the minute last written.
+	scratch    sample
+	vals       []string
+	lastMin    int64
+	lastMinute *minute
+	sum        adder // sums the entries of dense minutes into their series
+	slab       slab  // the head's series and entries, allocated in chunks
+	rawMax     int   // the most entries a minute keeps as they came (rawMax)
 
 	// Of the flushing goroutine only.
 	part  int64             // the last part number used
@@ -159,7 +154,8 @@ func New(cfg Config, st Store, log *slog.Logger, reg prometheus.Registerer) (*Bu
 	}
 	b.live = b
 	b.vals = make([]string, len(b.used))
-	b.last = make([]lastSeries, len(specs))
+	b.sum = newAdder(b.specs, b.dims)
+	b.rawMax = rawMax
 	return b, nil
 }
 
@@ -659,6 +655,9 @@ type slab struct {
 	keys  []byte
 	users []uint32 // room not yet given out
 	hists []hbucket
+	mins  []minute
+	raws  []rawEntry
+	strs  []string
 	// used lists the chunks given out so far, free those of a flushed
 	// head, to be filled before new ones are made.
 	used, free chunks
@@ -669,6 +668,9 @@ type chunks struct {
 	aggs  [][]Agg
 	users [][]uint32
 	hists [][]hbucket
+	mins  [][]minute
+	raws  [][]rawEntry
+	strs  [][]string
 }
 
 const (
@@ -682,6 +684,8 @@ const (
 	slabUsers   = 4
 	slabBuckets = 2
 	slabRoom    = 4096 // users or buckets of a chunk of room
+	// A sparse minute has room for slabRaw entries, then twice as many.
+	slabRaw = 8
 )
 
 // agg returns a new series' sums with room for nu users and nb buckets of
@@ -698,8 +702,33 @@ func (s *slab) agg(nu, nb int) *Agg {
 	return a
 }
 
-func (s *slab) userRoom(n int) []uint32  { return cut(&s.users, &s.used.users, &s.free.users, n) }
-func (s *slab) histRoom(n int) []hbucket { return cut(&s.hists, &s.used.hists, &s.free.hists, n) }
+func (s *slab) userRoom(n int) []uint32   { return cut(&s.users, &s.used.users, &s.free.users, n) }
+func (s *slab) histRoom(n int) []hbucket  { return cut(&s.hists, &s.used.hists, &s.free.hists, n) }
+func (s *slab) rawRoom(n int) []rawEntry { return cut(&s.raws, &s.used.raws, &s.free.raws, n) }
+
+// minute returns a new minute of the head.
+func (s *slab) minute() *minute {
+	if len(s.mins) == cap(s.mins) {
+		s.mins = newChunk(&s.used.mins, &s.free.mins, slabAggs)
+	}
+	s.mins = s.mins[:len(s.mins)+1]
+	return &s.mins[len(s.mins)-1]
+}
+
+// strings returns a copy of vals in the slab, the strings' bytes too (a
+// value may be part of a larger string of its record: a directory of its
+// path), and the bytes it takes.
+func (s *slab) strings(vals []string) ([]string, int64) {
+	out := cut(&s.strs, &s.used.strs, &s.free.strs, len(vals))[:len(vals)]
+	n := int64(len(vals)) * int64(unsafe.Sizeof(""))
+	for i, v := range vals {
+		if v != "" {
+			out[i] = s.str(v)
+			n += int64(len(v))
+		}
+	}
+	return out, n
+}
 
 // recycle gives s the chunks of olds, whose series nothing uses any more,
 // to fill before making new ones. The chunks s was given before and has
@@ -710,6 +739,9 @@ func (s *slab) recycle(olds ...*slab) {
 		f.aggs = append(f.aggs, o.used.aggs...)
 		f.users = append(f.users, o.used.users...)
 		f.hists = append(f.hists, o.used.hists...)
+		f.mins = append(f.mins, o.used.mins...)
+		f.raws = append(f.raws, o.used.raws...)
+		f.strs = append(f.strs, o.used.strs...)
 		o.used = chunks{}
 	}
 	s.free = f
@@ -802,62 +834,19 @@ func (s *slab) clone(a *Agg) *Agg {
 }
 
 // key returns k as a string in the slab's bytes.
-func (s *slab) key(k []byte) string {
-	if len(k) > slabBytes/8 {
-		return string(k)
+func (s *slab) key(k []byte) string { return s.str(unsafe.String(unsafe.SliceData(k), len(k))) }
+
+// str returns a copy of v in the slab's bytes.
+func (s *slab) str(v string) string {
+	if len(v) > slabBytes/8 {
+		return strings.Clone(v)
 	}
-	if len(s.keys)+len(k) > cap(s.keys) {
+	if len(s.keys)+len(v) > cap(s.keys) {
 		s.keys = make([]byte, 0, slabBytes)
 	}
 	n := len(s.keys)
-	s.keys = append(s.keys, k...)
-	return unsafe.String(&s.keys[n], len(k)) // bytes never written again
-}
-
-// lastSeries is the series a spec's last record went to.
-type lastSeries struct {
-	min int64 // the minute's start
-	key []byte
-	agg *Agg // nil: none
-}
-
-// aggOverhead is the bytes of a new series in the head besides its key:
-// the Agg, the room for users and buckets the slab gives it, and its map
-// slot.
-const aggOverhead = int64(unsafe.Sizeof(Agg{})) + slabUsers*4 + 2*slabBuckets*int64(unsafe.Sizeof(hbucket{})) + 64
-
-// add applies d to every series of r in the minute of time t. It
-// allocates only for a series the minute does not hold yet.
-func (b *Builder) add(t int64, r *sample, d *delta) {
-	b.watermark = max(b.watermark, t)
-	start := t - mod(t, 60)
-	m := b.lastMap
-	if m == nil || start != b.lastMin {
-		if m = b.head[start]; m == nil {
-			// Sized as the last minute was: a busy minute's map would
-			// grow (and rehash) many times.
-			m = make(map[string]*Agg, len(b.lastMap))
-			b.head[start] = m
-		}
-		b.lastMin, b.lastMap = start, m
-	}
-	for i, s := range b.specs {
-		c := &b.last[i]
-		b.keyBuf = appendKey(b.keyBuf[:0], s, b.dims[i], r.vals)
-		a := c.agg
-		if a == nil || c.min != start || string(c.key) != string(b.keyBuf) {
-			if a = m[string(b.keyBuf)]; a == nil {
-				a = b.slab.agg(slabUsers, slabBuckets)
-				m[b.slab.key(b.keyBuf)] = a
-				b.headBytes += int64(len(b.keyBuf)) + aggOverhead
-			}
-			c.min, c.key, c.agg = start, append(c.key[:0], b.keyBuf...), a
-		}
-		if d.closed && (len(a.Users.small) == cap(a.Users.small) || len(a.Duration.b) == cap(a.Duration.b) || len(a.Size.b) == cap(a.Size.b)) {
-			b.slab.room(a)
-		}
-		b.headBytes += a.apply(d)
-	}
+	s.keys = append(s.keys, v...)
+	return unsafe.String(&s.keys[n], len(v)) // bytes never written again
 }
 
 // mod is t mod s, non-negative for times before 1970 too.
@@ -879,8 +868,8 @@ func (b *Builder) Flush(ctx context.Context) error {
 	b.mu.Lock()
 	h, wm := b.head, b.watermark
 	b.head, b.headBytes, b.flushing = make(head), 0, h
-	b.lastMap = nil
-	clear(b.last)
+	b.lastMinute = nil
+	b.sum.reset()
 	flushed := b.slab // the flushed head keeps its chunks until it is written
 	b.slab = slab{free: flushed.free}
 	b.expireOpen(wm)
@@ -890,7 +879,7 @@ func (b *Builder) Flush(ctx context.Context) error {
 	// Off the lock: encoding (and merging the minutes of a stream whose
 	// time runs fast) is the flush's work.
 	var hours slab
-	add, added := headParts(h, b.part, &hours)
+	add, added := b.headParts(h, b.part, &hours)
 	part := b.part
 	for _, n := range added {
 		part += int64(n)
@@ -919,10 +908,7 @@ func (b *Builder) Flush(ctx context.Context) error {
 		}
 		b.mu.Lock()
 		if err != nil {
-			mergeHead(b.head, h) // written by a later flush, with its cursor
-			b.headBytes += headSize(h)
-			b.lastMap = nil
-			clear(b.last)
+			b.mergeBack(h) // written by a later flush, with its cursor
 		} else {
 			b.slab.recycle(&flushed, &hours) // written, and queries read the store now
 		}
@@ -931,10 +917,7 @@ func (b *Builder) Flush(ctx context.Context) error {
 		b.partsMu.Unlock()
 	} else {
 		b.mu.Lock()
-		mergeHead(b.head, h)
-		b.headBytes += headSize(h)
-		b.lastMap = nil
-		clear(b.last)
+		b.mergeBack(h)
 		b.flushing = nil
 		b.mu.Unlock()
 	}
@@ -974,98 +957,6 @@ func (b *Builder) writeParts(ctx context.Context, ps []store.RollupPart) error {
 		ps = ps[n:]
 	}
 	return nil
-}
-
-// headParts returns the parts that store head h, numbered from after
-// part, and how many each bucket got. Each minute of h is encoded once. A
-// coarser bucket (hour, day) that the head holds one or two minutes of
-// (as when the flushes come more often than the minutes: a collector
-// keeping up) gets their bytes as its parts, merged later by its
-// compaction like any bucket's; one that it holds more minutes of (a
-// stream whose time runs fast: a catch-up, a replay) gets one part, the
-// merge of them, so that its part count stays small. The series of those
-// merges are sl's.
-func headParts(h head, part int64, sl *slab) ([]store.RollupPart, map[bucketKey]int) {
-	// A bucket's sums so far: series maps, each with its encoded parts.
-	type piece struct {
-		m     map[string]*Agg
-		parts []specPart
-	}
-	var enc partEncoder
-	level := make(map[bucketKey][]piece, len(h))
-	for start, m := range h {
-		level[bucketKey{60, start}] = []piece{{m, []specPart{enc.encodeAll(m)}}}
-	}
-	var out []store.RollupPart
-	added := make(map[bucketKey]int)
-	emit := func(lv map[bucketKey][]piece) {
-		for _, bk := range sortedBuckets(lv) {
-			for _, p := range lv[bk] {
-				part++
-				out = append(out, rows(bk.step, bk.start, part, p.parts)...)
-				added[bk]++
-			}
-		}
-	}
-	emit(level)
-	for _, step := range Resolutions[1:] {
-		s := int64(step / time.Second)
-		coarse := make(map[bucketKey][]piece)
-		for _, bk := range sortedBuckets(level) {
-			c := bucketKey{s, bk.start - mod(bk.start, s)}
-			coarse[c] = append(coarse[c], level[bk]...)
-		}
-		for c, ps := range coarse {
-			if len(ps) <= reusedPieces {
-				continue
-			}
-			m := make(map[string]*Agg, len(ps[0].m))
-			for _, p := range ps {
-				for k, a := range p.m {
-					if cur := m[k]; cur != nil {
-						sl.merge(cur, a)
-					} else {
-						m[k] = sl.clone(a)
-					}
-				}
-			}
-			coarse[c] = []piece{{m, enc.encode(nil, m)}}
-		}
-		emit(coarse)
-		level = coarse
-	}
-	return out, added
-}
-
-// reusedPieces is the most minutes (or hours) of a flush whose encoded
-// parts an hour (or day) takes as they are; past it they are merged.
-const reusedPieces = 2
-
-// mergeHead adds the series of src to dst, by bucket start (a failed
-// flush's head back into the current one, a query's head sums into its
-// stored ones).
-func mergeHead(dst, src head) {
-	for start, m := range src {
-		d := dst[start]
-		if d == nil {
-			dst[start] = m
-			continue
-		}
-		for k, a := range m {
-			mergeInto(d, k, a)
-		}
-	}
-}
-
-// headSize estimates the bytes of h.
-func headSize(h head) int64 {
-	var n int64
-	for _, m := range h {
-		for k, a := range m {
-			n += int64(len(k)) + aggOverhead + int64(a.size())
-		}
-	}
-	return n
 }
 
 // sortedBuckets returns the keys of m by width, then start.

@@ -3,12 +3,14 @@ package rollup
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
 	"github.com/klauspost/compress/s2"
 
 	"github.com/xrdmon/xrdmon/internal/codec"
+	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
 
@@ -24,10 +26,29 @@ import (
 //	  uvarint number of series, then per series in key order:
 //	  uvarint key length, key, uvarint Agg length, Agg (appendAgg)
 //
+// A sparse minute (a few entries: see minute) is stored as its entries
+// instead, a part of store.AllSpecs that a read sums into the series of
+// the specs it asks for (encodeRaw):
+//
+//	byte    0
+//	byte    5 (entries)
+//	uvarint length, S2-compressed:
+//	  uvarint number of specs, each uvarint length, spec: what the entries are summed by
+//	  uvarint number of dimensions, each uvarint length, name: what their values are of
+//	  uvarint number of entries, then per entry:
+//	    per dimension: uvarint length, value
+//	    uvarint read, readv, write (bytes)
+//	    byte    0 (a progress snapshot: the bytes only) or 1 (a record), then for a record:
+//	    uvarint reason (0 complete, else 1 + its index in record.Reasons)
+//	    4 bytes user hash (little-endian), uvarint duration (ms),
+//	    varint duration bucket, varint size bucket (histIndex)
+//
 // Earlier versions (one S2 block of every spec; 8-byte user hashes) were
 // never released and are not read.
-
-const partVersion = 4
+const (
+	partVersion = 4
+	rawVersion  = 5
+)
 
 // encodeParts returns the stored parts of m: one per spec, each in the
 // format above with one section.
@@ -85,6 +106,139 @@ func (e *partEncoder) encodeAll(m map[string]*Agg) specPart {
 	b = append(b, e.secs...)
 	e.out = b
 	return specPart{store.AllSpecs, b[k:len(b):len(b)]}
+}
+
+// encodeRaw returns the part of a sparse minute's entries raw, summed by
+// specs, whose values are of dims (see the format above), as a row of
+// store.AllSpecs.
+func (e *partEncoder) encodeRaw(raw []rawEntry, specs []Spec, dims []record.Dim) specPart {
+	body := binary.AppendUvarint(e.body[:0], uint64(len(specs)))
+	for _, s := range specs {
+		body = codec.AppendString(body, string(s))
+	}
+	body = binary.AppendUvarint(body, uint64(len(dims)))
+	for _, d := range dims {
+		body = codec.AppendString(body, string(d))
+	}
+	body = binary.AppendUvarint(body, uint64(len(raw)))
+	for i := range raw {
+		r := &raw[i]
+		for _, v := range r.vals {
+			body = codec.AppendString(body, v)
+		}
+		body = appendDelta(body, &r.d)
+	}
+	e.body = body
+	e.ab = s2.Encode(e.ab[:cap(e.ab)], body)
+	b := e.room(2 + binary.MaxVarintLen64 + len(e.ab))
+	k := len(b)
+	b = append(b, 0, rawVersion)
+	b = codec.AppendBytes(b, e.ab)
+	e.out = b
+	return specPart{store.AllSpecs, b[k:len(b):len(b)]}
+}
+
+// appendDelta appends d as an entry of a sparse minute's part.
+func appendDelta(b []byte, d *delta) []byte {
+	b = binary.AppendUvarint(b, uint64(max(d.read, 0)))
+	b = binary.AppendUvarint(b, uint64(max(d.readv, 0)))
+	b = binary.AppendUvarint(b, uint64(max(d.write, 0)))
+	if !d.closed {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	b = binary.AppendUvarint(b, uint64(d.reason+1))
+	b = binary.LittleEndian.AppendUint32(b, d.user)
+	b = binary.AppendUvarint(b, uint64(max(d.ms, 0)))
+	b = binary.AppendVarint(b, int64(d.dur))
+	return binary.AppendVarint(b, int64(d.size))
+}
+
+// rawSections returns the sections that z, the compressed entries of a
+// sparse minute's part, hold of the specs whose keys can start with
+// prefix: its entries summed (rawSums) and encoded as series lists.
+func rawSections(z []byte, prefix string) ([]section, error) {
+	body, err := s2.Decode(nil, z)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
+	}
+	d := decoder{Dec: codec.NewDec(body)}
+	specs := make([]Spec, d.Count(1))
+	for i := range specs {
+		specs[i] = Spec(d.Bytes(d.Count(1)))
+	}
+	names := make([]record.Dim, d.Count(1))
+	for i := range names {
+		names[i] = record.Dim(d.Bytes(d.Count(1)))
+	}
+	if d.Err() != nil {
+		return nil, d.Err()
+	}
+	dims := make([][]int, len(specs))
+	for i, s := range specs {
+		for _, dim := range s.Dims() {
+			k := slices.Index(names, dim)
+			if k < 0 {
+				return nil, fmt.Errorf("%w: spec %q of a minute's entries has no values of %q", errCorrupt, s, dim)
+			}
+			dims[i] = append(dims[i], k)
+		}
+	}
+	raw := make([]rawEntry, d.Count(4+len(names)))
+	for i := range raw {
+		e := &raw[i]
+		e.vals = make([]string, len(names))
+		for k := range e.vals {
+			e.vals[k] = string(d.Bytes(d.Count(1)))
+		}
+		d.delta(&e.d)
+	}
+	d.Done()
+	if d.Err() != nil {
+		return nil, d.Err()
+	}
+	sums := rawSums(raw, specs, dims, prefix)
+	out := make([]section, 0, len(specs))
+	for _, s := range specs {
+		sp := string(s) + "\x00"
+		var keys []string
+		for k := range sums {
+			if strings.HasPrefix(k, sp) {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		slices.Sort(keys)
+		b := binary.AppendUvarint(nil, uint64(len(keys)))
+		var ab []byte
+		for _, k := range keys {
+			b = codec.AppendString(b, k)
+			ab = appendAgg(ab[:0], sums[k])
+			b = codec.AppendBytes(b, ab)
+		}
+		out = append(out, section{b})
+	}
+	return out, nil
+}
+
+// delta reads an entry's delta (appendDelta).
+func (d *decoder) delta(x *delta) {
+	x.read, x.readv, x.write = int64(d.Uvarint()&math.MaxInt64), int64(d.Uvarint()&math.MaxInt64), int64(d.Uvarint()&math.MaxInt64)
+	switch d.Byte() {
+	case 0:
+		return
+	case 1:
+	default:
+		d.Fail("unknown entry kind")
+		return
+	}
+	x.closed = true
+	x.reason = d.Index(numReasons+1) - 1
+	x.user = d.Uint32LE()
+	x.ms = int64(d.Uvarint() & math.MaxInt64)
+	x.dur, x.size = d.Int16(), d.Int16()
 }
 
 // sections calls fn with each spec of m and its compressed series, in
@@ -187,8 +341,16 @@ type section struct {
 // hold keys starting with prefix: a prefix of a spec and its zero byte
 // selects that spec's section only.
 func sectionsOf(data []byte, prefix string) ([]section, error) {
+	if len(data) >= 2 && data[0] == 0 && data[1] == rawVersion {
+		d := decoder{Dec: codec.NewDec(data[2:])}
+		z := d.UvarintBytes()
+		if d.Done(); d.Err() != nil {
+			return nil, d.Err()
+		}
+		return rawSections(z, prefix)
+	}
 	if len(data) < 2 || data[0] != 0 || data[1] != partVersion {
-		return nil, fmt.Errorf("%w: not a part of version %d", errCorrupt, partVersion)
+		return nil, fmt.Errorf("%w: not a part of version %d or %d", errCorrupt, partVersion, rawVersion)
 	}
 	d := decoder{Dec: codec.NewDec(data[2:])}
 	spec, whole := strings.CutSuffix(prefix, "\x00")

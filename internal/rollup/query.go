@@ -345,9 +345,9 @@ func (qr *Querier) headSums(sp span, prefix string, keep func(string) bool) map[
 				continue
 			}
 			m := out[bs]
-			for k, a := range hm {
-				if len(k) < len(prefix) || k[:len(prefix)] != prefix || (keep != nil && !keep(k)) {
-					continue
+			b.each(hm, prefix, func(k string, a *Agg) {
+				if keep != nil && !keep(k) {
+					return
 				}
 				if m == nil {
 					m = make(map[string]*Agg)
@@ -360,7 +360,7 @@ func (qr *Querier) headSums(sp span, prefix string, keep func(string) bool) map[
 					c.Merge(a)
 					m[k] = c
 				}
-			}
+			})
 		}
 	}
 	return out
@@ -476,7 +476,7 @@ func (qr *Querier) read(ctx context.Context, spans []span, spec Spec, w walk, fn
 		if err != nil {
 			return err
 		}
-		mergeHead(buckets, qr.headSums(sp, prefix, w.keep))
+		mergeBuckets(buckets, qr.headSums(sp, prefix, w.keep))
 		for start, m := range buckets {
 			fn(start, m)
 		}

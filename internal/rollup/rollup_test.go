@@ -453,6 +453,10 @@ func FuzzPart(f *testing.F) {
 	a.Users.Add(1)
 	a.Size.Observe(1e6)
 	f.Add(encodeParts(map[string]*Agg{"site\x00\x03abc": a, "\x00": a})[1].data)
+	var enc partEncoder
+	raw := []rawEntry{{vals: []string{"abc", "cms"}, d: delta{read: 5, closed: true, reason: 1, user: 7, ms: 9, dur: 13, size: 80}},
+		{vals: []string{"abc", ""}, d: delta{write: 3}}}
+	f.Add(enc.encodeRaw(raw, []Spec{"", "site", "site,vo"}, []record.Dim{record.DimSite, record.DimVO}).data)
 	f.Add([]byte{1, 200, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_ = walkStored(b, walk{}, func(string, *Agg) {})
@@ -462,6 +466,105 @@ func FuzzPart(f *testing.F) {
 		bl.open, bl.serverTime = map[record.AccessKey]openAccess{}, map[serverKey]int64{}
 		_ = bl.unmarshalState(b)
 	})
+}
+
+// A minute kept sparse (its entries as they came) gives every series the
+// same sums as one summed as the entries come (dense), at every
+// resolution: read from the head, from the stored parts after a flush,
+// and with minutes that turn dense part way (rawMax 4).
+func TestSparseMinutesExact(t *testing.T) {
+	ctx := context.Background()
+	st, _ := collected(t, longConfig())
+	cfg := DefaultConfig()
+	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
+	dense := newBuilder(t, &memRollups{Store: st}, cfg)
+	dense.rawMax = 0
+	if err := dense.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, raw := range []int{rawMax, 4} {
+		b := newBuilder(t, &memRollups{Store: st}, cfg)
+		b.rawMax = raw
+		for seq := int64(0); ; {
+			es, err := st.Read(ctx, seq, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(es) == 0 {
+				break
+			}
+			b.Apply(es)
+			seq = es[len(es)-1].Seq
+		}
+		sparse, full := 0, 0
+		for _, m := range b.head {
+			if m.series == nil {
+				sparse++
+			} else {
+				full++
+			}
+		}
+		if sparse == 0 || raw == 4 && full == 0 {
+			t.Fatalf("raw %d: %d sparse minutes, %d dense: the stream does not test them", raw, sparse, full)
+		}
+		t.Logf("raw %d: %d minutes sparse, %d dense", raw, sparse, full)
+		sameSeries(t, dense, b, fmt.Sprintf("in the head (%d minutes sparse of %d, raw %d)", sparse, sparse+full, raw))
+		if err := b.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		sameSeries(t, dense, b, fmt.Sprintf("stored (raw %d)", raw))
+	}
+}
+
+// A sparse minute's part, read for any spec or prefix, holds the series
+// its entries sum to.
+func TestRawPart(t *testing.T) {
+	specs := []Spec{"", "site", "vo", "site,vo"}
+	dims := []record.Dim{record.DimSite, record.DimVO}
+	idx := [][]int{nil, {0}, {1}, {0, 1}}
+	var raw []rawEntry
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 200 {
+		e := rawEntry{vals: []string{[]string{"A", "B", "C\x00\xff"}[rng.IntN(3)], []string{"cms", "atlas", ""}[rng.IntN(3)]}}
+		e.d = delta{read: rng.Int64N(1 << 40), readv: rng.Int64N(100), write: rng.Int64N(1 << 20)}
+		if i%3 != 0 {
+			e.d.closed, e.d.reason, e.d.user, e.d.ms = true, rng.IntN(numReasons+1)-1, rng.Uint32(), rng.Int64N(1e6)
+			e.d.dur, e.d.size = histIndex(float64(e.d.ms)), histIndex(float64(e.d.read))
+		}
+		raw = append(raw, e)
+	}
+	want := make(map[string]*Agg)
+	ad := newAdder(specs, idx)
+	var sl slab
+	for i := range raw {
+		ad.add(want, 60, &sl, raw[i].vals, &raw[i].d)
+	}
+	var enc partEncoder
+	data := enc.encodeRaw(raw, specs, dims).data
+	for _, prefix := range []string{"", "\x00", "site\x00", "vo\x00", "site,vo\x00", "site\x00\x01A", "dir\x00"} {
+		got := map[string]*Agg{}
+		if err := walkStored(data, walk{prefix: prefix}, func(k string, a *Agg) { got[k] = a.clone() }); err != nil {
+			t.Fatalf("%q: %v", prefix, err)
+		}
+		n := 0
+		for k, a := range want {
+			if !strings.HasPrefix(k, prefix) {
+				continue
+			}
+			n++
+			if g := got[k]; g == nil || !reflect.DeepEqual(g.Summary(), a.Summary()) || g.Users.Count() != a.Users.Count() {
+				t.Fatalf("%q: series %q: got %+v, want %+v", prefix, k, g, a.Summary())
+			}
+		}
+		if n != len(got) || n == 0 && prefix != "dir\x00" {
+			t.Fatalf("%q: %d series, want %d", prefix, len(got), n)
+		}
+	}
+	for cut := range len(data) {
+		if err := walkStored(data[:cut], walk{}, func(string, *Agg) {}); err == nil {
+			t.Fatalf("a part cut at %d of %d bytes read without an error", cut, len(data))
+		}
+	}
 }
 
 // TestRollupRecordAllocs: summing a record into series the minute already
@@ -607,7 +710,7 @@ func TestRollupsUncommittedFlushDropped(t *testing.T) {
 	}
 	// The crash: the next flush's parts written, its commit never made.
 	applyUpTo(t, b, st, 2*last/3)
-	ps, _ := headParts(b.head, b.part, &slab{})
+	ps, _ := b.headParts(b.head, b.part, &slab{})
 	if err := st.AddRollupParts(ctx, ps); err != nil {
 		t.Fatal(err)
 	}
@@ -808,11 +911,12 @@ func TestRollupsYield(t *testing.T) {
 // filling the chunks of the one flushed before it (slab.recycle), stores
 // the same series as one that flushes once: no series of a new head starts
 // with what a flushed one held, and no flushed series is changed by a new
-// head's.
+// head's. Both with minutes kept sparse (their entries in recycled
+// chunks) and with every minute dense (its series in recycled chunks).
 func TestRollupsRecycledChunksExact(t *testing.T) {
 	ctx := context.Background()
 	recycled := 0
-	query := func(small bool) ([]Series, int) {
+	query := func(small bool, rawMax int) ([]Series, int) {
 		st, _ := collected(t, longConfig())
 		cfg := DefaultConfig()
 		cfg.RetentionMinute, cfg.RetentionHour = 0, 0
@@ -820,6 +924,8 @@ func TestRollupsRecycledChunksExact(t *testing.T) {
 			cfg.MaxHeadBytes = 3 << 10
 		}
 		b := newBuilder(t, st, cfg)
+		b.rawMax = rawMax
+		recycled = 0
 		for seq := int64(0); ; { // CatchUp, in batches small enough to flush often
 			es, err := st.Read(ctx, seq, 8)
 			if err != nil {
@@ -834,7 +940,7 @@ func TestRollupsRecycledChunksExact(t *testing.T) {
 				if err := b.Flush(ctx); err != nil {
 					t.Fatal(err)
 				}
-				if len(b.slab.free.aggs) > 0 {
+				if free := &b.slab.free; len(free.aggs) > 0 && rawMax == 0 || len(free.raws) > 0 && len(free.strs) > 0 {
 					recycled++
 				}
 			}
@@ -854,17 +960,19 @@ func TestRollupsRecycledChunksExact(t *testing.T) {
 		}
 		return all, int(testutil.ToFloat64(b.m.flushes))
 	}
-	want, _ := query(false)
-	got, flushes := query(true)
-	if flushes < 10 || recycled < flushes/2 {
-		t.Fatalf("%d flushes, %d left chunks to reuse: the head did not fill often enough to test reuse", flushes, recycled)
-	}
-	if len(got) != len(want) {
-		t.Fatalf("%d series after %d flushes, %d after one", len(got), flushes, len(want))
-	}
-	for i := range want {
-		if !reflect.DeepEqual(got[i], want[i]) {
-			t.Fatalf("series %v after %d flushes:\n%+v\nafter one:\n%+v", want[i].Keys, flushes, got[i].Total, want[i].Total)
+	want, _ := query(false, 0)
+	for _, raw := range []int{rawMax, 0} {
+		got, flushes := query(true, raw)
+		if flushes < 10 || recycled < flushes/2 {
+			t.Fatalf("raw %d: %d flushes, %d left chunks to reuse: the head did not fill often enough to test reuse", raw, flushes, recycled)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("raw %d: %d series after %d flushes, %d after one", raw, len(got), flushes, len(want))
+		}
+		for i := range want {
+			if !reflect.DeepEqual(got[i], want[i]) {
+				t.Fatalf("raw %d: series %v after %d flushes:\n%+v\nafter one:\n%+v", raw, want[i].Keys, flushes, got[i].Total, want[i].Total)
+			}
 		}
 	}
 }
