@@ -89,7 +89,7 @@ type Builder struct {
 	mu        sync.Mutex
 	head      head
 	headBytes int64
-	flushing  head  // the head being written by Flush (nil: none)
+	flushing  head  // the head being written by Flush (zero: none)
 	watermark int64 // the latest data time seen (Unix s)
 	cursor    int64
 	restored  bool // Restore has run: Feed may apply
@@ -108,13 +108,16 @@ type Builder struct {
 
 	// Scratch of apply (under mu): a record read back and its dimension
 	// values, and the minute last written.
-	scratch    sample
-	vals       []string
-	lastMin    int64
-	lastMinute *minute
-	sum        adder // sums the entries of dense minutes into their series
-	slab       slab  // the head's series and entries, allocated in chunks
-	rawMax     int   // the most entries a minute keeps as they came (rawMax)
+	scratch     sample
+	vals        []string
+	lastMin     int64
+	lastMinute  *minute
+	lastHour    int64
+	lastHourMap map[string]*Agg
+	sum         adder // sums the entries of dense minutes into their series
+	hsum        adder // sums the entries kept into their hours
+	slab        slab  // the head's series and entries, allocated in chunks
+	rawMax      int   // the most entries a minute keeps as they came (rawMax)
 
 	// Of the flushing goroutine only.
 	part  int64             // the last part number used
@@ -137,7 +140,7 @@ func New(cfg Config, st Store, log *slog.Logger, reg prometheus.Registerer) (*Bu
 	if err != nil {
 		return nil, err
 	}
-	b := &Builder{Querier: Querier{cfg: cfg, specs: specs, parts: st}, st: st, log: log, m: m, head: make(head),
+	b := &Builder{Querier: Querier{cfg: cfg, specs: specs, parts: st}, st: st, log: log, m: m, head: newHead(),
 		open: make(map[record.AccessKey]openAccess), parts: make(map[bucketKey]int), serverTime: make(map[serverKey]int64),
 		feed: make(chan *feedBatch, feedQueue)}
 	for _, s := range specs {
@@ -154,7 +157,7 @@ func New(cfg Config, st Store, log *slog.Logger, reg prometheus.Registerer) (*Bu
 	}
 	b.live = b
 	b.vals = make([]string, len(b.used))
-	b.sum = newAdder(b.specs, b.dims)
+	b.sum, b.hsum = newAdder(b.specs, b.dims), newAdder(b.specs, b.dims)
 	b.rawMax = rawMax
 	return b, nil
 }
@@ -867,9 +870,8 @@ func (b *Builder) Flush(ctx context.Context) error {
 	start := time.Now()
 	b.mu.Lock()
 	h, wm := b.head, b.watermark
-	b.head, b.headBytes, b.flushing = make(head), 0, h
-	b.lastMinute = nil
-	b.sum.reset()
+	b.head, b.headBytes, b.flushing = newHead(), 0, h
+	b.forget()
 	flushed := b.slab // the flushed head keeps its chunks until it is written
 	b.slab = slab{free: flushed.free}
 	b.expireOpen(wm)
@@ -912,13 +914,13 @@ func (b *Builder) Flush(ctx context.Context) error {
 		} else {
 			b.slab.recycle(&flushed, &hours) // written, and queries read the store now
 		}
-		b.flushing = nil
+		b.flushing = head{}
 		b.mu.Unlock()
 		b.partsMu.Unlock()
 	} else {
 		b.mu.Lock()
 		b.mergeBack(h)
-		b.flushing = nil
+		b.flushing = head{}
 		b.mu.Unlock()
 	}
 	if err != nil {

@@ -10,25 +10,34 @@ import (
 
 // head is the sums not yet flushed, by minute (the start of a 1-minute
 // bucket, Unix s). Hours and days are made of their minutes when the
-// head is flushed or queried: a record updates one bucket, not one per
-// resolution.
-type head map[int64]*minute
+// head is flushed or queried: a record updates one minute, not a bucket
+// per resolution; only the entries a minute keeps as they came are also
+// summed into their hour as they come (hours), for the flush.
+type head struct {
+	mins  map[int64]*minute
+	hours map[int64]map[string]*Agg // the kept entries (minute.raw) summed, by hour
+}
+
+func newHead() head {
+	return head{mins: make(map[int64]*minute), hours: make(map[int64]map[string]*Agg)}
+}
 
 // minute is the head's part of a 1-minute bucket. It starts sparse: its
 // entries (records and progress snapshots) are kept as they came, their
-// dimension values and what they add (raw), and summed only when the
-// minute is flushed or queried. Past rawMax entries it becomes dense: its
-// entries are summed into its series, and so is every later one. A
-// stream whose time runs fast (a replay, a catch-up, xrdmon bench) has
-// minutes of a few records, each making several series of its own: kept
-// sparse, such a minute costs its entries, not a sum, a key and an
-// encoding per series, and its hour is summed from the entries, not
-// merged from the minutes' series. A collector keeping up with real time
-// has minutes of thousands of records: they become dense within their
-// first seconds.
+// dimension values and what they add (raw), and summed into their hour's
+// series (head.hours) but not into the minute's own. Past rawMax entries
+// it becomes dense: every later entry is summed into the minute's series
+// (and into its hour only when the head is flushed, with the minute's
+// series). A stream whose time runs fast (a replay, a catch-up, xrdmon
+// bench) has minutes of a few records, each making several series of its
+// own: kept sparse, such a minute costs its entries and the series of its
+// hour, not a sum, a key, an encoding and a merge into the hour per
+// series of the minute. A collector keeping up with real time has minutes
+// of thousands of records: they become dense within their first seconds.
+// A minute's sums are those of its entries and its series.
 type minute struct {
-	raw    []rawEntry      // while sparse (series nil)
-	series map[string]*Agg // once dense: series key -> sums
+	raw    []rawEntry      // the first rawMax entries
+	series map[string]*Agg // nil while sparse; then the later entries' series key -> sums
 }
 
 // rawEntry is an entry of a sparse minute: its values of the builder's
@@ -56,34 +65,53 @@ const (
 const aggOverhead = int64(unsafe.Sizeof(Agg{})) + slabUsers*4 + 2*slabBuckets*int64(unsafe.Sizeof(hbucket{})) + 64
 
 // add applies d to every series of r in the minute of time t: kept as it
-// came while the minute is sparse, summed once it is dense. It allocates
-// only for a minute or series the head does not hold yet (and chunks).
+// came (and summed into its hour) while the minute is sparse, summed into
+// the minute's series once it is dense. It allocates only for a minute or
+// series the head does not hold yet, and for chunks.
 func (b *Builder) add(t int64, r *sample, d *delta) {
 	b.watermark = max(b.watermark, t)
 	start := t - mod(t, 60)
 	m := b.lastMinute
 	if m == nil || start != b.lastMin {
-		if m = b.head[start]; m == nil {
+		if m = b.head.mins[start]; m == nil {
 			m = b.slab.minute()
-			b.head[start] = m
+			b.head.mins[start] = m
 			b.headBytes += minuteOverhead
 		}
 		b.lastMin, b.lastMinute = start, m
 	}
-	b.addTo(start, m, r.vals, d)
-}
-
-// addTo applies d to the series of vals in m, the minute that starts at
-// start.
-func (b *Builder) addTo(start int64, m *minute, vals []string, d *delta) {
 	if m.series == nil {
 		if len(m.raw) < b.rawMax {
-			b.headBytes += b.keep(m, vals, d)
+			b.headBytes += b.keep(m, r.vals, d) + b.hsum.add(b.hour(start), start-mod(start, 3600), &b.slab, r.vals, d)
 			return
 		}
-		b.densify(start, m)
+		m.series = make(map[string]*Agg, len(m.raw)*len(b.specs)/2) // dense from now on
 	}
-	b.headBytes += b.sum.add(m.series, start, &b.slab, vals, d)
+	b.headBytes += b.sum.add(m.series, start, &b.slab, r.vals, d)
+}
+
+// hour returns the head's sums of kept entries of the hour of minute
+// start.
+func (b *Builder) hour(start int64) map[string]*Agg {
+	hs := start - mod(start, 3600)
+	if b.lastHourMap == nil || hs != b.lastHour {
+		m := b.head.hours[hs]
+		if m == nil {
+			m = make(map[string]*Agg)
+			b.head.hours[hs] = m
+			b.headBytes += minuteOverhead
+		}
+		b.lastHour, b.lastHourMap = hs, m
+	}
+	return b.lastHourMap
+}
+
+// forget forgets what add remembers of the head's minutes and hours (the
+// head was swapped out or changed).
+func (b *Builder) forget() {
+	b.lastMinute, b.lastHourMap = nil, nil
+	b.sum.reset()
+	b.hsum.reset()
 }
 
 // keep appends an entry to sparse minute m, its values copied into the
@@ -95,17 +123,6 @@ func (b *Builder) keep(m *minute, vals []string, d *delta) int64 {
 	kept, n := b.slab.strings(vals)
 	m.raw = append(m.raw, rawEntry{vals: kept, d: *d})
 	return rawOverhead + n
-}
-
-// densify sums the entries of sparse minute m (which starts at start)
-// into its series: from now on it is dense.
-func (b *Builder) densify(start int64, m *minute) {
-	m.series = make(map[string]*Agg, len(m.raw)*len(b.specs)/2)
-	for i := range m.raw {
-		e := &m.raw[i]
-		b.headBytes += b.sum.add(m.series, start, &b.slab, e.vals, &e.d)
-	}
-	m.raw = nil
 }
 
 // adder sums entries into the series of a bucket, spec by spec: an
@@ -187,48 +204,48 @@ func rawSums(raw []rawEntry, specs []Spec, dims [][]int, prefix string) map[stri
 	return out
 }
 
-// each calls fn with the series of m whose key starts with prefix: its
-// sums (dense), or those of its entries (sparse). fn must not keep a.
+// each calls fn with the series of m whose key starts with prefix: those
+// of its entries kept, then its own, a key possibly twice (fn sums
+// them). fn must not keep a.
 func (b *Builder) each(m *minute, prefix string, fn func(key string, a *Agg)) {
-	series := m.series
-	if series == nil {
-		series = rawSums(m.raw, b.specs, b.dims, prefix)
-	}
-	for k, a := range series {
-		if strings.HasPrefix(k, prefix) {
-			fn(k, a)
+	for _, series := range [2]map[string]*Agg{rawSums(m.raw, b.specs, b.dims, prefix), m.series} {
+		for k, a := range series {
+			if strings.HasPrefix(k, prefix) {
+				fn(k, a)
+			}
 		}
 	}
 }
 
 // headParts returns the parts that store head h, numbered from after
 // part, and how many each bucket got. Each minute of h is encoded once:
-// a sparse one as its entries, a dense one as its series. A coarser
-// bucket (hour, day) that the head holds one or two minutes of (as when
+// its entries kept (a part of their own), its series (a part). A coarser
+// bucket (hour, day) that the head holds one or two pieces of (as when
 // the flushes come more often than the minutes: a collector keeping up)
 // gets their bytes as its parts, merged later by its compaction like any
-// bucket's; one that it holds more minutes of (a stream whose time runs
-// fast: a catch-up, a replay) gets one part, the sum of them: the entries
-// of its sparse minutes summed, the series of its dense ones merged, so
-// that its part count stays small. The series of those sums are sl's.
+// bucket's; one that it holds more of (a stream whose time runs fast: a
+// catch-up, a replay) gets one part, the merge of them, so that its part
+// count stays small. An hour's pieces are the sums of its minutes' kept
+// entries (head.hours, summed as they came) and its dense minutes' series;
+// a day's are its hours. The series of those merges are sl's.
 func (b *Builder) headParts(h head, part int64, sl *slab) ([]store.RollupPart, map[bucketKey]int) {
-	// A bucket's sums so far, each with its encoded parts: a sparse
-	// minute's entries, or series.
+	// A bucket's sums so far (nil: a minute's kept entries, in their
+	// hour's sums already), each with its encoded parts (nil: not yet).
 	type piece struct {
-		raw   []rawEntry
 		m     map[string]*Agg
 		parts []specPart
 	}
 	var enc partEncoder
-	level := make(map[bucketKey][]piece, len(h))
-	for start, m := range h {
-		p := piece{raw: m.raw, m: m.series}
-		if m.series == nil {
-			p.parts = []specPart{enc.encodeRaw(m.raw, b.specs, b.used)}
-		} else {
-			p.parts = []specPart{enc.encodeAll(m.series)}
+	level := make(map[bucketKey][]piece, len(h.mins))
+	for start, m := range h.mins {
+		var ps []piece
+		if len(m.raw) > 0 {
+			ps = append(ps, piece{parts: []specPart{enc.encodeRaw(m.raw, b.specs, b.used)}})
 		}
-		level[bucketKey{60, start}] = []piece{p}
+		if len(m.series) > 0 {
+			ps = append(ps, piece{m: m.series, parts: []specPart{enc.encodeAll(m.series)}})
+		}
+		level[bucketKey{60, start}] = ps
 	}
 	var out []store.RollupPart
 	added := make(map[bucketKey]int)
@@ -242,23 +259,33 @@ func (b *Builder) headParts(h head, part int64, sl *slab) ([]store.RollupPart, m
 		}
 	}
 	emit(level)
-	ad := newAdder(b.specs, b.dims)
 	for _, step := range Resolutions[1:] {
 		s := int64(step / time.Second)
 		coarse := make(map[bucketKey][]piece)
+		if step == time.Hour {
+			for hs, m := range h.hours {
+				coarse[bucketKey{s, hs}] = []piece{{m: m}}
+			}
+		}
 		for _, bk := range sortedBuckets(level) {
 			c := bucketKey{s, bk.start - mod(bk.start, s)}
-			coarse[c] = append(coarse[c], level[bk]...)
+			for _, p := range level[bk] {
+				if p.m != nil {
+					coarse[c] = append(coarse[c], p)
+				}
+			}
 		}
 		for c, ps := range coarse {
 			if len(ps) <= reusedPieces {
+				for i := range ps {
+					if ps[i].parts == nil {
+						ps[i].parts = enc.encode(nil, ps[i].m)
+					}
+				}
 				continue
 			}
-			m := make(map[string]*Agg, max(len(ps[0].m), len(ps[0].raw)*len(b.specs)/2))
+			m := make(map[string]*Agg, len(ps[0].m))
 			for _, p := range ps {
-				for i := range p.raw {
-					ad.add(m, c.start, sl, p.raw[i].vals, &p.raw[i].d)
-				}
 				for k, a := range p.m {
 					if cur := m[k]; cur != nil {
 						sl.merge(cur, a)
@@ -279,44 +306,52 @@ func (b *Builder) headParts(h head, part int64, sl *slab) ([]store.RollupPart, m
 // parts an hour (or day) takes as they are; past it they are summed.
 const reusedPieces = 2
 
-// mergeBack adds the minutes of src, a head whose flush failed, to the
-// head: they are written by a later flush, with its cursor. Call with mu
-// held.
+// mergeBack adds src, a head whose flush failed, to the head: it is
+// written by a later flush, with its cursor. Call with mu held.
 func (b *Builder) mergeBack(src head) {
-	b.lastMinute = nil
-	b.sum.reset()
-	for start, m := range src {
-		d := b.head[start]
+	b.forget()
+	b.headBytes += headSize(src)
+	for start, m := range src.mins {
+		d := b.head.mins[start]
 		if d == nil {
-			b.head[start] = m
-			b.headBytes += minuteSize(m)
+			b.head.mins[start] = m
 			continue
 		}
-		for i := range m.raw {
-			b.addTo(start, d, m.raw[i].vals, &m.raw[i].d)
-		}
+		d.raw = append(d.raw, m.raw...) // summed in src.hours, merged below
 		if m.series != nil {
 			if d.series == nil {
-				b.densify(start, d)
+				d.series = make(map[string]*Agg, len(m.series))
 			}
 			for k, a := range m.series {
 				mergeInto(d.series, k, a)
-				b.headBytes += int64(len(k)) + aggOverhead + int64(a.size())
 			}
 		}
 	}
+	mergeBuckets(b.head.hours, src.hours)
 }
 
-// minuteSize estimates the bytes of m.
-func minuteSize(m *minute) int64 {
-	n := minuteOverhead
-	for _, e := range m.raw {
-		n += rawOverhead
-		for _, v := range e.vals {
-			n += int64(len(v)) + int64(unsafe.Sizeof(v))
+// headSize estimates the bytes of h.
+func headSize(h head) int64 {
+	var n int64
+	for _, m := range h.mins {
+		n += minuteOverhead + seriesSize(m.series)
+		for _, e := range m.raw {
+			n += rawOverhead
+			for _, v := range e.vals {
+				n += int64(len(v)) + int64(unsafe.Sizeof(v))
+			}
 		}
 	}
-	for k, a := range m.series {
+	for _, m := range h.hours {
+		n += minuteOverhead + seriesSize(m)
+	}
+	return n
+}
+
+// seriesSize estimates the bytes of series m.
+func seriesSize(m map[string]*Agg) int64 {
+	var n int64
+	for k, a := range m {
 		n += int64(len(k)) + aggOverhead + int64(a.size())
 	}
 	return n

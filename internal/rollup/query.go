@@ -339,7 +339,7 @@ func (qr *Querier) headSums(sp span, prefix string, keep func(string) bool) map[
 	defer b.mu.Unlock()
 	out := make(map[int64]map[string]*Agg)
 	for _, h := range [2]head{b.head, b.flushing} {
-		for start, hm := range h {
+		for start, hm := range h.mins {
 			bs := start - mod(start, sp.step)
 			if bs < sp.from || bs >= sp.to {
 				continue

@@ -127,8 +127,8 @@ func BenchmarkRollupRecordNewSeries(b *testing.B) {
 		r := &recs[i%len(recs)]
 		r.End = t0.Add(time.Duration(i/64) * time.Minute)
 		if i%100_000 == 0 { // a flush: the head starts again
-			bl.head, bl.lastMinute, bl.slab = make(head), nil, slab{}
-			bl.sum.reset()
+			bl.head, bl.slab = newHead(), slab{}
+			bl.forget()
 			clear(bl.open)
 		}
 		bl.applyRecord(r)

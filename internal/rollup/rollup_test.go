@@ -497,7 +497,7 @@ func TestSparseMinutesExact(t *testing.T) {
 			seq = es[len(es)-1].Seq
 		}
 		sparse, full := 0, 0
-		for _, m := range b.head {
+		for _, m := range b.head.mins {
 			if m.series == nil {
 				sparse++
 			} else {
