@@ -123,6 +123,7 @@ type Builder struct {
 	part  int64             // the last part number used
 	parts map[bucketKey]int // parts stored per recent bucket
 	feed  chan *feedBatch   // from Feed, to Run
+	spent chan *feedBatch   // from Run, back to Feed
 	busy  func() bool       // YieldTo's (nil: Run never pauses)
 }
 
@@ -142,7 +143,7 @@ func New(cfg Config, st Store, log *slog.Logger, reg prometheus.Registerer) (*Bu
 	}
 	b := &Builder{Querier: Querier{cfg: cfg, specs: specs, parts: st}, st: st, log: log, m: m, head: newHead(),
 		open: make(map[record.AccessKey]openAccess), parts: make(map[bucketKey]int), serverTime: make(map[serverKey]int64),
-		feed: make(chan *feedBatch, feedQueue)}
+		feed: make(chan *feedBatch, feedQueue), spent: make(chan *feedBatch, feedQueue)}
 	for _, s := range specs {
 		var idx []int
 		for _, d := range s.Dims() {
@@ -281,6 +282,7 @@ func (b *Builder) Run(ctx context.Context) error {
 			flushed(err)
 		case fb := <-feed:
 			behind = !b.applyFeed(fb) && !b.fillGap(ctx, fb)
+			b.spend(fb)
 		case <-t.C:
 			// A fallback for a dropped batch that no later one reveals
 			// (the input went quiet): read the log when nothing waits.
@@ -336,7 +338,9 @@ func (b *Builder) drainFeed() {
 	for {
 		select {
 		case fb := <-b.feed:
-			if !b.applyFeed(fb) {
+			ok := b.applyFeed(fb)
+			b.spend(fb)
+			if !ok {
 				return
 			}
 		default:
@@ -439,8 +443,16 @@ func (b *Builder) Feed(entries []store.Entry) {
 		}
 	}
 	nu := len(b.used)
-	vals := make([]string, n*nu)
-	fb := &feedBatch{first: entries[0].Seq, last: entries[len(entries)-1].Seq, items: make([]sample, 0, n)}
+	var fb *feedBatch
+	select {
+	case fb = <-b.spent:
+	default:
+		fb = &feedBatch{}
+	}
+	fb.first, fb.last = entries[0].Seq, entries[len(entries)-1].Seq
+	fb.items = slices.Grow(fb.items[:0], n)
+	fb.vals = slices.Grow(fb.vals[:0], n*nu)[:n*nu]
+	vals := fb.vals
 	for i := range entries {
 		e := &entries[i]
 		r, progress := e.Record, false
@@ -459,14 +471,29 @@ func (b *Builder) Feed(entries []store.Entry) {
 	case b.feed <- fb:
 	default:
 		b.m.feedDropped.Inc()
+		b.spend(fb)
 	}
 }
 
 // feedBatch is what one append gave the rollups: entries first..last of
-// the log, of which items are the records and progress snapshots.
+// the log, of which items are the records and progress snapshots (their
+// dimension values in vals). Once summed (nothing keeps a sample: a kept
+// entry copies its values), a batch goes back to Feed to be filled again
+// (spend): batches were a fifth of the bytes the collector allocated.
 type feedBatch struct {
 	first, last int64
 	items       []sample
+	vals        []string
+}
+
+// spend gives fb, summed or not needed, back to Feed. Its values are
+// cleared: they would keep their records' strings.
+func (b *Builder) spend(fb *feedBatch) {
+	clear(fb.vals)
+	select {
+	case b.spent <- fb:
+	default:
+	}
 }
 
 // sample is what the sums take of a record or a progress snapshot: its
