@@ -732,8 +732,8 @@ func (s *slab) agg(nu, nb int) *Agg {
 	return a
 }
 
-func (s *slab) userRoom(n int) []uint32   { return cut(&s.users, &s.used.users, &s.free.users, n) }
-func (s *slab) histRoom(n int) []hbucket  { return cut(&s.hists, &s.used.hists, &s.free.hists, n) }
+func (s *slab) userRoom(n int) []uint32  { return cut(&s.users, &s.used.users, &s.free.users, n) }
+func (s *slab) histRoom(n int) []hbucket { return cut(&s.hists, &s.used.hists, &s.free.hists, n) }
 func (s *slab) rawRoom(n int) []rawEntry { return cut(&s.raws, &s.used.raws, &s.free.raws, n) }
 
 // minute returns a new minute of the head.
