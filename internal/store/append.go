@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -450,8 +449,9 @@ type multiInsert[T any] struct {
 // boxer boxes the values of the rows of one insert, reusing a box when
 // the value repeats (an int64 the row before had in its column, a string
 // boxed lately): a flush's parts repeat their bucket's step, start and
-// part and take turns with a few specs. A row costs an allocation per new
-// value, not per value.
+// part and take turns with a few specs, a block's postings share its
+// first sequence number. A row costs an allocation per new value, not
+// per value.
 type boxer struct {
 	last [8]any
 	strs [16]any // strings boxed lately: the specs of a bucket's parts take turns
@@ -523,39 +523,14 @@ func (m *multiInsert[T]) exec(ctx context.Context, c dbtx, rows []T, buf *[]any)
 // posting is one row of block_names.
 type posting struct{ name, first int64 }
 
-// insertPostingsSQL inserts the [name, first] pairs of a JSON array.
-const insertPostingsSQL = `INSERT OR IGNORE INTO block_names (name_id, first_seq) SELECT value ->> 0, value ->> 1 FROM json_each(?)`
+// postings inserts postings (sorted), 128 per statement.
+var postings = newMultiInsert("INSERT OR IGNORE INTO block_names (name_id, first_seq) VALUES ", "(?,?)", 128,
+	func(a []any, bx *boxer, p *posting) []any { return append(a, p.name, bx.int(1, p.first)) })
 
-// postingsPerStmt bounds the postings of one statement (about 100 KB of
-// its JSON text).
-const postingsPerStmt = 4096
-
-// insertPostings inserts ps (sorted) as a JSON array of [name, first]
-// pairs, postingsPerStmt a statement; buf is a reused buffer. Bound as
-// parameters, each value would cost an allocation (boxed for
-// database/sql): a posting pass binds one per name of every block
-// written in the last 10 s, two thirds of all the allocations the
-// collector made per packet.
-func insertPostings(ctx context.Context, c dbtx, ps []posting, buf *[]byte) error {
-	for len(ps) > 0 {
-		n := min(len(ps), postingsPerStmt)
-		b := append((*buf)[:0], '[')
-		for i, p := range ps[:n] {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, '[')
-			b = strconv.AppendInt(b, p.name, 10)
-			b = append(b, ',')
-			b = strconv.AppendInt(b, p.first, 10)
-			b = append(b, ']')
-		}
-		*buf = append(b, ']')
-		// A string: SQLite would read a BLOB as its binary JSON.
-		if _, err := c.ExecContext(ctx, insertPostingsSQL, string(*buf)); err != nil {
-			return fmt.Errorf("insert postings: %w", err)
-		}
-		ps = ps[n:]
+// insertPostings inserts ps (sorted); args is a reused argument buffer.
+func insertPostings(ctx context.Context, c dbtx, ps []posting, args *[]any) error {
+	if err := postings.exec(ctx, c, ps, args); err != nil {
+		return fmt.Errorf("insert postings: %w", err)
 	}
 	return nil
 }

@@ -190,8 +190,7 @@ type Store struct {
 	mu       sync.Mutex
 	wc       *sql.Conn
 	bb       *blockBuilder
-	postArgs []any  // reused by rollupParts
-	postText []byte // reused by insertPostings
+	postArgs []any // reused by insertPostings
 	postings []posting
 	// postedSeq is meta 'posted_seq': every block with first_seq <= it
 	// has its postings in block_names. pendingPosted is the mark of a
