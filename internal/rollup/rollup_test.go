@@ -482,20 +482,14 @@ func TestSparseMinutesExact(t *testing.T) {
 	if err := dense.CatchUp(ctx); err != nil {
 		t.Fatal(err)
 	}
+	last, err := st.LastSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, raw := range []int{rawMax, 4} {
 		b := newBuilder(t, &memRollups{Store: st}, cfg)
 		b.rawMax = raw
-		for seq := int64(0); ; {
-			es, err := st.Read(ctx, seq, 1000)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(es) == 0 {
-				break
-			}
-			b.Apply(es)
-			seq = es[len(es)-1].Seq
-		}
+		applyUpTo(t, b, st, last)
 		sparse, full := 0, 0
 		for _, m := range b.head.mins {
 			if m.series == nil {
