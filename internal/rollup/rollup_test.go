@@ -2,6 +2,7 @@ package rollup
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync/atomic"
 
@@ -507,6 +508,47 @@ func TestSparseMinutesExact(t *testing.T) {
 			t.Fatal(err)
 		}
 		sameSeries(t, dense, b, fmt.Sprintf("stored (raw %d)", raw))
+	}
+}
+
+// The head's bytes, which decide when it is flushed and bound it
+// (rollup.max_head_bytes), count what it holds: records whose every value
+// is new (an attacker's, or a stream of unique users and directories) on
+// a clock that runs fast, sparse minutes (the series their entries make
+// in their hours) and dense ones alike, within a factor of two of the
+// heap they take.
+func TestHeadBytesTrackMemory(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)
+	recs := benchRecords(20000, t0)
+	for i := range recs {
+		r := &recs[i]
+		r.End = t0.Add(time.Duration(i/32) * time.Minute)
+		r.User, r.AppName = fmt.Sprintf("user-%d-%s", i, strings.Repeat("u", 40)), fmt.Sprintf("app-%d", i)
+		r.Path = fmt.Sprintf("/store/%d/%s/x/f.root", i, strings.Repeat("d", 40))
+		r.ClientName = fmt.Sprintf("wn.%d.example.org", i)
+	}
+	for _, raw := range []int{rawMax, 0} {
+		cfg := DefaultConfig()
+		cfg.MaxHeadBytes = 1 << 40
+		b, err := New(cfg, nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.rawMax = raw
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := range recs {
+			b.applyRecord(&recs[i])
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+		t.Logf("raw %d: %d records: head bytes %d, heap %d (%.2f)", raw, len(recs), b.headBytes, heap, float64(b.headBytes)/float64(heap))
+		if b.headBytes < heap/2 || b.headBytes > 2*heap {
+			t.Errorf("raw %d: the head counts %d bytes for %d of heap", raw, b.headBytes, heap)
+		}
+		runtime.KeepAlive(b)
 	}
 }
 
