@@ -176,10 +176,12 @@ func (ad *adder) add(m map[string]*Agg, start int64, sl *slab, vals []string, d 
 	return grew
 }
 
-// rawSums returns the series of entries raw whose key starts with prefix
-// (every series when prefix is ""), summed by specs (their dimensions at
-// dims in the entries' values): what a sparse minute holds, summed for a
-// query or from a stored part.
+// rawSums returns the series of entries raw of the specs whose keys can
+// start with prefix (every spec when prefix is ""; a caller filters the
+// keys), summed by specs (their dimensions at dims in the entries'
+// values): what a sparse minute holds, summed for a query or from a
+// stored part. Its sums are on the heap, not an adder's slab, whose
+// chunks are sized for a head, not for a minute a query reads.
 func rawSums(raw []rawEntry, specs []Spec, dims [][]int, prefix string) map[string]*Agg {
 	out := make(map[string]*Agg)
 	var key []byte
@@ -190,9 +192,6 @@ func rawSums(raw []rawEntry, specs []Spec, dims [][]int, prefix string) map[stri
 		for j := range raw {
 			e := &raw[j]
 			key = appendKey(key[:0], s, dims[i], e.vals)
-			if !strings.HasPrefix(string(key), prefix) {
-				continue
-			}
 			a := out[string(key)]
 			if a == nil {
 				a = &Agg{}

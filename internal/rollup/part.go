@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/klauspost/compress/s2"
 
@@ -185,11 +186,16 @@ func rawSections(z []byte, prefix string) ([]section, error) {
 		}
 	}
 	raw := make([]rawEntry, d.Count(4+len(names)))
+	vals := make([]string, len(raw)*len(names))
 	for i := range raw {
 		e := &raw[i]
-		e.vals = make([]string, len(names))
+		e.vals = vals[i*len(names) : (i+1)*len(names) : (i+1)*len(names)]
 		for k := range e.vals {
-			e.vals[k] = string(d.Bytes(d.Count(1)))
+			// The body is this call's, never written: the values can be
+			// its bytes (the series keys built of them are copies).
+			if v := d.Bytes(d.Count(1)); len(v) > 0 {
+				e.vals[k] = unsafe.String(&v[0], len(v))
+			}
 		}
 		d.delta(&e.d)
 	}
