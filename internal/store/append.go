@@ -359,6 +359,9 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 	if err := flush(); err != nil {
 		return 0, 0, 0, err
 	}
+	if err := s.dict.flush(ctx, s.wc); err != nil {
+		return 0, 0, 0, err
+	}
 	if time.Since(s.lastPost) >= postInterval {
 		if _, err := s.postLocked(ctx, s.wc); err != nil {
 			return 0, 0, 0, err
@@ -449,20 +452,38 @@ type multiInsert[T any] struct {
 // boxer boxes the values of the rows of one insert, reusing a box when
 // the value repeats (an int64 the row before had in its column, a string
 // boxed lately): a flush's parts repeat their bucket's step, start and
-// part and take turns with a few specs, a block's postings share its
-// first sequence number. A row costs an allocation per new value, not
-// per value.
+// part and take turns with a few specs. With ints set it keeps every
+// int64 it boxed: the posting passes' name ids and block numbers repeat
+// from row to row and from pass to pass. A row costs an allocation per
+// new value, not per value.
 type boxer struct {
 	last [8]any
 	strs [16]any // strings boxed lately: the specs of a bucket's parts take turns
 	next int
+	ints map[int64]any // when not nil: the int64s boxed, until it holds maxBoxedInts
 }
 
+// maxBoxedInts bounds a boxer's ints (about 50 bytes each).
+const maxBoxedInts = 1 << 14
+
 func (b *boxer) int(col int, v int64) any {
-	if x, ok := b.last[col].(int64); !ok || x != v {
-		b.last[col] = v
+	if x, ok := b.last[col].(int64); ok && x == v {
+		return b.last[col]
 	}
-	return b.last[col]
+	if b.ints == nil {
+		b.last[col] = v
+		return b.last[col]
+	}
+	x, ok := b.ints[v]
+	if !ok {
+		if len(b.ints) >= maxBoxedInts {
+			clear(b.ints)
+		}
+		x = v
+		b.ints[v] = x
+	}
+	b.last[col] = x
+	return x
 }
 
 func (b *boxer) str(v string) any {
@@ -496,14 +517,13 @@ func (m *multiInsert[T]) sql(n int) string {
 }
 
 // exec inserts rows on c (in the caller's transaction); buf is a reused
-// argument buffer.
-func (m *multiInsert[T]) exec(ctx context.Context, c dbtx, rows []T, buf *[]any) error {
-	var bx boxer
+// argument buffer, bx the boxer of the caller's values.
+func (m *multiInsert[T]) exec(ctx context.Context, c dbtx, rows []T, buf *[]any, bx *boxer) error {
 	for len(rows) > 0 {
 		n := min(len(rows), m.per)
 		a := (*buf)[:0]
 		for i := range rows[:n] {
-			a = m.args(a, &bx, &rows[i])
+			a = m.args(a, bx, &rows[i])
 		}
 		q := m.full
 		if n < m.per {
@@ -525,11 +545,12 @@ type posting struct{ name, first int64 }
 
 // postings inserts postings (sorted), 128 per statement.
 var postings = newMultiInsert("INSERT OR IGNORE INTO block_names (name_id, first_seq) VALUES ", "(?,?)", 128,
-	func(a []any, bx *boxer, p *posting) []any { return append(a, p.name, bx.int(1, p.first)) })
+	func(a []any, bx *boxer, p *posting) []any { return append(a, bx.int(0, p.name), bx.int(1, p.first)) })
 
-// insertPostings inserts ps (sorted); args is a reused argument buffer.
-func insertPostings(ctx context.Context, c dbtx, ps []posting, args *[]any) error {
-	if err := postings.exec(ctx, c, ps, args); err != nil {
+// insertPostings inserts ps (sorted); args is a reused argument buffer and
+// bx a boxer with ints.
+func insertPostings(ctx context.Context, c dbtx, ps []posting, args *[]any, bx *boxer) error {
+	if err := postings.exec(ctx, c, ps, args, bx); err != nil {
 		return fmt.Errorf("insert postings: %w", err)
 	}
 	return nil

@@ -58,7 +58,7 @@ func (s *Store) postLocked(ctx context.Context, c dbtx) (int, error) {
 		}
 		return int(a.first - b.first)
 	})
-	if err := insertPostings(ctx, c, ps, &s.postArgs); err != nil {
+	if err := insertPostings(ctx, c, ps, &s.postArgs, &s.postBox); err != nil {
 		return 0, err
 	}
 	if _, err := c.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'posted_seq'`, last); err != nil {

@@ -162,7 +162,7 @@ var rollupParts = newMultiInsert("INSERT OR REPLACE INTO rollups (step, start, p
 
 // insertParts inserts ps in the caller's transaction. Call with mu held.
 func (s *Store) insertParts(ctx context.Context, ps []RollupPart) error {
-	if err := rollupParts.exec(ctx, s.wc, ps, &s.postArgs); err != nil {
+	if err := rollupParts.exec(ctx, s.wc, ps, &s.postArgs, new(boxer)); err != nil {
 		return fmt.Errorf("insert rollup parts: %w", err)
 	}
 	return nil

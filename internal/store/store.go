@@ -191,6 +191,7 @@ type Store struct {
 	wc       *sql.Conn
 	bb       *blockBuilder
 	postArgs []any // reused by insertPostings
+	postBox  boxer // insertPostings' boxes (with ints)
 	postings []posting
 	// postedSeq is meta 'posted_seq': every block with first_seq <= it
 	// has its postings in block_names. pendingPosted is the mark of a
@@ -245,7 +246,8 @@ func Open(opts Options, log *slog.Logger, reg prometheus.Registerer) (*Store, er
 		return nil, fmt.Errorf("open store %s: %w", opts.Path, err)
 	}
 	s := &Store{opts: opts, log: log, cursors: map[string]int64{}, dict: newDict(dictCacheSize),
-		bb: newBlockBuilder(), batchIDs: make(map[uint64]struct{}), lock: lock}
+		bb: newBlockBuilder(), batchIDs: make(map[uint64]struct{}), lock: lock,
+		postBox: boxer{ints: make(map[int64]any)}}
 	if err := s.open(); err != nil {
 		s.closeDBs()
 		return nil, fmt.Errorf("open store %s: %w", opts.Path, err)
@@ -331,6 +333,9 @@ func (s *Store) open() error {
 	}
 	s.postedSeq.Store(posted)
 	s.lastPost = time.Now()
+	if err := s.dict.load(ctx, s.wc); err != nil {
+		return err
+	}
 	if err := s.loadRecent(ctx); err != nil {
 		return err
 	}
