@@ -71,7 +71,7 @@ func (s *Shard) emitFRM(inc *incarnation, m packet.Map, tod int64, typ record.Ev
 	if err != nil { // strings are valid UTF-8 and numbers integers: cannot happen
 		return
 	}
-	e := s.appendEvent(inc, record.EventID(inc.ip, int64(inc.key.stod), inc.key.sid, m.Code, m.Pseq, tod, int(m.DictID), payload),
+	e := s.appendEvent(inc, s.eventID(inc, m.Code, m.Pseq, tod, int(m.DictID), payload),
 		typ, providerNames[m.Code], at)
 	e.Data, e.Valid = b, true
 }

@@ -95,7 +95,7 @@ func (s *Shard) emitRedirect(inc *incarnation, r *packet.Redir, i int, mark int3
 	if mark != 0 {
 		at = time.Unix(int64(mark), 0).UTC()
 	}
-	ev := s.appendEvent(inc, record.EventID(inc.ip, int64(inc.key.stod), inc.key.sid, 'r', r.Pseq, int64(mark), i, b),
+	ev := s.appendEvent(inc, s.eventID(inc, 'r', r.Pseq, int64(mark), i, b),
 		record.EventRedirect, "r", at)
 	ev.Data, ev.Valid = b, true
 	ev.Redirect = &record.RedirectLink{Op: d.Op, Path: d.Path, User: d.User, ClientHost: d.ClientHost, WindowS: int64(d.WindowS)}

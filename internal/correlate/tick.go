@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"time"
 	"unsafe"
+
+	"github.com/xrdmon/xrdmon/internal/record"
 )
 
 // Tick expires what has waited too long at now (the collector's clock):
@@ -123,9 +125,8 @@ func (s *Shard) Flush(now time.Time) {
 	s.pending = fifo{}
 }
 
-// recordID is record.RecordID written into a shared arena, so that an
-// emitted record costs no allocation for its id (one allocation per
-// idArenaSize/32 records). The arena is never written twice.
+// recordID is record.RecordID written into the shard's arena, so that an
+// emitted record costs no allocation for its id.
 func (s *Shard) recordID(inc *incarnation, fileID uint32, start, end time.Time) string {
 	var buf [128]byte
 	b := append(buf[:0], "xrdmon/record/v1\x00"...)
@@ -141,16 +142,48 @@ func (s *Shard) recordID(inc *incarnation, fileID uint32, start, end time.Time) 
 	b = binary.BigEndian.AppendUint64(b, uint64(start.UnixNano()))
 	b = binary.BigEndian.AppendUint64(b, uint64(end.UnixNano()))
 	sum := sha256.Sum256(b)
-	if len(s.idArena)+32 > cap(s.idArena) {
-		s.idArena = make([]byte, 0, idArenaSize)
-	}
-	off := len(s.idArena)
-	s.idArena = s.idArena[:off+32]
-	hex.Encode(s.idArena[off:], sum[:16])
-	return unsafe.String(&s.idArena[off], 32)
+	id := s.arena.take(32)
+	hex.Encode(id, sum[:16])
+	return unsafe.String(&id[0], 32)
 }
 
-const idArenaSize = 32 * 512
+// eventID is record.EventID written into the shard's arena.
+func (s *Shard) eventID(inc *incarnation, provider byte, pseq uint8, tEnd int64, index int, line []byte) string {
+	id := record.AppendEventID(s.arena.take(32)[:0], inc.ip, int64(inc.key.stod), inc.key.sid, provider, pseq, tEnd, index, line)
+	return unsafe.String(&id[0], 32)
+}
+
+// arena hands out bytes from chunks of arenaChunk, one allocation per
+// chunk instead of one per record id, event id or g-stream line. What it
+// hands out is never written again by the shard; a chunk is freed by the
+// garbage collector once nothing holds what it handed out (events are
+// typed and stored within a barrier or two; a record a linker holds back
+// keeps its id's chunk, at most arenaChunk bytes).
+type arena struct{ b []byte }
+
+// arenaChunk is the size of an arena's chunks. Lines longer than a
+// quarter of it get an allocation of their own.
+const arenaChunk = 16 << 10
+
+// take returns n bytes of the arena, for the caller to fill.
+func (a *arena) take(n int) []byte {
+	if n > arenaChunk/4 {
+		return make([]byte, n)
+	}
+	if len(a.b)+n > cap(a.b) {
+		a.b = make([]byte, 0, arenaChunk)
+	}
+	off := len(a.b)
+	a.b = a.b[:off+n]
+	return a.b[off : off+n : off+n]
+}
+
+// clone returns a copy of b in the arena.
+func (a *arena) clone(b []byte) []byte {
+	c := a.take(len(b))
+	copy(c, b)
+	return c
+}
 
 // dropSessions forgets every session at once, as Flush drops all state
 // once every file is finished: taking each out of its lists and indexes

@@ -52,11 +52,27 @@ func (p *Pipeline) typeEvents(br *barrier) {
 // typePart is the least number of events typeEvents gives one core.
 const typePart = 512
 
-// typeEventsOf types evs and counts those that are not valid.
+// typeEventsOf types evs and counts those that are not valid. Their typed
+// payloads are written into chunks of at most typeChunk bytes: an
+// allocation per chunk, not per event.
 func (p *Pipeline) typeEventsOf(evs []record.Event) {
-	var invalid uint64
+	var (
+		invalid uint64
+		chunk   []byte
+		need    int // what the events left to type may take
+	)
 	for i := range evs {
-		if !record.TypeEvent(&evs[i]) {
+		need += len(evs[i].Raw) + 64
+	}
+	for i := range evs {
+		e := &evs[i]
+		if room := len(e.Raw) + 64; cap(chunk)-len(chunk) < room && room <= typeChunk/4 {
+			chunk = make([]byte, 0, min(need, typeChunk))
+		}
+		need -= len(e.Raw) + 64
+		used, valid := record.TypeEventIn(e, chunk[len(chunk):])
+		chunk = chunk[:len(chunk)+used]
+		if !valid {
 			invalid++
 		}
 	}
@@ -64,6 +80,10 @@ func (p *Pipeline) typeEventsOf(evs []record.Event) {
 		p.invalidEvents.Add(invalid)
 	}
 }
+
+// typeChunk is the most bytes of typed payloads typeEventsOf allocates at
+// once.
+const typeChunk = 32 << 10
 
 // linkRedirects gives the records and redirects to the redirect linker,
 // which may hold records back until their redirects can have come, and

@@ -3,6 +3,7 @@ package record
 import (
 	"encoding/json"
 	"time"
+	"unsafe"
 )
 
 // EventType names the kind of a g-stream event record.
@@ -72,14 +73,30 @@ type RedirectLink struct {
 // TypeEvent types a raw event (see Event.Raw) with ParseEvent and reports
 // whether its line was valid. An event that is not raw is left as it is.
 func TypeEvent(e *Event) (valid bool) {
+	_, valid = TypeEventIn(e, nil)
+	return valid
+}
+
+// TypeEventIn is TypeEvent with e.Data written into room, free capacity of
+// the caller's arena (its length is ignored). It returns how many bytes of
+// room e.Data took: 0 when it did not fit and was given an allocation of
+// its own. e.Data's capacity ends where it does, so that nothing appended
+// to it reaches the arena's next bytes.
+func TypeEventIn(e *Event, room []byte) (used int, valid bool) {
 	if e.Raw == nil {
-		return e.Valid
+		return 0, e.Valid
 	}
 	var prov byte
 	if e.Provider != "" {
 		prov = e.Provider[0]
 	}
-	e.Type, e.Data, e.Valid = ParseEvent(prov, e.Raw)
-	e.Raw = nil
-	return e.Valid
+	if room != nil {
+		room = room[:0]
+	}
+	typ, out, valid := AppendEvent(room, prov, e.Raw)
+	e.Type, e.Data, e.Valid, e.Raw = typ, out[:len(out):len(out)], valid, nil
+	if cap(room) > 0 && len(out) > 0 && unsafe.SliceData(out) == unsafe.SliceData(room) {
+		used = len(out)
+	}
+	return used, valid
 }

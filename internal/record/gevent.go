@@ -220,57 +220,65 @@ func ProviderType(provider byte) EventType {
 // Marshal gave, at a fraction of the cost (see BenchmarkTypeEvent and the
 // differential tests against the encoding/json implementation).
 func ParseEvent(provider byte, line []byte) (EventType, json.RawMessage, bool) {
+	typ, out, ok := AppendEvent(nil, provider, line)
+	return typ, out, ok
+}
+
+// AppendEvent is ParseEvent with the payload appended to dst: it returns
+// dst grown by the payload. The common lines are written straight into
+// dst's free capacity (an arena's: see the pipeline's typing of events).
+func AppendEvent(dst []byte, provider byte, line []byte) (EventType, []byte, bool) {
 	line = bytes.TrimLeft(bytes.TrimRight(line, "\x00 \t\r\n"), " \t\r\n")
+	if dst == nil {
+		dst = make([]byte, 0, len(line)+64)
+	}
 	typ := ProviderType(provider)
-	var out []byte
 	switch provider {
 	case 'C':
-		if out, ok := fastCacheFileClose(line); ok {
+		if out, ok := fastCacheFileClose(dst, line); ok {
 			return typ, out, true
 		}
 		var c CacheFileClose
 		if err := decodeRaw(line, cacheRawFields, &c); err != nil {
-			return typ, rawString(line), false
+			return typ, appendRawString(dst, line), false
 		}
 		if c.Event != "file_close" {
-			return decodeGeneric(EventUnknown, line)
+			return decodeGeneric(dst, EventUnknown, line)
 		}
-		out = appendCacheFileClose(make([]byte, 0, len(line)+64), &c)
+		return typ, appendCacheFileClose(dst, &c), true
 	case 'P':
-		if out, ok := fastTPCTransfer(line); ok {
+		if out, ok := fastTPCTransfer(dst, line); ok {
 			return typ, out, true
 		}
 		var w tpcWire
 		if err := decodeRaw(line, tpcRawFields, &w); err != nil {
-			return typ, rawString(line), false
+			return typ, appendRawString(dst, line), false
 		}
 		t, err := w.typed()
 		if err != nil {
-			return typ, rawString(line), false
+			return typ, appendRawString(dst, line), false
 		}
-		out = appendTPCTransfer(make([]byte, 0, len(line)+64), &t)
+		return typ, appendTPCTransfer(dst, &t), true
 	case 'R':
 		var t ThrottleUpdate
 		if err := jsonv2.Unmarshal(line, &t, v1Options); err != nil {
-			return typ, rawString(line), false
+			return typ, appendRawString(dst, line), false
 		}
-		out = appendThrottleUpdate(make([]byte, 0, len(line)+16), &t)
+		return typ, appendThrottleUpdate(dst, &t), true
 	case 'O':
 		var o OSSStats
 		if err := jsonv2.Unmarshal(line, &o, v1Options); err != nil {
-			return typ, rawString(line), false
+			return typ, appendRawString(dst, line), false
 		}
-		out = appendOSSStats(make([]byte, 0, 2048), &o)
+		return typ, appendOSSStats(dst, &o), true
 	case 'H':
 		var h HTTPCounters
 		if err := jsonv2.Unmarshal(line, &h, v1Options); err != nil || h == nil {
-			return typ, rawString(line), false
+			return typ, appendRawString(dst, line), false
 		}
-		out = appendHTTPCounters(make([]byte, 0, len(line)+16), h)
-	default:
-		return decodeGeneric(typ, line)
+		return typ, appendHTTPCounters(dst, h), true
 	}
-	return typ, out, true
+	return decodeGeneric(dst, typ, line)
 }
 
 // v1Options make go-json-experiment/json decode the typed payloads as
@@ -289,19 +297,19 @@ var v1Options = jsonv2.JoinOptions(
 // decodeGeneric re-encodes any valid JSON line (object keys sorted,
 // numbers kept exactly unless a float64 cannot hold them: see
 // normalizeNumbers).
-func decodeGeneric(typ EventType, line []byte) (EventType, json.RawMessage, bool) {
+func decodeGeneric(dst []byte, typ EventType, line []byte) (EventType, []byte, bool) {
 	d := json.NewDecoder(bytes.NewReader(line))
 	d.UseNumber()
 	var v any
 	if err := d.Decode(&v); err != nil || d.More() {
-		return typ, rawString(line), false
+		return typ, appendRawString(dst, line), false
 	}
 	v = normalizeNumbers(v)
 	out, err := json.Marshal(v)
 	if err != nil {
-		return typ, rawString(line), false
+		return typ, appendRawString(dst, line), false
 	}
-	return typ, out, true
+	return typ, append(dst, out...), true
 }
 
 // normalizeNumbers replaces, in a decoded JSON value, every number that a
@@ -413,9 +421,9 @@ func parseTPCTime(s string) (time.Time, error) {
 	return t.Add(time.Duration(us) * time.Microsecond), nil
 }
 
-// rawString returns line as a JSON string.
-func rawString(line []byte) json.RawMessage {
-	return appendString(make([]byte, 0, len(line)+2), string(line))
+// appendRawString appends line as a JSON string.
+func appendRawString(dst, line []byte) []byte {
+	return appendString(dst, string(line))
 }
 
 // The append* encoders write a payload as encoding/json's Marshal does:
@@ -699,7 +707,7 @@ const (
 )
 
 // fastCacheFileClose types a C file_close line on the fast path.
-func fastCacheFileClose(line []byte) ([]byte, bool) {
+func fastCacheFileClose(dst, line []byte) ([]byte, bool) {
 	s := scanner{b: line}
 	if !s.skip('{') {
 		return nil, false
@@ -746,7 +754,7 @@ func fastCacheFileClose(line []byte) ([]byte, bool) {
 	if s.i != len(line) || seen&(1<<cacheEvent) == 0 {
 		return nil, false
 	}
-	b := append(make([]byte, 0, len(line)+64), '{')
+	b := append(dst, '{')
 	for m, name := range cacheMembers {
 		if m > 0 {
 			b = append(b, ',')
@@ -771,7 +779,7 @@ func fastCacheFileClose(line []byte) ([]byte, bool) {
 }
 
 // fastTPCTransfer types a P line on the fast path.
-func fastTPCTransfer(line []byte) ([]byte, bool) {
+func fastTPCTransfer(out, line []byte) ([]byte, bool) {
 	var (
 		proto, client, src, dst, beg, end, typ []byte
 		rc, ipv                                int64
@@ -861,8 +869,7 @@ func fastTPCTransfer(line []byte) ([]byte, bool) {
 	if err != nil {
 		return nil, false
 	}
-	b := make([]byte, 0, len(line)+64)
-	b = appendKeyStr(b, `{"protocol":`, proto)
+	b := appendKeyStr(out, `{"protocol":`, proto)
 	b = appendKeyStr(b, `,"client":`, client)
 	b = appendKeyTime(b, `,"begin":`, begT)
 	b = appendKeyTime(b, `,"end":`, endT)

@@ -203,3 +203,6 @@ func oldParseTPCTime(s string) (time.Time, error) {
 	}
 	return t.Add(time.Duration(us) * time.Microsecond), nil
 }
+
+// rawString returns line as a JSON string.
+func rawString(line []byte) json.RawMessage { return appendRawString(nil, line) }

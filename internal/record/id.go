@@ -40,6 +40,12 @@ func RecordID(serverIP string, stod int64, sid uint64, fileID uint32, start, end
 // hash so that two identical lines (cumulative counters that did not move)
 // keep distinct ids, while a duplicate datagram gives the same ids again.
 func EventID(serverIP string, stod int64, sid uint64, provider byte, pseq uint8, tEnd int64, index int, line []byte) string {
+	var b [32]byte
+	return string(AppendEventID(b[:0], serverIP, stod, sid, provider, pseq, tEnd, index, line))
+}
+
+// AppendEventID appends EventID's 32 hex digits to dst.
+func AppendEventID(dst []byte, serverIP string, stod int64, sid uint64, provider byte, pseq uint8, tEnd int64, index int, line []byte) []byte {
 	h := sha256.New()
 	var buf [128]byte
 	b := append(buf[:0], eventIDDomain...)
@@ -51,7 +57,7 @@ func EventID(serverIP string, stod int64, sid uint64, provider byte, pseq uint8,
 	h.Write(b)
 	h.Write(line)
 	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:16])
+	return hex.AppendEncode(dst, h.Sum(sum[:0])[:16])
 }
 
 func appendIdentity(b []byte, serverIP string, stod int64, sid uint64) []byte {
