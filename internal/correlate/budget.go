@@ -116,7 +116,7 @@ func (s *Shard) setFilePath(fi int32, p string) {
 // sessions with the same payload, so counted conservatively, once each).
 func (s *Shard) resizeSession(i int32) {
 	ss := s.sess.at(i)
-	c := sessionOverhead + int64(len(ss.userText)) + int64(len(ss.appInfo)) + loginCost(ss.login) + tokenCost(ss.token)
+	c := sessionOverhead + textLen(ss) + int64(len(ss.appInfo)) + loginCost(ss.login) + tokenCost(ss.token)
 	s.sessBytes += c - ss.cost
 	if ss.disc {
 		s.discBytes += c - ss.cost
@@ -174,7 +174,7 @@ func (s *Shard) recount() (files, sessions, pending int64) {
 	}
 	for _, i := range s.sessIdx {
 		ss := s.sess.at(i)
-		sessions += sessionOverhead + int64(len(ss.userText)) + int64(len(ss.appInfo)) + loginCost(ss.login) + tokenCost(ss.token)
+		sessions += sessionOverhead + textLen(ss) + int64(len(ss.appInfo)) + loginCost(ss.login) + tokenCost(ss.token)
 	}
 	for _, p := range s.paths {
 		pending += pendingOverhead + int64(len(p.path))

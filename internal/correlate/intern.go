@@ -123,58 +123,74 @@ func (in *interner) put(set []string, s string) {
 	push(set, s)
 }
 
-// loginCache shares the parsed form of a login payload that recurs (a
-// user logging in again from the same host with the same client), by a
-// hash of the payload (seeded per shard, so that no sender can aim at a
-// collision; an accidental one among the slots has a chance of about 1
-// in 10^15): a payload is kept in no copy of its own. Like the
+// shareCache shares the parsed form of a payload that recurs (a user
+// logging in again from the same host with the same client, a user's
+// token on each of its sessions), by a hash of the payload (seeded per
+// shard, so that no sender can aim at a collision; an accidental one
+// among the slots has a chance of about 1 in 10^15; the token cache also
+// compares the fields): a payload is kept in no copy of its own. Like the
 // interner it is a two-way set-associative cache, and a small one: the
-// logins it holds stay in memory after their sessions are gone, and where
+// forms it holds stay in memory after their sessions are gone, and where
 // nearly every payload is new (at 25,000 logins a second, a map of
 // 100,000 reset when full held 18 MB of them for nothing) it holds
 // loginSlots of them, 2.9 MB, at the most.
-type loginCache struct {
+type shareCache[T any] struct {
 	seed     maphash.Seed
-	w        twoWay[loginSlot]
-	size     int64 // loginCost of the logins held
-	maxBytes int64 // logins beyond it are not cached
+	w        twoWay[shareSlot[T]]
+	size     int64 // the cost of the forms held
+	maxBytes int64 // forms beyond it are not cached
 }
 
-type loginSlot struct {
-	h  uint64
-	li *loginInfo
+type shareSlot[T any] struct {
+	h    uint64
+	v    *T
+	cost int64
 }
 
-// loginSlots is the number of the login cache's slots.
-const loginSlots = 1 << 14
+// loginSlots is the number of the login cache's slots, tokenSlots the
+// token cache's.
+const (
+	loginSlots = 1 << 14
+	tokenSlots = 1 << 12
+)
 
-func newLoginCache(maxBytes int64) loginCache {
-	return loginCache{seed: maphash.MakeSeed(), w: newTwoWay[loginSlot](loginSlots), maxBytes: maxBytes}
+func newShareCache[T any](slots int, maxBytes int64) shareCache[T] {
+	return shareCache[T]{seed: maphash.MakeSeed(), w: newTwoWay[shareSlot[T]](slots), maxBytes: maxBytes}
 }
 
 // hash returns the key of payload.
-func (c *loginCache) hash(payload []byte) uint64 { return maphash.Bytes(c.seed, payload) }
+func (c *shareCache[T]) hash(payload []byte) uint64 { return maphash.Bytes(c.seed, payload) }
 
-// get returns the login of hash h, nil when the cache does not hold it.
-func (c *loginCache) get(h uint64) *loginInfo {
+// get returns the form of hash h, nil when the cache does not hold it.
+func (c *shareCache[T]) get(h uint64) *T {
 	set := c.w.set(h)
 	switch {
-	case set[0].li != nil && set[0].h == h:
-		return set[0].li
-	case set[1].li != nil && set[1].h == h:
-		return set[1].li
+	case set[0].v != nil && set[0].h == h:
+		return set[0].v
+	case set[1].v != nil && set[1].h == h:
+		return set[1].v
 	}
 	return nil
 }
 
-// put makes li the newer login of h's set, forgetting the older, unless
-// the logins held would pass maxBytes.
-func (c *loginCache) put(h uint64, li *loginInfo) {
+// put makes v (of the given cost in bytes) the newer form of h's set,
+// forgetting the older, unless the forms held would pass maxBytes.
+func (c *shareCache[T]) put(h uint64, v *T, cost int64) {
 	set := c.w.set(h)
-	grow := loginCost(li) - loginCost(set[1].li)
+	grow := cost - set[1].cost
 	if c.size+grow > c.maxBytes {
 		return
 	}
 	c.size += grow
-	push(set, loginSlot{h, li})
+	push(set, shareSlot[T]{h, v, cost})
+}
+
+// slabNext returns a new element of a slab of chunks of 64 (one
+// allocation per 64 logins or tokens, not one each).
+func slabNext[T any](chunk *[]T) *T {
+	if len(*chunk) == cap(*chunk) {
+		*chunk = make([]T, 0, 64)
+	}
+	*chunk = (*chunk)[:len(*chunk)+1]
+	return &(*chunk)[len(*chunk)-1]
 }

@@ -2,7 +2,9 @@ package correlate
 
 import (
 	"bytes"
+	"hash/maphash"
 	"net/netip"
+	"unsafe"
 
 	"github.com/xrdmon/xrdmon/internal/packet"
 	"github.com/xrdmon/xrdmon/internal/record"
@@ -90,19 +92,13 @@ func (s *Shard) handleMap(data []byte, addr netip.Addr) {
 	case packet.CodePath:
 		s.path(inc, m.DictID, uid, payload)
 	case packet.CodeInfo:
-		if i, ok := inc.byText[string(uid)]; ok {
+		if i, ok := s.sessionOfText(inc, uid); ok {
 			s.sess.at(i).appInfo = s.names.bytes(payload)
 			s.resizeSession(i)
 			s.touchSession(i)
 		}
 	case packet.CodeToken:
-		t := &tokenInfo{
-			subject: s.names.bytes(tok.Subject),
-			name:    s.names.bytes(tok.Name),
-			org:     s.names.bytes(tok.Org),
-			role:    s.names.bytes(tok.Role),
-			groups:  s.names.bytes(tok.Groups),
-		}
+		t := s.tokenInfo(tok)
 		if i, ok := s.sessIdx[dictKey(inc.id, tok.UserDictID)]; ok {
 			s.sess.at(i).token = t
 			s.resizeSession(i)
@@ -227,14 +223,10 @@ func (s *Shard) login(inc *incarnation, dictID uint32, uid, payload []byte) {
 	ss.prot = s.names.bytes(u.Prot)
 	ss.user = s.names.bytes(u.User)
 	ss.host = s.names.bytes(u.Host)
-	if ss.userText != string(uid) {
-		if j, ok := inc.byText[ss.userText]; ok && j == i {
-			delete(inc.byText, ss.userText)
-		}
-		ss.userText = string(uid)
-	}
+	unindexText(inc, ss, i)
+	s.setText(ss, uid, u)
 	defer s.resizeSession(i)
-	inc.byText[ss.userText] = i // the latest session with this text wins
+	inc.byText[ss.textKey] = i // the latest session with this text wins
 	ss.login = s.loginInfo(payload)
 	if p := s.users[k]; p != nil {
 		if p.token != nil {
@@ -254,11 +246,7 @@ func (s *Shard) loginInfo(payload []byte) *loginInfo {
 		return li
 	}
 	l := packet.ParseLogin(payload)
-	if len(s.loginSlab) == cap(s.loginSlab) {
-		s.loginSlab = make([]loginInfo, 0, 64)
-	}
-	s.loginSlab = s.loginSlab[:len(s.loginSlab)+1]
-	li := &s.loginSlab[len(s.loginSlab)-1]
+	li := slabNext(&s.loginSlab)
 	*li = loginInfo{
 		authProt: s.names.bytes(l.AuthProt),
 		dn:       s.names.bytes(l.Name),
@@ -272,9 +260,60 @@ func (s *Shard) loginInfo(payload []byte) *loginInfo {
 		info:     s.names.bytes(l.Info),
 		ipv6:     l.IPv == 6,
 	}
-	s.logins.put(h, li)
+	s.logins.put(h, li, loginCost(li))
 	return li
 }
+
+// tokenInfo returns the shared form of a token's fields: a user's
+// sessions carry the same token, and the form is made once while the
+// token cache holds it.
+func (s *Shard) tokenInfo(tok packet.Token) *tokenInfo {
+	t, k := s.cachedToken(&[...]string{view(tok.Subject), view(tok.Name), view(tok.Org), view(tok.Role), view(tok.Groups)})
+	if t != nil {
+		return t
+	}
+	t = slabNext(&s.tokenSlab)
+	*t = tokenInfo{
+		subject: s.names.bytes(tok.Subject),
+		name:    s.names.bytes(tok.Name),
+		org:     s.names.bytes(tok.Org),
+		role:    s.names.bytes(tok.Role),
+		groups:  s.names.bytes(tok.Groups),
+	}
+	s.tokens.put(k, t, tokenCost(t))
+	return t
+}
+
+// shareToken returns the token of the cache with t's fields, or keeps t
+// in the cache and returns it: a restored shard shares tokens as the
+// packets' tokens are shared.
+func (s *Shard) shareToken(t *tokenInfo) *tokenInfo {
+	c, k := s.cachedToken(&[...]string{t.subject, t.name, t.org, t.role, t.groups})
+	if c != nil {
+		return c
+	}
+	s.tokens.put(k, t, tokenCost(t))
+	return t
+}
+
+// cachedToken returns the token of the cache with fields f (nil if it
+// holds none) and the cache key of f.
+func (s *Shard) cachedToken(f *[5]string) (*tokenInfo, uint64) {
+	h := maphash.Hash{}
+	h.SetSeed(s.tokens.seed)
+	for _, x := range f {
+		_, _ = h.WriteString(x)
+		_ = h.WriteByte(0)
+	}
+	k := h.Sum64()
+	if c := s.tokens.get(k); c != nil && *f == [...]string{c.subject, c.name, c.org, c.role, c.groups} {
+		return c, k
+	}
+	return nil, k
+}
+
+// view is b as a string for a lookup, not to be kept: it shares b's bytes.
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 func (s *Shard) newSession(inc *incarnation, dictID uint32) int32 {
 	// Disconnected sessions (kept only for late packets) go first, then
@@ -341,9 +380,7 @@ func (s *Shard) removeSession(i int32) {
 	if inc := s.incOf(ss.inc); inc != nil {
 		inc.sessBytes -= ss.cost
 		lremove(&s.sess, &inc.sessions, sessInc, i)
-		if j, ok := inc.byText[ss.userText]; ok && j == i {
-			delete(inc.byText, ss.userText)
-		}
+		unindexText(inc, ss, i)
 	}
 	delete(s.sessIdx, dictKey(ss.inc, ss.dictID))
 	s.sessBytes -= ss.cost
@@ -359,7 +396,7 @@ func (s *Shard) path(inc *incarnation, dictID uint32, uid, payload []byte) {
 	k := dictKey(inc.id, dictID)
 	var user uint32
 	sess := int32(-1)
-	if i, ok := inc.byText[string(uid)]; ok {
+	if i, ok := s.sessionOfText(inc, uid); ok {
 		user, sess = s.sess.at(i).dictID, i
 	}
 	if fi, ok := s.fileIdx[k]; ok {

@@ -3,6 +3,7 @@ package correlate
 import (
 	"bytes"
 	"hash/crc32"
+	"hash/maphash"
 	"net/netip"
 	"slices"
 	"time"
@@ -111,13 +112,18 @@ type Shard struct {
 	users   map[uint64]*pendingUser
 	pending fifo
 
-	names  interner
-	pathsI interner
+	names interner
+	// textSeed seeds the keys of the byText indexes (usertext.go).
+	textSeed maphash.Seed
+	pathsI   interner
 	// logins caches the parsed login payloads (intern.go).
-	logins loginCache
+	logins shareCache[loginInfo]
+	// tokens caches the tokens' fields (tokenInfo).
+	tokens shareCache[tokenInfo]
 	// loginSlab holds new logins' parsed forms, a chunk at a time: one
 	// allocation per 64 logins instead of one per login.
 	loginSlab []loginInfo
+	tokenSlab []tokenInfo // new tokens' forms, as loginSlab
 
 	// Byte counts of the tables with a budget (budget.go); discBytes is
 	// the disconnected sessions' part of sessBytes.
@@ -140,7 +146,7 @@ type Shard struct {
 	progLink []int32
 	progGen  uint32
 	progDead int
-	idArena  []byte
+	arena    arena // ids and raw lines of the records and events it emits
 	stats    Stats
 	snap     *snapScratch // Snapshot's buffers, kept between checkpoints
 }
@@ -172,7 +178,9 @@ func NewShard(cfg Config) *Shard {
 		users:      make(map[uint64]*pendingUser),
 		names:      newInterner(cfg.InternMax, cfg.budget(shareIntern)),
 		pathsI:     newInterner(cfg.InternMax, cfg.budget(shareIntern)),
-		logins:     newLoginCache(cfg.budget(shareIntern)),
+		logins:     newShareCache[loginInfo](loginSlots, cfg.budget(shareIntern)),
+		tokens:     newShareCache[tokenInfo](tokenSlots, cfg.budget(shareIntern)/8),
+		textSeed:   maphash.MakeSeed(),
 	}
 }
 
@@ -228,7 +236,7 @@ func (s *Shard) Stats() Stats {
 	st.PendingFiles = int(s.pendFiles.n)
 	st.PendingRefs = len(s.paths) + len(s.users)
 	st.FileBytes, st.SessionBytes, st.PendingBytes = s.fileBytes, s.sessBytes, s.pendBytes
-	st.InternBytes = s.names.size + s.pathsI.size + s.logins.size
+	st.InternBytes = s.names.size + s.pathsI.size + s.logins.size + s.tokens.size
 	for _, inc := range s.incs {
 		for d := range inc.seq {
 			st.Missing += int(inc.seq[d].holes(256))
@@ -369,7 +377,7 @@ func (s *Shard) newIncarnation(k incKey, hasSID bool) *incarnation {
 		hasSID:   hasSID,
 		files:    newList(),
 		sessions: newList(),
-		byText:   make(map[string]int32),
+		byText:   make(map[uint64]int32),
 	}
 	s.incs[k] = inc
 	s.byID[inc.id] = inc
@@ -563,9 +571,8 @@ func (s *Shard) emitEvents(inc *incarnation, prov byte, pseq uint8, tEnd int64, 
 	at := time.Unix(tEnd, 0).UTC()
 	for i := 0; it.Next(); i++ {
 		line := it.Line()
-		e := s.appendEvent(inc, record.EventID(inc.ip, int64(inc.key.stod), inc.key.sid, prov, pseq, tEnd, i, line),
-			record.ProviderType(prov), providerNames[prov], at)
-		e.Raw = bytes.Clone(line) // typed by the caller of Drain (record.TypeEvent)
+		e := s.appendEvent(inc, s.eventID(inc, prov, pseq, tEnd, i, line), record.ProviderType(prov), providerNames[prov], at)
+		e.Raw = s.arena.clone(line) // typed by the caller of Drain (record.TypeEvent)
 	}
 }
 

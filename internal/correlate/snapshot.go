@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/xrdmon/xrdmon/internal/codec"
+	"github.com/xrdmon/xrdmon/internal/packet"
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
@@ -44,6 +45,7 @@ type snapScratch struct {
 	filePos        []int32 // slab index -> position in the snapshot
 	sessPos        []int32
 	indexed        []bool // slab index -> the session is its userid text's in byText
+	textBuf        []byte // a session's userid text (text)
 	keys           []uint64
 	nStrings       uint32
 	// seen caches, by where a string's bytes are, the index strs gave
@@ -208,7 +210,7 @@ func (e *snapScratch) sessions(s *Shard) error {
 			ss := s.sess.at(i)
 			e.uv(uint64(ss.inc))
 			e.uv(uint64(ss.dictID))
-			e.raw(ss.userText) // one a session: no index of its own
+			e.text(ss) // one a session: no index of its own
 			e.str(ss.prot)
 			e.str(ss.user)
 			e.str(ss.host)
@@ -396,6 +398,15 @@ func (e *snapScratch) str(s string) {
 
 // raw writes s as a uvarint length and its bytes, outside the string
 // index (a string that is seldom written twice).
+// text writes ss's userid text as raw writes a string.
+func (e *snapScratch) text(ss *session) {
+	if len(e.buf) >= snapChunk {
+		e.flush()
+	}
+	e.textBuf = appendText(e.textBuf[:0], ss)
+	e.buf = codec.AppendBytes(e.buf, e.textBuf)
+}
+
 func (e *snapScratch) raw(s string) {
 	if len(e.buf) >= snapChunk {
 		e.flush()
@@ -518,13 +529,15 @@ type decoder struct {
 // str reads a string reference; in is the interning table it belongs to
 // (nil: kept as is, e.g. raw userid text).
 // raw reads what snapScratch.raw wrote.
-func (d *decoder) raw() string {
+// rawBytes reads what snapScratch.raw wrote: the bytes, in the
+// snapshot's buffer.
+func (d *decoder) rawBytes() []byte {
 	n := d.Uvarint()
 	if n > uint64(d.Len()) {
 		d.Fail("truncated string")
-		return ""
+		return nil
 	}
-	return string(d.Bytes(int(n)))
+	return d.Bytes(int(n))
 }
 
 func (d *decoder) str(in *interner) string {
@@ -581,7 +594,7 @@ func (d *decoder) token() *tokenInfo {
 		return nil
 	case x == 1:
 		n := &d.s.names
-		t := &tokenInfo{subject: d.str(n), name: d.str(n), org: d.str(n), role: d.str(n), groups: d.str(n)}
+		t := d.s.shareToken(&tokenInfo{subject: d.str(n), name: d.str(n), org: d.str(n), role: d.str(n), groups: d.str(n)})
 		d.tokens = append(d.tokens, t)
 		return t
 	default:
@@ -736,7 +749,7 @@ func (d *decoder) incarnations() {
 	nInc := d.Count(1)
 	s.incList = make([]*incarnation, 0, nInc)
 	for k := 0; k < nInc && d.Err() == nil; k++ {
-		inc := &incarnation{files: newList(), sessions: newList(), byText: make(map[string]int32)}
+		inc := &incarnation{files: newList(), sessions: newList(), byText: make(map[uint64]int32)}
 		inc.id = d.Uint32()
 		var addr netip.Addr
 		switch n := d.Byte(); n {
@@ -823,12 +836,14 @@ func (d *decoder) sessions() {
 		ss := s.sess.at(int32(i))
 		ss.inc = d.Uint32()
 		ss.dictID = d.Uint32()
+		var text []byte
 		if d.version >= 6 {
-			ss.userText = d.raw()
+			text = d.rawBytes()
 		} else {
-			ss.userText = d.str(nil)
+			text = []byte(d.str(nil))
 		}
 		ss.prot, ss.user, ss.host = d.str(&s.names), d.str(&s.names), d.str(&s.names)
+		s.setText(ss, text, packet.ParseUserID(text, true))
 		ss.login = d.login()
 		ss.token = d.token()
 		ss.appInfo = d.str(&s.names)
@@ -845,11 +860,11 @@ func (d *decoder) sessions() {
 		}
 		s.sessIdx[k] = int32(i)
 		if fl&4 != 0 && d.version >= 6 { // the latest session of its userid text
-			if _, dup := inc.byText[ss.userText]; dup {
+			if _, dup := inc.byText[ss.textKey]; dup {
 				d.Fail("session %d: userid text indexed twice", ss.dictID)
 				break
 			}
-			inc.byText[ss.userText] = int32(i)
+			inc.byText[ss.textKey] = int32(i)
 		}
 		if ss.disc {
 			lpush(&s.sess, &s.sessDisc, sessLRU, int32(i))
@@ -940,7 +955,7 @@ func (d *decoder) lists() {
 			if d.Err() == nil && s.sess.at(si).inc != inc.id {
 				d.Fail("userid index of server %d", inc.id)
 			}
-			inc.byText[t] = si
+			inc.byText[s.textKey([]byte(t))] = si
 		}
 	}
 	if d.Err() == nil && (nf != nFiles || ns != nSess) {

@@ -128,9 +128,11 @@ type snapRef struct{ epoch, id uint32 }
 
 // session is one user login (u record), keyed by (incarnation, dictid).
 type session struct {
-	userText   string // the userid text, for the incarnation's byText index
 	prot, user string
 	host       string
+	textRaw    string // the userid text when its parts do not spell it (usertext.go)
+	textKey    uint64 // the text's key in the incarnation's byText index
+	pid, sid   uint64 // the text's pid and sid
 	login      *loginInfo
 	token      *tokenInfo
 	appInfo    string
@@ -186,7 +188,7 @@ type incarnation struct {
 	heard                [NumStreams]int64 // collector clock, Unix s: last datagram of each stream (Output.Activity)
 	files                list
 	sessions             list
-	byText               map[string]int32 // userid text -> latest session
+	byText               map[uint64]int32 // userid text (textKey) -> latest session
 	seq                  [NumDomains]seqTracker
 	gseq                 []provSeq
 	lost                 [NumDomains]uint64

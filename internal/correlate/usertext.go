@@ -1,0 +1,104 @@
+package correlate
+
+import (
+	"bytes"
+	"hash/maphash"
+	"strconv"
+
+	"github.com/xrdmon/xrdmon/internal/packet"
+)
+
+// A session's userid text ("prot/user.pid:sid@host") keys the
+// incarnation's byText index (the latest session of each text), which
+// links path and info records to their session. A session keeps it as
+// its parts, not as a string of its own: prot, user and host are
+// interned names it keeps anyway, and pid and sid are numbers. The text
+// is built again from them when it is needed (appendText), and kept as a
+// string (textRaw) only when its parts do not spell it exactly (no
+// `user.pid:sid@host` shape, numbers with leading zeros, invalid UTF-8):
+// a login then costs no allocation for its text.
+//
+// byText is keyed by a hash of the text seeded per shard (textKey), and a
+// lookup compares the text of the session it finds with the one asked
+// for: a collision of two texts (about 1 in 10^19 a pair, and no sender
+// can aim at one) can lose a link, never make a wrong one.
+
+// textKey returns the byText key of a userid text.
+func (s *Shard) textKey(uid []byte) uint64 { return maphash.Bytes(s.textSeed, uid) }
+
+// setText keeps uid as ss's userid text; u is uid parsed, and ss.prot,
+// ss.user and ss.host are set from it.
+func (s *Shard) setText(ss *session, uid []byte, u packet.UserID) {
+	ss.textKey, ss.textRaw = s.textKey(uid), ""
+	var ok bool
+	if ss.pid, ok = decimal(u.PID); ok && !u.Raw {
+		if ss.sid, ok = decimal(u.SID); ok {
+			var buf [256]byte
+			if bytes.Equal(appendText(buf[:0], ss), uid) {
+				return
+			}
+		}
+	}
+	ss.pid, ss.sid, ss.textRaw = 0, 0, string(uid)
+}
+
+// appendText appends ss's userid text to b.
+func appendText(b []byte, ss *session) []byte {
+	if ss.textRaw != "" {
+		return append(b, ss.textRaw...)
+	}
+	if ss.prot != "" {
+		b = append(append(b, ss.prot...), '/')
+	}
+	b = append(append(b, ss.user...), '.')
+	b = append(strconv.AppendUint(b, ss.pid, 10), ':')
+	b = append(strconv.AppendUint(b, ss.sid, 10), '@')
+	return append(b, ss.host...)
+}
+
+// sameText reports whether ss's userid text is uid.
+func sameText(ss *session, uid []byte) bool {
+	if ss.textRaw != "" {
+		return ss.textRaw == string(uid)
+	}
+	var buf [256]byte
+	return bytes.Equal(appendText(buf[:0], ss), uid)
+}
+
+// textLen is the length of ss's userid text as a string of its own (what
+// the session's memory counts).
+func textLen(ss *session) int64 { return int64(len(ss.textRaw)) }
+
+// sessionOfText returns the latest session of inc whose userid text is
+// uid.
+func (s *Shard) sessionOfText(inc *incarnation, uid []byte) (int32, bool) {
+	i, ok := inc.byText[s.textKey(uid)]
+	if !ok || !sameText(s.sess.at(i), uid) {
+		return -1, false
+	}
+	return i, true
+}
+
+// unindexText takes session i out of inc's byText index if it is its
+// text's latest session.
+func unindexText(inc *incarnation, ss *session, i int32) {
+	if j, ok := inc.byText[ss.textKey]; ok && j == i {
+		delete(inc.byText, ss.textKey)
+	}
+}
+
+// decimal parses b as a decimal number of at most 19 digits (what a
+// uint64 always holds).
+func decimal(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v, true
+}
