@@ -56,13 +56,48 @@ func appendText(b []byte, ss *session) []byte {
 	return append(b, ss.host...)
 }
 
-// sameText reports whether ss's userid text is uid.
+// sameText reports whether ss's userid text is uid: appendText's text,
+// matched part by part without building it.
 func sameText(ss *session, uid []byte) bool {
 	if ss.textRaw != "" {
 		return ss.textRaw == string(uid)
 	}
-	var buf [256]byte
-	return bytes.Equal(appendText(buf[:0], ss), uid)
+	b, ok := uid, true
+	if ss.prot != "" {
+		b, ok = cutText(b, ss.prot, '/')
+	}
+	if ok {
+		b, ok = cutText(b, ss.user, '.')
+	}
+	if ok {
+		b, ok = cutNumber(b, ss.pid, ':')
+	}
+	if ok {
+		b, ok = cutNumber(b, ss.sid, '@')
+	}
+	return ok && string(b) == ss.host
+}
+
+// cutText returns what follows text and sep at the start of b.
+func cutText(b []byte, text string, sep byte) ([]byte, bool) {
+	n := len(text)
+	if len(b) <= n || b[n] != sep || string(b[:n]) != text {
+		return nil, false
+	}
+	return b[n+1:], true
+}
+
+// cutNumber returns what follows v's decimal digits (as strconv writes
+// them) and sep at the start of b.
+func cutNumber(b []byte, v uint64, sep byte) ([]byte, bool) {
+	i := bytes.IndexByte(b, sep)
+	if i < 1 || (i > 1 && b[0] == '0') {
+		return nil, false
+	}
+	if n, ok := decimal(b[:i]); !ok || n != v {
+		return nil, false
+	}
+	return b[i+1:], true
 }
 
 // textLen is the length of ss's userid text as a string of its own (what

@@ -158,3 +158,40 @@ func TestGStreamAllocs(t *testing.T) {
 		t.Errorf("event: id %q (want %q), raw %q (cap %d)", e.EventID, want, e.Raw, cap(e.Raw))
 	}
 }
+
+// FuzzSameText: a session whose userid text is text (kept as its parts or
+// as a string) matches other exactly when other is text.
+func FuzzSameText(f *testing.F) {
+	for _, c := range [][2]string{
+		{"xroot/cmsuser.12345:678@wn1.example.org", "xroot/cmsuser.12345:0678@wn1.example.org"},
+		{"xroot/u.1:2@h", "xroot/u.1:2@h@"},
+		{"u.1:2@h", "/u.1:2@h"},
+		{"xroot/u.0:0@h", "xroot/u.00:0@h"},
+		{"xroot/u.18446744073709551615:1@h", "xroot/u.18446744073709551615:1@h"},
+		{"https/u.1:2@[::1]", "https/u.1:2@[::1"},
+	} {
+		f.Add(c[0], c[1])
+	}
+	f.Fuzz(func(t *testing.T, text, other string) {
+		if text == "" {
+			return
+		}
+		s := NewShard(DefaultConfig())
+		var ss session
+		uid := []byte(text)
+		u := packetUserID(uid)
+		ss.prot, ss.user, ss.host = s.names.bytes(u.Prot), s.names.bytes(u.User), s.names.bytes(u.Host)
+		s.setText(&ss, uid, u)
+		if got := string(appendText(nil, &ss)); got != text {
+			t.Fatalf("text %q kept as %q", text, got)
+		}
+		if got := sameText(&ss, []byte(other)); got != (other == text) {
+			t.Fatalf("text %q (raw %v): sameText(%q) = %v", text, ss.textRaw != "", other, got)
+		}
+		if !sameText(&ss, uid) {
+			t.Fatalf("text %q does not match itself", text)
+		}
+	})
+}
+
+func packetUserID(uid []byte) packet.UserID { return packet.ParseUserID(uid, true) }
