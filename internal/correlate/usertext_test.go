@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/xrdmon/xrdmon/internal/packet"
-	"github.com/xrdmon/xrdmon/internal/record"
 )
 
 // TestUserText: a session keeps its userid text as its parts when they
@@ -74,91 +73,6 @@ func TestUserText(t *testing.T) {
 	check(r, "restored")
 }
 
-// TestLoginAllocs: the login of a new session, with a userid text the
-// index does not hold, and its token cost no allocation in steady state:
-// the text is kept as its parts, and the login payload's and the token's
-// parsed forms and names are shared.
-func TestLoginAllocs(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.MaxSessions = 64
-	s := NewShard(cfg)
-	sv := newSrv("192.0.2.41:1094", t0, 1)
-	s.Handle(sv.ident("SITE"), sv.addr, at(0))
-	logins := make([][]byte, 0, 256) // twice the sessions kept: each login is a new session
-	seq := sv.mainSeq
-	for i := range 128 {
-		uid := sv.uid("xroot", "cmsuser", 1000+i, "wn1.example.org")
-		logins = append(logins, sv.login(uint32(i+1), uid, gsiLogin), sv.token(uint32(1000+i), uid, packet.Token{
-			UserDictID: uint32(i + 1), Subject: []byte("a1b2-c3d4"), Name: []byte("cmsuser"), Org: []byte("cms"),
-			Role: []byte("production"), Groups: []byte("/cms")}))
-	}
-	sv.mainSeq = seq
-	cycle := func() {
-		for _, p := range logins {
-			p[1] = sv.mainSeq
-			sv.mainSeq++
-			s.Handle(p, sv.addr, at(1))
-		}
-	}
-	for range 3 {
-		cycle()
-	}
-	if n := testing.AllocsPerRun(50, cycle); n != 0 {
-		t.Errorf("allocations per %d logins and tokens: %v", len(logins)/2, n)
-	}
-	if st := s.Stats(); st.TotalLost() != 0 || st.Duplicates != 0 {
-		t.Errorf("stats: %+v", st)
-	}
-	j, ok := s.sessionOfText(s.incList[0], sv.uid("xroot", "cmsuser", 1000+127, "wn1.example.org"))
-	if !ok || s.sess.at(j).dictID != 128 {
-		t.Fatalf("the last login's text: session %d, %v", j, ok)
-	}
-	k, _ := s.sessionOfText(s.incList[0], sv.uid("xroot", "cmsuser", 1000+126, "wn1.example.org"))
-	tj, tk := s.sess.at(j).token, s.sess.at(k).token
-	if tj == nil || tj != tk || tj.subject != "a1b2-c3d4" || tj.groups != "/cms" {
-		t.Errorf("two sessions' tokens: %+v and %+v, want one shared", tj, tk)
-	}
-}
-
-// TestGStreamAllocs: g-stream packets of a known server cost no
-// allocation per packet or per line in steady state: the events' ids and
-// raw lines are written into the shard's arena (one allocation per
-// arenaChunk bytes).
-func TestGStreamAllocs(t *testing.T) {
-	s := NewShard(DefaultConfig())
-	sv := newSrv("192.0.2.42:1094", t0, 1)
-	s.Handle(sv.ident("SITE"), sv.addr, at(0))
-	line := `{"event":"file_close","lfn":"/store/data/f.root","size":1048576,"blk_size":1048576,"n_blks":1,"n_blks_done":1,"access_cnt":1,"attach_t":1750000000,"detach_t":1750000010,"remotes":[],"b_hit":0,"b_miss":1048576,"b_bypass":0}`
-	p := sv.g('C', 0, 1, line, line, line, line)
-	seq := byte(2)
-	var o Output
-	const packets = 64
-	cycle := func() {
-		for range packets {
-			p[1] = seq
-			seq++
-			s.Handle(p, sv.addr, at(1))
-		}
-		o.Events = o.Events[:0]
-		s.Drain(&o)
-		if len(o.Events) != 4*packets {
-			t.Fatalf("%d events, want %d", len(o.Events), 4*packets)
-		}
-	}
-	for range 3 {
-		cycle()
-	}
-	// 256 events of about 250 bytes (id and line): four chunks.
-	if n := testing.AllocsPerRun(50, cycle); n > 5 {
-		t.Errorf("%v allocations per %d g-stream packets of 4 lines", n, packets)
-	}
-	e := o.Events[len(o.Events)-1]
-	want := record.EventID(e.ServerIP, e.ServerStod, e.ServerID, 'C', seq-1, t0+1, 3, []byte(line))
-	if string(e.Raw) != line || e.EventID != want || cap(e.Raw) != len(e.Raw) {
-		t.Errorf("event: id %q (want %q), raw %q (cap %d)", e.EventID, want, e.Raw, cap(e.Raw))
-	}
-}
-
 // FuzzSameText: a session whose userid text is text (kept as its parts or
 // as a string) matches other exactly when other is text.
 func FuzzSameText(f *testing.F) {
@@ -179,7 +93,7 @@ func FuzzSameText(f *testing.F) {
 		s := NewShard(DefaultConfig())
 		var ss session
 		uid := []byte(text)
-		u := packetUserID(uid)
+		u := packet.ParseUserID(uid, true)
 		ss.prot, ss.user, ss.host = s.names.bytes(u.Prot), s.names.bytes(u.User), s.names.bytes(u.Host)
 		s.setText(&ss, uid, u)
 		if got := string(appendText(nil, &ss)); got != text {
@@ -193,5 +107,3 @@ func FuzzSameText(f *testing.F) {
 		}
 	})
 }
-
-func packetUserID(uid []byte) packet.UserID { return packet.ParseUserID(uid, true) }

@@ -55,6 +55,34 @@ func benchAppend(b *testing.B, mod func(*Options)) {
 	b.ReportMetric(float64(n*batch)/(cpuTime()-cpu0).Seconds(), "records/cpu-s")
 }
 
+// BenchmarkAppendNewNames appends batches of 1000 records whose users and
+// directories are all new (as on a collector's first hour, or a busy
+// site's new datasets): each record brings two names to the dictionary.
+//
+//	go test ./internal/store -run '^$' -bench AppendNewNames -benchtime 200x
+func BenchmarkAppendNewNames(b *testing.B) {
+	const batch = 1000
+	s, _ := openTest(b, nil)
+	ctx := context.Background()
+	recs := testRecords(0, batch)
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	n := 0
+	for b.Loop() {
+		for j := range recs {
+			k := n*batch + j
+			recs[j].RecordID = recordIDFor(k)
+			recs[j].User = fmt.Sprintf("user%d", k)
+			recs[j].Path = fmt.Sprintf("/store/data/Run%d/f.root", k)
+		}
+		if err := s.Append(ctx, recs, nil); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	b.ReportMetric(float64(n*batch)/(cpuTime()-cpu0).Seconds(), "records/cpu-s")
+}
+
 // cpuTime returns the user+system CPU time of the process so far.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage

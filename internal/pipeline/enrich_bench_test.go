@@ -7,12 +7,32 @@ import (
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
+// cacheLine is a cache's file_close g-stream line.
+var cacheLine = []byte(`{"event":"file_close","lfn":"/store/data/f.root","size":1048576,"blk_size":1048576,"n_blks":1,"n_blks_done":1,"access_cnt":1,"attach_t":1750000000,"detach_t":1750000010,"remotes":[],"b_hit":0,"b_miss":1048576,"b_bypass":0}`)
+
+// BenchmarkTypeEvents types a barrier's 1,000 raw events (cache
+// file_close lines) as the commit does, on one core.
+//
+//	go test -run '^$' -bench TypeEvents ./internal/pipeline
+func BenchmarkTypeEvents(b *testing.B) {
+	var p Pipeline
+	evs := make([]record.Event, 1000)
+	b.ReportAllocs()
+	for b.Loop() {
+		for i := range evs {
+			evs[i] = record.Event{Provider: "C", Raw: cacheLine}
+		}
+		p.typeEventsOf(evs)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(evs)), "ns/event")
+}
+
 // TestTypeEventsAllocs: typing a barrier's events allocates a chunk of
 // payloads at a time, not one payload per event, and gives each event
 // the payload ParseEvent gives.
 func TestTypeEventsAllocs(t *testing.T) {
 	var p Pipeline
-	line := []byte(`{"event":"file_close","lfn":"/store/data/f.root","size":1048576,"blk_size":1048576,"n_blks":1,"n_blks_done":1,"access_cnt":1,"attach_t":1750000000,"detach_t":1750000010,"remotes":[],"b_hit":0,"b_miss":1048576,"b_bypass":0}`)
+	line := cacheLine
 	evs := make([]record.Event, 1000)
 	n := testing.AllocsPerRun(20, func() {
 		for i := range evs {
