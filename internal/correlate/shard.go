@@ -506,18 +506,8 @@ func sidFromUserID(uid []byte) (uint64, bool) {
 	if c < 0 {
 		return 0, false
 	}
-	d := uid[c+1 : at]
-	if len(d) == 0 || len(d) > 20 {
-		return 0, false
-	}
-	var v uint64
-	for _, ch := range d {
-		if ch < '0' || ch > '9' {
-			return 0, false
-		}
-		v = v*10 + uint64(ch-'0')
-	}
-	return v & sidMask, true
+	v, ok := decimal(uid[c+1:at], 20) // a 20-digit sid wraps, as it always has
+	return v & sidMask, ok
 }
 
 var providerNames [256]string

@@ -407,13 +407,6 @@ func (e *snapScratch) text(ss *session) {
 	e.buf = codec.AppendBytes(e.buf, e.textBuf)
 }
 
-func (e *snapScratch) raw(s string) {
-	if len(e.buf) >= snapChunk {
-		e.flush()
-	}
-	e.buf = codec.AppendString(e.buf, s)
-}
-
 func (e *snapScratch) login(l *loginInfo) {
 	if l == nil {
 		e.buf = append(e.buf, 0)

@@ -31,8 +31,8 @@ func (s *Shard) textKey(uid []byte) uint64 { return maphash.Bytes(s.textSeed, ui
 func (s *Shard) setText(ss *session, uid []byte, u packet.UserID) {
 	ss.textKey, ss.textRaw = s.textKey(uid), ""
 	var ok bool
-	if ss.pid, ok = decimal(u.PID); ok && !u.Raw {
-		if ss.sid, ok = decimal(u.SID); ok && sameText(ss, uid) {
+	if ss.pid, ok = decimal(u.PID, 19); ok && !u.Raw {
+		if ss.sid, ok = decimal(u.SID, 19); ok && sameText(ss, uid) {
 			return // the parts spell it (FuzzSameText holds sameText to appendText)
 		}
 	}
@@ -91,7 +91,7 @@ func cutNumber(b []byte, v uint64, sep byte) ([]byte, bool) {
 	if i < 1 || (i > 1 && b[0] == '0') {
 		return nil, false
 	}
-	if n, ok := decimal(b[:i]); !ok || n != v {
+	if n, ok := decimal(b[:i], 19); !ok || n != v {
 		return nil, false
 	}
 	return b[i+1:], true
@@ -119,10 +119,10 @@ func unindexText(inc *incarnation, ss *session, i int32) {
 	}
 }
 
-// decimal parses b as a decimal number of at most 19 digits (what a
-// uint64 always holds).
-func decimal(b []byte) (uint64, bool) {
-	if len(b) == 0 || len(b) > 19 {
+// decimal parses b as a decimal number of at most maxDigits digits: 19
+// for a value a uint64 always holds; with 20 a larger one wraps.
+func decimal(b []byte, maxDigits int) (uint64, bool) {
+	if len(b) == 0 || len(b) > maxDigits {
 		return 0, false
 	}
 	var v uint64
