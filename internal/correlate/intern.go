@@ -124,11 +124,10 @@ func (in *interner) put(set []string, s string) {
 }
 
 // shareCache shares the parsed form of a payload that recurs (a user
-// logging in again from the same host with the same client, a user's
-// token on each of its sessions), by a hash of the payload (seeded per
-// shard, so that no sender can aim at a collision; an accidental one
-// among the slots has a chance of about 1 in 10^15; the token cache also
-// compares the fields): a payload is kept in no copy of its own. Like the
+// logging in again from the same host with the same client), by a hash of
+// the payload (seeded per shard, so that no sender can aim at a
+// collision; an accidental one among the slots has a chance of about 1 in
+// 10^15): a payload is kept in no copy of its own. Like the
 // interner it is a two-way set-associative cache, and a small one: the
 // forms it holds stay in memory after their sessions are gone, and where
 // nearly every payload is new (at 25,000 logins a second, a map of
@@ -147,12 +146,8 @@ type shareSlot[T any] struct {
 	cost int64
 }
 
-// loginSlots is the number of the login cache's slots, tokenSlots the
-// token cache's.
-const (
-	loginSlots = 1 << 14
-	tokenSlots = 1 << 12
-)
+// loginSlots is the number of the login cache's slots.
+const loginSlots = 1 << 14
 
 func newShareCache[T any](slots int, maxBytes int64) shareCache[T] {
 	return shareCache[T]{seed: maphash.MakeSeed(), w: newTwoWay[shareSlot[T]](slots), maxBytes: maxBytes}
@@ -186,7 +181,7 @@ func (c *shareCache[T]) put(h uint64, v *T, cost int64) {
 }
 
 // slabNext returns a new element of a slab of chunks of 64 (one
-// allocation per 64 logins or tokens, not one each).
+// allocation per 64 logins, not one each).
 func slabNext[T any](chunk *[]T) *T {
 	if len(*chunk) == cap(*chunk) {
 		*chunk = make([]T, 0, 64)

@@ -2,7 +2,6 @@ package correlate
 
 import (
 	"bytes"
-	"hash/maphash"
 	"net/netip"
 	"unsafe"
 
@@ -265,52 +264,45 @@ func (s *Shard) loginInfo(payload []byte) *loginInfo {
 }
 
 // tokenInfo returns the shared form of a token's fields: a user's
-// sessions carry the same token, and the form is made once while the
-// token cache holds it.
+// sessions carry the same token, and its form is made once.
 func (s *Shard) tokenInfo(tok packet.Token) *tokenInfo {
-	t, k := s.cachedToken(&[...]string{view(tok.Subject), view(tok.Name), view(tok.Org), view(tok.Role), view(tok.Groups)})
-	if t != nil {
+	f := [...]string{view(tok.Subject), view(tok.Name), view(tok.Org), view(tok.Role), view(tok.Groups)}
+	if t := s.tokens[f]; t != nil {
 		return t
 	}
-	t = slabNext(&s.tokenSlab)
-	*t = tokenInfo{
+	return s.shareToken(&tokenInfo{
 		subject: s.names.bytes(tok.Subject),
 		name:    s.names.bytes(tok.Name),
 		org:     s.names.bytes(tok.Org),
 		role:    s.names.bytes(tok.Role),
 		groups:  s.names.bytes(tok.Groups),
-	}
-	s.tokens.put(k, t, tokenCost(t))
-	return t
+	})
 }
 
-// shareToken returns the token of the cache with t's fields, or keeps t
-// in the cache and returns it: a restored shard shares tokens as the
-// packets' tokens are shared.
+// shareToken returns the shared token with t's fields, or shares t. The
+// tokens shared are a map, not a cache that forgets by hash, so that a
+// restored shard shares them as the shard it was taken of did (its
+// checkpoint is the same bytes); it is emptied when it holds maxTokens
+// (the sessions keep theirs).
 func (s *Shard) shareToken(t *tokenInfo) *tokenInfo {
-	c, k := s.cachedToken(&[...]string{t.subject, t.name, t.org, t.role, t.groups})
-	if c != nil {
+	f := [...]string{t.subject, t.name, t.org, t.role, t.groups}
+	if c := s.tokens[f]; c != nil {
 		return c
 	}
-	s.tokens.put(k, t, tokenCost(t))
+	if len(s.tokens) >= maxTokens {
+		clear(s.tokens)
+		s.tokenBytes = 0
+	}
+	s.tokens[f] = t
+	s.tokenBytes += tokenCost(t) + tokenSlot
 	return t
 }
 
-// cachedToken returns the token of the cache with fields f (nil if it
-// holds none) and the cache key of f.
-func (s *Shard) cachedToken(f *[5]string) (*tokenInfo, uint64) {
-	h := maphash.Hash{}
-	h.SetSeed(s.tokens.seed)
-	for _, x := range f {
-		_, _ = h.WriteString(x)
-		_ = h.WriteByte(0)
-	}
-	k := h.Sum64()
-	if c := s.tokens.get(k); c != nil && *f == [...]string{c.subject, c.name, c.org, c.role, c.groups} {
-		return c, k
-	}
-	return nil, k
-}
+// maxTokens bounds the shared tokens; tokenSlot is a map slot's bytes.
+const (
+	maxTokens = 1 << 12
+	tokenSlot = int64(unsafe.Sizeof([5]string{})) + 16
+)
 
 // view is b as a string for a lookup, not to be kept: it shares b's bytes.
 func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -118,12 +118,13 @@ type Shard struct {
 	pathsI   interner
 	// logins caches the parsed login payloads (intern.go).
 	logins shareCache[loginInfo]
-	// tokens caches the tokens' fields (tokenInfo).
-	tokens shareCache[tokenInfo]
+	// tokens shares the tokens of equal fields (tokenInfo); tokenBytes
+	// is what it holds.
+	tokens     map[[5]string]*tokenInfo
+	tokenBytes int64
 	// loginSlab holds new logins' parsed forms, a chunk at a time: one
 	// allocation per 64 logins instead of one per login.
 	loginSlab []loginInfo
-	tokenSlab []tokenInfo // new tokens' forms, as loginSlab
 
 	// Byte counts of the tables with a budget (budget.go); discBytes is
 	// the disconnected sessions' part of sessBytes.
@@ -179,7 +180,7 @@ func NewShard(cfg Config) *Shard {
 		names:      newInterner(cfg.InternMax, cfg.budget(shareIntern)),
 		pathsI:     newInterner(cfg.InternMax, cfg.budget(shareIntern)),
 		logins:     newShareCache[loginInfo](loginSlots, cfg.budget(shareIntern)),
-		tokens:     newShareCache[tokenInfo](tokenSlots, cfg.budget(shareIntern)/8),
+		tokens:     make(map[[5]string]*tokenInfo),
 		textSeed:   maphash.MakeSeed(),
 	}
 }
@@ -236,7 +237,7 @@ func (s *Shard) Stats() Stats {
 	st.PendingFiles = int(s.pendFiles.n)
 	st.PendingRefs = len(s.paths) + len(s.users)
 	st.FileBytes, st.SessionBytes, st.PendingBytes = s.fileBytes, s.sessBytes, s.pendBytes
-	st.InternBytes = s.names.size + s.pathsI.size + s.logins.size + s.tokens.size
+	st.InternBytes = s.names.size + s.pathsI.size + s.logins.size + s.tokenBytes
 	for _, inc := range s.incs {
 		for d := range inc.seq {
 			st.Missing += int(inc.seq[d].holes(256))

@@ -43,7 +43,7 @@ import (
 //     count varies with when the rollups flush); with sparse rollup
 //     minutes, 0.69–0.74 and 1.75–1.88; with no allocation per login,
 //     token, event or new name in the store (issue 24's twelfth check),
-//     0.34–0.42 and 0.88–1.07, nearly all of them the rollups' flushes
+//     0.31–0.42 and 0.78–1.07, nearly all of them the rollups' flushes
 //     and compactions on the workload's fast clock and the shard's new
 //     names. One more allocation per packet or per record crosses them.
 const (
