@@ -123,69 +123,58 @@ func (in *interner) put(set []string, s string) {
 	push(set, s)
 }
 
-// shareCache shares the parsed form of a payload that recurs (a user
-// logging in again from the same host with the same client), by a hash of
-// the payload (seeded per shard, so that no sender can aim at a
-// collision; an accidental one among the slots has a chance of about 1 in
-// 10^15): a payload is kept in no copy of its own. Like the
+// loginCache shares the parsed form of a login payload that recurs (a
+// user logging in again from the same host with the same client), by a
+// hash of the payload (seeded per shard, so that no sender can aim at a
+// collision; an accidental one among the slots has a chance of about 1
+// in 10^15): a payload is kept in no copy of its own. Like the
 // interner it is a two-way set-associative cache, and a small one: the
-// forms it holds stay in memory after their sessions are gone, and where
+// logins it holds stay in memory after their sessions are gone, and where
 // nearly every payload is new (at 25,000 logins a second, a map of
 // 100,000 reset when full held 18 MB of them for nothing) it holds
 // loginSlots of them, 2.9 MB, at the most.
-type shareCache[T any] struct {
+type loginCache struct {
 	seed     maphash.Seed
-	w        twoWay[shareSlot[T]]
-	size     int64 // the cost of the forms held
-	maxBytes int64 // forms beyond it are not cached
+	w        twoWay[loginSlot]
+	size     int64 // loginCost of the logins held
+	maxBytes int64 // logins beyond it are not cached
 }
 
-type shareSlot[T any] struct {
-	h    uint64
-	v    *T
-	cost int64
+type loginSlot struct {
+	h  uint64
+	li *loginInfo
 }
 
 // loginSlots is the number of the login cache's slots.
 const loginSlots = 1 << 14
 
-func newShareCache[T any](slots int, maxBytes int64) shareCache[T] {
-	return shareCache[T]{seed: maphash.MakeSeed(), w: newTwoWay[shareSlot[T]](slots), maxBytes: maxBytes}
+func newLoginCache(maxBytes int64) loginCache {
+	return loginCache{seed: maphash.MakeSeed(), w: newTwoWay[loginSlot](loginSlots), maxBytes: maxBytes}
 }
 
 // hash returns the key of payload.
-func (c *shareCache[T]) hash(payload []byte) uint64 { return maphash.Bytes(c.seed, payload) }
+func (c *loginCache) hash(payload []byte) uint64 { return maphash.Bytes(c.seed, payload) }
 
-// get returns the form of hash h, nil when the cache does not hold it.
-func (c *shareCache[T]) get(h uint64) *T {
+// get returns the login of hash h, nil when the cache does not hold it.
+func (c *loginCache) get(h uint64) *loginInfo {
 	set := c.w.set(h)
 	switch {
-	case set[0].v != nil && set[0].h == h:
-		return set[0].v
-	case set[1].v != nil && set[1].h == h:
-		return set[1].v
+	case set[0].li != nil && set[0].h == h:
+		return set[0].li
+	case set[1].li != nil && set[1].h == h:
+		return set[1].li
 	}
 	return nil
 }
 
-// put makes v (of the given cost in bytes) the newer form of h's set,
-// forgetting the older, unless the forms held would pass maxBytes.
-func (c *shareCache[T]) put(h uint64, v *T, cost int64) {
+// put makes li the newer login of h's set, forgetting the older, unless
+// the logins held would pass maxBytes.
+func (c *loginCache) put(h uint64, li *loginInfo) {
 	set := c.w.set(h)
-	grow := cost - set[1].cost
+	grow := loginCost(li) - loginCost(set[1].li)
 	if c.size+grow > c.maxBytes {
 		return
 	}
 	c.size += grow
-	push(set, shareSlot[T]{h, v, cost})
-}
-
-// slabNext returns a new element of a slab of chunks of 64 (one
-// allocation per 64 logins, not one each).
-func slabNext[T any](chunk *[]T) *T {
-	if len(*chunk) == cap(*chunk) {
-		*chunk = make([]T, 0, 64)
-	}
-	*chunk = (*chunk)[:len(*chunk)+1]
-	return &(*chunk)[len(*chunk)-1]
+	push(set, loginSlot{h, li})
 }

@@ -76,27 +76,27 @@ func BenchmarkInterner(b *testing.B) {
 // The login cache returns what it was given for a hash it holds, forgets
 // the older of a set, and keeps within its bytes.
 func TestLoginCache(t *testing.T) {
-	c := newShareCache[loginInfo](loginSlots, 1<<20)
+	c := newLoginCache(1 << 20)
 	if c.get(1) != nil {
 		t.Fatal("an empty cache holds a login")
 	}
 	a, b, d := &loginInfo{dn: "/CN=a"}, &loginInfo{dn: "/CN=b"}, &loginInfo{dn: "/CN=d"}
 	same := func(h uint64) uint64 { return h + loginSlots/2 } // the same set
-	c.put(7, a, loginCost(a))
-	c.put(same(7), b, loginCost(b))
+	c.put(7, a)
+	c.put(same(7), b)
 	if c.get(7) != a || c.get(same(7)) != b {
 		t.Fatal("a set does not hold its two logins")
 	}
-	c.put(same(same(7)), d, loginCost(d))
+	c.put(same(same(7)), d)
 	if c.get(7) != nil || c.get(same(7)) != b || c.get(same(same(7))) != d {
 		t.Error("a third login of a set did not push the older out")
 	}
 	if want := loginCost(b) + loginCost(d); c.size != want {
 		t.Errorf("size %d, want %d", c.size, want)
 	}
-	small := newShareCache[loginInfo](loginSlots, loginCost(a))
-	small.put(1, a, loginCost(a))
-	small.put(2, b, loginCost(b))
+	small := newLoginCache(loginCost(a))
+	small.put(1, a)
+	small.put(2, b)
 	if small.get(1) != a || small.get(2) != nil || small.size > loginCost(a) {
 		t.Errorf("over its bytes the cache took a login: size %d", small.size)
 	}

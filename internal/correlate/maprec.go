@@ -245,7 +245,11 @@ func (s *Shard) loginInfo(payload []byte) *loginInfo {
 		return li
 	}
 	l := packet.ParseLogin(payload)
-	li := slabNext(&s.loginSlab)
+	if len(s.loginSlab) == cap(s.loginSlab) {
+		s.loginSlab = make([]loginInfo, 0, 64)
+	}
+	s.loginSlab = s.loginSlab[:len(s.loginSlab)+1]
+	li := &s.loginSlab[len(s.loginSlab)-1]
 	*li = loginInfo{
 		authProt: s.names.bytes(l.AuthProt),
 		dn:       s.names.bytes(l.Name),
@@ -259,7 +263,7 @@ func (s *Shard) loginInfo(payload []byte) *loginInfo {
 		info:     s.names.bytes(l.Info),
 		ipv6:     l.IPv == 6,
 	}
-	s.logins.put(h, li, loginCost(li))
+	s.logins.put(h, li)
 	return li
 }
 

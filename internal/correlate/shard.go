@@ -117,7 +117,7 @@ type Shard struct {
 	textSeed maphash.Seed
 	pathsI   interner
 	// logins caches the parsed login payloads (intern.go).
-	logins shareCache[loginInfo]
+	logins loginCache
 	// tokens shares the tokens of equal fields (tokenInfo); tokenBytes
 	// is what it holds.
 	tokens     map[[5]string]*tokenInfo
@@ -179,7 +179,7 @@ func NewShard(cfg Config) *Shard {
 		users:      make(map[uint64]*pendingUser),
 		names:      newInterner(cfg.InternMax, cfg.budget(shareIntern)),
 		pathsI:     newInterner(cfg.InternMax, cfg.budget(shareIntern)),
-		logins:     newShareCache[loginInfo](loginSlots, cfg.budget(shareIntern)),
+		logins:     newLoginCache(cfg.budget(shareIntern)),
 		tokens:     make(map[[5]string]*tokenInfo),
 		textSeed:   maphash.MakeSeed(),
 	}
