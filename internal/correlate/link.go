@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/xrdmon/xrdmon/internal/codec"
+	"github.com/xrdmon/xrdmon/internal/minheap"
 	"github.com/xrdmon/xrdmon/internal/record"
 )
 
@@ -89,7 +90,7 @@ type Linker struct {
 	// one allocation per 256 opens instead of one per open.
 	openSlab []linkOpen
 	pend     map[recKey]int64 // undecided opens: their deadline
-	queue    dueQueue         // undecided opens by deadline (a heap; stale entries skipped)
+	queue    []dueOpen        // undecided opens by deadline (a minheap; stale entries skipped)
 	order    []fifoRef        // redirects and opens, in arrival order
 	nextID   uint64
 	linked   map[recKey]*linkResult
@@ -207,48 +208,9 @@ type dueOpen struct {
 	rec recKey
 }
 
-// dueQueue is a min-heap of opens by deadline, then identity.
-type dueQueue []dueOpen
-
-func (q dueQueue) less(i, j int) bool {
-	return q[i].d < q[j].d || (q[i].d == q[j].d && q[i].rec.compare(q[j].rec) < 0)
-}
-
-func (q *dueQueue) push(x dueOpen) {
-	*q = append(*q, x)
-	h := *q
-	for i := len(h) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-}
-
-func (q *dueQueue) pop() dueOpen {
-	h := *q
-	top := h[0]
-	n := len(h) - 1
-	h[0] = h[n]
-	h = h[:n]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && h.less(l, m) {
-			m = l
-		}
-		if r < n && h.less(r, m) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-	*q = h
-	return top
+// Less orders the decision queue (a minheap): by deadline, then identity.
+func (x *dueOpen) Less(o *dueOpen) bool {
+	return x.d < o.d || (x.d == o.d && x.rec.compare(o.rec) < 0)
 }
 
 // linkSlack is how far apart, in seconds, the two servers' clocks may be.
@@ -419,7 +381,7 @@ func (l *Linker) index(o *Open) {
 	}
 	l.opens[k] = append(cur, lo)
 	l.pend[lo.rec] = l.deadline(&lo)
-	l.queue.push(dueOpen{d: l.deadline(&lo), k: k, id: lo.id, rec: lo.rec})
+	l.queue = minheap.Push(l.queue, dueOpen{d: l.deadline(&lo), k: k, id: lo.id, rec: lo.rec})
 	l.order = append(l.order, fifoRef{key: k, id: lo.id, received: lo.received, open: true})
 	l.bytes += openCost(k)
 }
@@ -501,7 +463,8 @@ func (r *linkRedir) matches(o *linkOpen, window int64) bool {
 func (l *Linker) decide(final bool) {
 	l.dropLazy(final)
 	for len(l.queue) > 0 && (final || l.queue[0].d < l.now) {
-		x := l.queue.pop()
+		var x dueOpen
+		l.queue, x = minheap.Pop(l.queue)
 		if d, ok := l.pend[x.rec]; !ok || d != x.d {
 			continue // decided, or forgotten over the memory bound
 		}
@@ -937,7 +900,7 @@ func (l *Linker) UnmarshalBinary(b []byte) error {
 			}
 			l.opens[k] = append(l.opens[k], o)
 			l.pend[o.rec] = l.deadline(&o)
-			l.queue.push(dueOpen{d: l.deadline(&o), k: k, id: o.id, rec: o.rec})
+			l.queue = minheap.Push(l.queue, dueOpen{d: l.deadline(&o), k: k, id: o.id, rec: o.rec})
 			l.order = append(l.order, fifoRef{key: k, id: o.id, received: o.received, open: true})
 			l.bytes += openCost(k)
 		default:

@@ -145,7 +145,7 @@ type run struct {
 	startMs int64
 	endMs   int64
 	seq     uint64
-	events  evHeap
+	events  []event // a minheap
 
 	servers []server
 	clients []client

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/xrdmon/xrdmon/internal/minheap"
 	"github.com/xrdmon/xrdmon/internal/packet"
 	"github.com/xrdmon/xrdmon/internal/record"
 )
@@ -40,48 +41,9 @@ type event struct {
 	kind uint8
 }
 
-// evHeap is a min-heap of events by (at, seq).
-type evHeap []event
-
-func (h evHeap) less(i, j int) bool {
-	return h[i].at < h[j].at || h[i].at == h[j].at && h[i].seq < h[j].seq
-}
-
-func (h *evHeap) push(e event) {
-	*h = append(*h, e)
-	q := *h
-	for i := len(q) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !q.less(i, p) {
-			break
-		}
-		q[i], q[p] = q[p], q[i]
-		i = p
-	}
-}
-
-func (h *evHeap) pop() event {
-	q := *h
-	e := q[0]
-	n := len(q) - 1
-	q[0] = q[n]
-	q = q[:n]
-	for i := 0; ; {
-		l, m := 2*i+1, i
-		if l < n && q.less(l, m) {
-			m = l
-		}
-		if l+1 < n && q.less(l+1, m) {
-			m = l + 1
-		}
-		if m == i {
-			break
-		}
-		q[i], q[m] = q[m], q[i]
-		i = m
-	}
-	*h = q
-	return e
+// Less orders the event queue (a minheap): by time, then sequence.
+func (e *event) Less(o *event) bool {
+	return e.at < o.at || e.at == o.at && e.seq < o.seq
 }
 
 type session struct {
@@ -237,7 +199,7 @@ func (r *run) initServers(bound []netip.AddrPort) {
 
 func (r *run) schedule(at int64, kind uint8, idx int32, gen uint32) {
 	r.seq++
-	r.events.push(event{at: at, seq: r.seq, idx: idx, gen: gen, kind: kind})
+	r.events = minheap.Push(r.events, event{at: at, seq: r.seq, idx: idx, gen: gen, kind: kind})
 }
 
 func (r *run) loop() {
@@ -245,7 +207,8 @@ func (r *run) loop() {
 		if r.events[0].at >= r.endMs {
 			return
 		}
-		e := r.events.pop()
+		var e event
+		r.events, e = minheap.Pop(r.events)
 		r.now = e.at
 		switch e.kind {
 		case evTick:
