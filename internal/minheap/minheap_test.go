@@ -69,3 +69,20 @@ func TestAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per run, want 0", allocs)
 	}
 }
+
+// BenchmarkPushPop keeps a heap of 4,096 elements (the linker's decision
+// queue in a redirect-heavy commit is of this order) and pushes and pops
+// one element per operation.
+func BenchmarkPushPop(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	h := make([]item, 0, 4097)
+	for i := range 4096 {
+		h = Push(h, item{key: rng.IntN(1 << 20), seq: i})
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		var x item
+		h, x = Pop(h)
+		h = Push(h, item{key: x.key + rng.IntN(1<<10), seq: i})
+	}
+}
