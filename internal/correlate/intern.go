@@ -52,20 +52,28 @@ func push[T any](set []T, x T) { set[0], set[1] = x, set[0] }
 // cache forgets.
 type interner struct {
 	seed     maphash.Seed
-	w        twoWay[string]
+	w        twoWay[internSlot]
 	size     int64 // estimated heap bytes: slots and the texts they hold
 	maxBytes int64 // texts beyond it are handed out, not cached
+}
+
+// internSlot is a text the interner holds and its hash: a lookup compares
+// the hashes first, so that a miss (a new path, most of them) reads
+// neither slot's text, which is cold in memory.
+type internSlot struct {
+	h uint64
+	s string
 }
 
 // newInterner returns an interner of entries slots (Config.InternMax,
 // rounded up to a power of two) and maxBytes.
 func newInterner(entries int, maxBytes int64) interner {
-	return interner{seed: maphash.MakeSeed(), w: newTwoWay[string](entries), maxBytes: maxBytes}
+	return interner{seed: maphash.MakeSeed(), w: newTwoWay[internSlot](entries), maxBytes: maxBytes}
 }
 
 // set returns the two slots of hash h, counting the slots' bytes when
 // they are allocated.
-func (in *interner) set(h uint64) []string {
+func (in *interner) set(h uint64) []internSlot {
 	if in.w.slots == nil {
 		in.size += in.w.slotBytes()
 	}
@@ -78,18 +86,19 @@ func (in *interner) bytes(b []byte) string {
 	if len(b) == 0 {
 		return ""
 	}
-	set := in.set(maphash.Bytes(in.seed, b))
-	if set[0] == string(b) {
-		return set[0]
+	h := maphash.Bytes(in.seed, b)
+	set := in.set(h)
+	if set[0].h == h && set[0].s == string(b) {
+		return set[0].s
 	}
-	if set[1] == string(b) {
-		return set[1]
+	if set[1].h == h && set[1].s == string(b) {
+		return set[1].s
 	}
 	if !utf8.Valid(b) {
 		return strings.ToValidUTF8(string(b), "\uFFFD")
 	}
 	s := string(b)
-	in.put(set, s)
+	in.put(set, internSlot{h, s})
 	return s
 }
 
@@ -98,29 +107,30 @@ func (in *interner) str(s string) string {
 	if s == "" {
 		return ""
 	}
-	set := in.set(maphash.String(in.seed, s))
-	if set[0] == s {
-		return set[0]
+	h := maphash.String(in.seed, s)
+	set := in.set(h)
+	if set[0].h == h && set[0].s == s {
+		return set[0].s
 	}
-	if set[1] == s {
-		return set[1]
+	if set[1].h == h && set[1].s == s {
+		return set[1].s
 	}
 	if !utf8.ValidString(s) {
 		return strings.ToValidUTF8(s, "\uFFFD")
 	}
-	in.put(set, s)
+	in.put(set, internSlot{h, s})
 	return s
 }
 
-// put makes s the newer of set's two unless the texts held would pass
+// put makes x the newer of set's two unless the texts held would pass
 // maxBytes.
-func (in *interner) put(set []string, s string) {
-	grow := int64(len(s)) - int64(len(set[1]))
+func (in *interner) put(set []internSlot, x internSlot) {
+	grow := int64(len(x.s)) - int64(len(set[1].s))
 	if in.size+grow > in.maxBytes {
 		return
 	}
 	in.size += grow
-	push(set, s)
+	push(set, x)
 }
 
 // loginCache shares the parsed form of a login payload that recurs (a
@@ -141,8 +151,9 @@ type loginCache struct {
 }
 
 type loginSlot struct {
-	h  uint64
-	li *loginInfo
+	h    uint64
+	li   *loginInfo
+	cost int64 // loginCost(li), kept so that evicting li does not read it
 }
 
 // loginSlots is the number of the login cache's slots.
@@ -171,10 +182,11 @@ func (c *loginCache) get(h uint64) *loginInfo {
 // the logins held would pass maxBytes.
 func (c *loginCache) put(h uint64, li *loginInfo) {
 	set := c.w.set(h)
-	grow := loginCost(li) - loginCost(set[1].li)
+	cost := loginCost(li)
+	grow := cost - set[1].cost
 	if c.size+grow > c.maxBytes {
 		return
 	}
 	c.size += grow
-	push(set, loginSlot{h, li})
+	push(set, loginSlot{h, li, cost})
 }

@@ -54,9 +54,9 @@ func TestInternerBounded(t *testing.T) {
 	}
 	var held int64
 	for _, s := range in.w.slots {
-		held += int64(len(s))
+		held += int64(len(s.s))
 	}
-	if fixed := int64(len(in.w.slots)) * int64(unsafe.Sizeof("")); in.size != fixed+held {
+	if fixed := int64(len(in.w.slots)) * int64(unsafe.Sizeof(internSlot{})); in.size != fixed+held {
 		t.Errorf("size %d, want slots %d + texts %d", in.size, fixed, held)
 	}
 }
