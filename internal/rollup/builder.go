@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -908,7 +909,7 @@ func (b *Builder) Flush(ctx context.Context) error {
 	// Off the lock: encoding (and merging the minutes of a stream whose
 	// time runs fast) is the flush's work.
 	var hours slab
-	add, added := b.headParts(h, b.part, &hours)
+	add, added := b.headParts(h, b.part, &hours, wm)
 	part := b.part
 	for _, n := range added {
 		part += int64(n)
@@ -919,9 +920,8 @@ func (b *Builder) Flush(ctx context.Context) error {
 	if err == nil {
 		c.Compacted = compacted
 		for _, step := range Resolutions {
-			if ret := b.cfg.retention(step); ret > 0 {
-				s := int64(step / time.Second)
-				c.Expire[s] = wm - int64(ret/time.Second)
+			if s := int64(step / time.Second); b.cfg.retention(step) > 0 {
+				c.Expire[s] = b.expiredBefore(s, wm)
 			}
 		}
 		b.partsMu.Lock()
@@ -961,7 +961,7 @@ func (b *Builder) Flush(ctx context.Context) error {
 		b.parts[bucketKey{p.Step, p.Start}] = 1
 	}
 	for bk, n := range b.parts {
-		if bk.start+bk.step+int64(sealGrace/time.Second) < wm && n <= 1 {
+		if bk.start+bk.step+int64(sealGrace/time.Second) < wm && n <= 1 || bk.start < b.expiredBefore(bk.step, wm) {
 			delete(b.parts, bk)
 		}
 	}
@@ -1001,13 +1001,14 @@ func sortedBuckets[V any](m map[bucketKey]V) []bucketKey {
 }
 
 // compactions merges the parts of the buckets that are over (sealGrace
-// past their end) or that reach maxParts with this flush's.
+// past their end) or that reach maxParts with this flush's, but not those
+// the flush's commit deletes (expiredBefore).
 func (b *Builder) compactions(ctx context.Context, added map[bucketKey]int, wm int64) ([]store.RollupPart, error) {
 	var out []store.RollupPart
 	for _, bk := range sortedBuckets(b.parts) {
 		n := b.parts[bk] + added[bk]
 		sealed := bk.start+bk.step+int64(sealGrace/time.Second) < wm
-		if added[bk] > 0 || n <= 1 || (!sealed && n < maxParts) {
+		if added[bk] > 0 || n <= 1 || (!sealed && n < maxParts) || bk.start < b.expiredBefore(bk.step, wm) {
 			continue // a bucket written by this flush is compacted by a later one
 		}
 		m := make(map[string]*Agg)
@@ -1023,6 +1024,16 @@ func (b *Builder) compactions(ctx context.Context, added map[bucketKey]int, wm i
 		b.m.compactions.Inc()
 	}
 	return out, nil
+}
+
+// expiredBefore returns the start before which retention deletes the
+// buckets of width step (seconds) at watermark wm; math.MinInt64 when they
+// are kept forever.
+func (b *Builder) expiredBefore(step, wm int64) int64 {
+	if ret := b.cfg.retention(time.Duration(step) * time.Second); ret > 0 {
+		return wm - int64(ret/time.Second)
+	}
+	return math.MinInt64
 }
 
 // expireOpen forgets tombstones and open accesses long past by their

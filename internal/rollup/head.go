@@ -227,7 +227,12 @@ func (b *Builder) each(m *minute, prefix string, fn func(key string, a *Agg)) {
 // count stays small. An hour's pieces are the sums of its minutes' kept
 // entries (head.hours, summed as they came) and its dense minutes' series;
 // a day's are its hours. The series of those merges are sl's.
-func (b *Builder) headParts(h head, part int64, sl *slab) ([]store.RollupPart, map[bucketKey]int) {
+//
+// A bucket that retention deletes at watermark wm (expiredBefore) is not
+// written: the flush's commit would delete it (a stream whose time runs
+// fast flushes weeks of minutes at once, nearly all of them past the
+// minutes' retention). Its sums still go into the coarser buckets.
+func (b *Builder) headParts(h head, part int64, sl *slab, wm int64) ([]store.RollupPart, map[bucketKey]int) {
 	// A bucket's sums so far (nil: a minute's kept entries, in their
 	// hour's sums already), each with its encoded parts (nil: not yet).
 	type piece struct {
@@ -236,9 +241,10 @@ func (b *Builder) headParts(h head, part int64, sl *slab) ([]store.RollupPart, m
 	}
 	var enc partEncoder
 	level := make(map[bucketKey][]piece, len(h.mins))
+	minCut := b.expiredBefore(60, wm)
 	for start, m := range h.mins {
 		var ps []piece
-		if len(m.raw) > 0 {
+		if len(m.raw) > 0 && start >= minCut { // kept entries are in their hour already
 			ps = append(ps, piece{parts: []specPart{enc.encodeRaw(m.raw, b.specs, b.used)}})
 		}
 		if len(m.series) > 0 {
@@ -250,6 +256,9 @@ func (b *Builder) headParts(h head, part int64, sl *slab) ([]store.RollupPart, m
 	added := make(map[bucketKey]int)
 	emit := func(lv map[bucketKey][]piece) {
 		for _, bk := range sortedBuckets(lv) {
+			if bk.start < b.expiredBefore(bk.step, wm) {
+				continue
+			}
 			for _, p := range lv[bk] {
 				part++
 				out = append(out, rows(bk.step, bk.start, part, p.parts)...)
