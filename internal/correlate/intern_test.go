@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -99,5 +100,28 @@ func TestLoginCache(t *testing.T) {
 	small.put(2, b)
 	if small.get(1) != a || small.get(2) != nil || small.size > loginCost(a) {
 		t.Errorf("over its bytes the cache took a login: size %d", small.size)
+	}
+}
+
+// The shared tokens are bounded in bytes as well as in number: tokens of
+// long, ever new fields (an attacker's) keep them within an eighth of the
+// interning budget, counted in InternBytes.
+func TestTokensBoundedInBytes(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxStateBytes = 8 << 20
+	s := NewShard(cfg)
+	bound := cfg.budget(shareIntern) / 8
+	long := strings.Repeat("x", 4096)
+	for i := range 2000 {
+		tok := &tokenInfo{subject: fmt.Sprint(i, long), name: long, org: "org"}
+		if got := s.shareToken(tok); got != tok {
+			t.Fatalf("token %d: a new token was not shared as itself", i)
+		}
+		if s.tokenBytes > bound {
+			t.Fatalf("token %d: %d bytes held, bound %d", i, s.tokenBytes, bound)
+		}
+	}
+	if s.Stats().InternBytes < s.tokenBytes || len(s.tokens) == 0 {
+		t.Fatalf("InternBytes %d, tokens %d (%d bytes)", s.Stats().InternBytes, len(s.tokens), s.tokenBytes)
 	}
 }

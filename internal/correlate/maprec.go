@@ -287,18 +287,20 @@ func (s *Shard) tokenInfo(tok packet.Token) *tokenInfo {
 // tokens shared are a map, not a cache that forgets by hash, so that a
 // restored shard shares them as the shard it was taken of did (its
 // checkpoint is the same bytes); it is emptied when it holds maxTokens
-// (the sessions keep theirs).
+// or would pass an eighth of the interning budget in bytes (the sessions
+// keep theirs).
 func (s *Shard) shareToken(t *tokenInfo) *tokenInfo {
 	f := [...]string{t.subject, t.name, t.org, t.role, t.groups}
 	if c := s.tokens[f]; c != nil {
 		return c
 	}
-	if len(s.tokens) >= maxTokens {
+	cost := tokenCost(t) + tokenSlot
+	if len(s.tokens) >= maxTokens || s.tokenBytes+cost > s.cfg.budget(shareIntern)/8 {
 		clear(s.tokens)
 		s.tokenBytes = 0
 	}
 	s.tokens[f] = t
-	s.tokenBytes += tokenCost(t) + tokenSlot
+	s.tokenBytes += cost
 	return t
 }
 
