@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -121,11 +122,12 @@ type Builder struct {
 	rawMax      int   // the most entries a minute keeps as they came (rawMax)
 
 	// Of the flushing goroutine only.
-	part  int64             // the last part number used
-	parts map[bucketKey]int // parts stored per recent bucket
-	feed  chan *feedBatch   // from Feed, to Run
-	spent chan *feedBatch   // from Run, back to Feed
-	busy  func() bool       // YieldTo's (nil: Run never pauses)
+	part   int64             // the last part number used
+	parts  map[bucketKey]int // parts stored per recent bucket
+	feed   chan *feedBatch   // from Feed, to Run
+	spent  chan *feedBatch   // from Run, back to Feed
+	queued atomic.Int64      // bytes of the batches in feed (feedBatch.bytes)
+	busy   func() bool       // YieldTo's (nil: Run never pauses)
 }
 
 // New returns a builder over st; call Run to start it. reg registers its
@@ -144,7 +146,7 @@ func New(cfg Config, st Store, log *slog.Logger, reg prometheus.Registerer) (*Bu
 	}
 	b := &Builder{Querier: Querier{cfg: cfg, specs: specs, parts: st}, st: st, log: log, m: m, head: newHead(),
 		open: make(map[record.AccessKey]openAccess), parts: make(map[bucketKey]int), serverTime: make(map[serverKey]int64),
-		feed: make(chan *feedBatch, feedQueue), spent: make(chan *feedBatch, feedQueue)}
+		feed: make(chan *feedBatch, feedSlots), spent: make(chan *feedBatch, feedPool)}
 	for _, s := range specs {
 		var idx []int
 		for _, d := range s.Dims() {
@@ -426,15 +428,13 @@ func (b *Builder) CatchUp(ctx context.Context) error {
 // Run to sum, without their being read back: it takes of the records and
 // progress snapshots (store.Entry.Progress, as they are: no decoding;
 // the entries are the appender's) what the sums need (sample) and queues
-// that, in the appender's goroutine, never blocking it. When the queue is
-// full the batch is dropped and counted, and Run reads those entries from
-// the log instead: nothing is summed twice or missed.
+// that, in the appender's goroutine, never blocking it. The queue holds
+// Config.MaxQueueBytes of samples, so that a pause or a flush of a second
+// or two does not overflow it. When it is full the batch is dropped and
+// counted, and Run reads those entries from the log instead: nothing is
+// summed twice or missed.
 func (b *Builder) Feed(entries []store.Entry) {
 	if len(entries) == 0 {
-		return
-	}
-	if len(b.feed) == cap(b.feed) { // the appender is the only sender: it stays full
-		b.m.feedDropped.Inc()
 		return
 	}
 	n := 0
@@ -444,13 +444,20 @@ func (b *Builder) Feed(entries []store.Entry) {
 		}
 	}
 	nu := len(b.used)
+	bytes := int64(n) * (sampleBytes + int64(nu)*stringBytes)
+	// The appender is the only sender: what is full stays so until Feed returns.
+	if len(b.feed) == cap(b.feed) || b.queued.Load()+bytes > int64(b.cfg.MaxQueueBytes) {
+		b.m.feedDropped.Inc()
+		return
+	}
 	var fb *feedBatch
 	select {
 	case fb = <-b.spent:
 	default:
 		fb = &feedBatch{}
 	}
-	fb.first, fb.last = entries[0].Seq, entries[len(entries)-1].Seq
+	fb.first, fb.last, fb.bytes = entries[0].Seq, entries[len(entries)-1].Seq, bytes
+	b.queued.Add(bytes)
 	fb.items = slices.Grow(fb.items[:0], n)
 	fb.vals = slices.Grow(fb.vals[:0], n*nu)[:n*nu]
 	vals := fb.vals
@@ -483,6 +490,7 @@ func (b *Builder) Feed(entries []store.Entry) {
 // (spend): batches were a fifth of the bytes the collector allocated.
 type feedBatch struct {
 	first, last int64
+	bytes       int64 // counted in Builder.queued: the samples and their values
 	items       []sample
 	vals        []string
 }
@@ -490,6 +498,8 @@ type feedBatch struct {
 // spend gives fb, summed or not needed, back to Feed. Its values are
 // cleared: they would keep their records' strings.
 func (b *Builder) spend(fb *feedBatch) {
+	b.queued.Add(-fb.bytes)
+	fb.bytes = 0
 	clear(fb.vals)
 	select {
 	case b.spent <- fb:
@@ -533,10 +543,18 @@ func (b *Builder) sample(s *sample, r *record.Record, progress bool, vals []stri
 	s.identity = r.Dim(record.DimIdentity)
 }
 
-// feedQueue bounds the batches fed and not yet summed: a batch is at most
-// a record chunk (1,024 records: samples of ~300 bytes with their values,
-// the strings shared with the records), so about 10 MB.
-const feedQueue = 32
+// The fed queue is bounded in bytes (Config.MaxQueueBytes): a sample
+// counts sampleBytes and a string header per dimension value (~300 bytes
+// with the default dimensions; the strings are the records', shared). A
+// batch is at most a record chunk (1,024 records). feedSlots bounds the
+// batches queued however small (a few records each when the input is
+// slow); feedPool bounds the summed batches kept to be filled again.
+const (
+	sampleBytes = int64(unsafe.Sizeof(sample{}))
+	stringBytes = int64(unsafe.Sizeof(""))
+	feedSlots   = 1024
+	feedPool    = 32
+)
 
 // applyFeed sums fb if it follows the cursor and reports whether it did
 // (false: entries before it are missing, read the log).

@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		records:      xmetrics.NewCounter("xrdmon_rollup_records_total", "Records summed into the rollups."),
 		progress:     xmetrics.NewCounter("xrdmon_rollup_progress_total", "Progress events (isXfr updates of open files) that added bytes to the rollups."),
 		openEvicted:  xmetrics.NewCounter("xrdmon_rollup_open_evicted_total", "Progress events not counted because the rollup builder's table of open accesses was at rollup.max_open_bytes; their bytes count at the close."),
-		feedDropped:  xmetrics.NewCounter("xrdmon_rollup_feed_dropped_total", "Batches of committed entries the rollups could not queue (they were behind); those entries are read back from the store instead."),
+		feedDropped:  xmetrics.NewCounter("xrdmon_rollup_feed_dropped_total", "Batches of committed entries the rollups could not queue (rollup.max_queue_bytes full: they were behind); those entries are read back from the store instead."),
 		yields:       xmetrics.NewCounter("xrdmon_rollup_yields_total", "Times the rollups paused because the UDP input was behind (rollup.max_yield)."),
 		yieldSeconds: xmetrics.NewCounter("xrdmon_rollup_yield_seconds_total", "Time the rollups spent paused for the UDP input; they catch up from the store's log after."),
 		flushes:      xmetrics.NewCounter("xrdmon_rollup_flushes_total", "Rollup head flushes: parts, state and cursor committed to the store."),

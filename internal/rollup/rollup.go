@@ -41,6 +41,7 @@ type Config struct {
 	FlushInterval   units.Duration `yaml:"flush_interval" help:"how often the sums held in memory are written to the store"`
 	MaxHeadBytes    units.ByteSize `yaml:"max_head_bytes" help:"bound of the sums held in memory, those being written included (they are written early past a third of it)"`
 	MaxOpenBytes    units.ByteSize `yaml:"max_open_bytes" help:"bound of the table of bytes counted so far for open transfers; beyond it a transfer's bytes count at its close"`
+	MaxQueueBytes   units.ByteSize `yaml:"max_queue_bytes" help:"bound of what the rollups hold of the records just committed, not yet summed (while they pause or a flush runs); past it they read those records back from the store's log instead"`
 	MaxYield        units.Duration `yaml:"max_yield" help:"longest the rollups pause while the UDP input is behind (its kernel queue filling), to give it the CPU; they catch up from the store's log afterwards; 0: never pause"`
 }
 
@@ -55,6 +56,7 @@ func DefaultConfig() Config {
 		FlushInterval:   units.Duration(30 * time.Second),
 		MaxHeadBytes:    32 << 20,
 		MaxOpenBytes:    64 << 20,
+		MaxQueueBytes:   32 << 20,
 		MaxYield:        units.Duration(time.Minute),
 	}
 }
@@ -73,8 +75,8 @@ func (c Config) Validate() error {
 	if c.MaxYield < 0 {
 		return fmt.Errorf("rollup max_yield %s: must not be negative", c.MaxYield)
 	}
-	if c.MaxHeadBytes <= 0 || c.MaxOpenBytes <= 0 {
-		return fmt.Errorf("rollup max_head_bytes and max_open_bytes: must be positive")
+	if c.MaxHeadBytes <= 0 || c.MaxOpenBytes <= 0 || c.MaxQueueBytes <= 0 {
+		return fmt.Errorf("rollup max_head_bytes, max_open_bytes and max_queue_bytes: must be positive")
 	}
 	return nil
 }

@@ -953,6 +953,111 @@ func TestRollupsYield(t *testing.T) {
 	}
 }
 
+// TestRollupsPauseKeepsTheFeed: while the rollups pause for a busy input,
+// the batches the store feeds them wait in the queue (bounded by
+// max_queue_bytes) instead of being dropped and read back from the log:
+// after a pause the queue holds, none is dropped, and the sums are exact.
+func TestRollupsPauseKeepsTheFeed(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
+	cfg.FlushInterval = units.Duration(3 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var busy atomic.Bool
+	var live *Builder
+	var commits, pausedAt, fed int
+	var cursorAt int64
+	done := make(chan error, 1)
+	st, _ := collectedWith(t, longConfig(), 50, func(st *store.Store) {
+		var err error
+		if live, err = New(cfg, st, nil, prometheus.NewRegistry()); err != nil {
+			t.Fatal(err)
+		}
+		live.YieldTo(busy.Load)
+		st.Listen(func(es []store.Entry) {
+			switch commits++; commits {
+			case 3:
+				busy.Store(true)
+				time.Sleep(2 * pollInterval) // Run sees it
+				live.mu.Lock()
+				pausedAt, cursorAt = commits, live.cursor
+				live.mu.Unlock()
+			case 9:
+				live.mu.Lock()
+				if live.cursor != cursorAt {
+					t.Errorf("the builder summed up to entry %d while paused at %d", live.cursor, cursorAt)
+				}
+				live.mu.Unlock()
+				busy.Store(false)
+			}
+			for chunk := range slices.Chunk(es, 4) { // more batches than the queue had slots when it counted them
+				live.Feed(chunk)
+				fed++
+			}
+		})
+		go func() { done <- live.Run(ctx) }()
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if commits < 10 || pausedAt == 0 || fed < 100 {
+		t.Fatalf("%d commits (%d batches), paused at %d: the stream is too short", commits, fed, pausedAt)
+	}
+	if n := testutil.ToFloat64(live.m.yields); n < 1 {
+		t.Fatalf("xrdmon_rollup_yields_total = %v, want a pause", n)
+	}
+	if n := testutil.ToFloat64(live.m.feedDropped); n != 0 {
+		t.Fatalf("xrdmon_rollup_feed_dropped_total = %v after a pause the queue holds, want 0", n)
+	}
+	if q := live.queued.Load(); q != 0 {
+		t.Fatalf("%d bytes still counted in the queue after the stop", q)
+	}
+	ref, _ := reference(t, st, cfg)
+	sameSeries(t, ref, newBuilder(t, st, cfg), "after a pause")
+}
+
+// TestFeedQueueBoundedInBytes: the fed queue holds max_queue_bytes of
+// samples at the most; a batch that would pass it is dropped and counted,
+// and a batch summed gives its bytes back.
+func TestFeedQueueBoundedInBytes(t *testing.T) {
+	st, _ := collected(t, longConfig())
+	es, err := st.Read(context.Background(), 0, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []store.Entry
+	for _, e := range es {
+		if e.Record != nil {
+			recs = append(recs, e)
+		}
+	}
+	if len(recs) < 40 {
+		t.Fatalf("%d records: the stream is too short", len(recs))
+	}
+	b := newBuilder(t, st, DefaultConfig())
+	per := sampleBytes + int64(len(b.used))*stringBytes
+	b.cfg.MaxQueueBytes = units.ByteSize(25 * per) // room for 2 batches of 10
+	batch := func(i int) []store.Entry { return recs[10*i : 10*i+10] }
+	for i := range 3 {
+		b.Feed(batch(i))
+		if q := b.queued.Load(); q > int64(b.cfg.MaxQueueBytes) {
+			t.Fatalf("after batch %d: %d bytes queued, bound %d", i, q, b.cfg.MaxQueueBytes)
+		}
+	}
+	if len(b.feed) != 2 || b.queued.Load() != 20*per {
+		t.Fatalf("%d batches (%d bytes) queued, want 2 (%d)", len(b.feed), b.queued.Load(), 20*per)
+	}
+	if n := testutil.ToFloat64(b.m.feedDropped); n != 1 {
+		t.Fatalf("xrdmon_rollup_feed_dropped_total = %v, want 1", n)
+	}
+	b.spend(<-b.feed) // summed: its room is free again
+	b.Feed(batch(3))
+	if len(b.feed) != 2 || b.queued.Load() != 20*per {
+		t.Fatalf("after one was summed: %d batches (%d bytes) queued, want 2 (%d)", len(b.feed), b.queued.Load(), 20*per)
+	}
+}
+
 // A builder whose head is flushed every few records, each new head
 // filling the chunks of the one flushed before it (slab.recycle), stores
 // the same series as one that flushes once: no series of a new head starts
