@@ -127,6 +127,7 @@ type Builder struct {
 	feed   chan *feedBatch   // from Feed, to Run
 	spent  chan *feedBatch   // from Run, back to Feed
 	queued atomic.Int64      // bytes of the batches in feed (feedBatch.bytes)
+	high   chan struct{}     // Feed to Run: the queue passed queueHigh
 	busy   func() bool       // YieldTo's (nil: Run never pauses)
 }
 
@@ -146,7 +147,7 @@ func New(cfg Config, st Store, log *slog.Logger, reg prometheus.Registerer) (*Bu
 	}
 	b := &Builder{Querier: Querier{cfg: cfg, specs: specs, parts: st}, st: st, log: log, m: m, head: newHead(),
 		open: make(map[record.AccessKey]openAccess), parts: make(map[bucketKey]int), serverTime: make(map[serverKey]int64),
-		feed: make(chan *feedBatch, feedSlots), spent: make(chan *feedBatch, feedPool)}
+		feed: make(chan *feedBatch, feedSlots), spent: make(chan *feedBatch, feedPool), high: make(chan struct{}, 1)}
 	for _, s := range specs {
 		var idx []int
 		for _, d := range s.Dims() {
@@ -275,12 +276,17 @@ func (b *Builder) Run(ctx context.Context) error {
 		if behind && !full && !paused {
 			continue
 		}
+		// While paused the fed batches wait in the queue, but a pause
+		// never makes it drop: past three quarters of its bound they are
+		// summed anyway (Feed wakes Run), which costs half what reading
+		// them back later would.
 		feed := b.feed
-		if full || paused {
+		if full || paused && !b.queueHigh() {
 			feed = nil
 		}
 		select {
 		case <-ctx.Done():
+		case <-b.high:
 		case err := <-flushDone:
 			flushed(err)
 		case fb := <-feed:
@@ -457,7 +463,12 @@ func (b *Builder) Feed(entries []store.Entry) {
 		fb = &feedBatch{}
 	}
 	fb.first, fb.last, fb.bytes = entries[0].Seq, entries[len(entries)-1].Seq, bytes
-	b.queued.Add(bytes)
+	if b.queued.Add(bytes); b.queueHigh() {
+		select {
+		case b.high <- struct{}{}:
+		default:
+		}
+	}
 	fb.items = slices.Grow(fb.items[:0], n)
 	fb.vals = slices.Grow(fb.vals[:0], n*nu)[:n*nu]
 	vals := fb.vals
@@ -493,6 +504,12 @@ type feedBatch struct {
 	bytes       int64 // counted in Builder.queued: the samples and their values
 	items       []sample
 	vals        []string
+}
+
+// queueHigh reports whether the fed queue holds three quarters of
+// Config.MaxQueueBytes or more: Run sums it even while paused.
+func (b *Builder) queueHigh() bool {
+	return b.queued.Load() >= int64(b.cfg.MaxQueueBytes)/4*3
 }
 
 // spend gives fb, summed or not needed, back to Feed. Its values are

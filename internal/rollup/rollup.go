@@ -41,7 +41,7 @@ type Config struct {
 	FlushInterval   units.Duration `yaml:"flush_interval" help:"how often the sums held in memory are written to the store"`
 	MaxHeadBytes    units.ByteSize `yaml:"max_head_bytes" help:"bound of the sums held in memory, those being written included (they are written early past a third of it)"`
 	MaxOpenBytes    units.ByteSize `yaml:"max_open_bytes" help:"bound of the table of bytes counted so far for open transfers; beyond it a transfer's bytes count at its close"`
-	MaxQueueBytes   units.ByteSize `yaml:"max_queue_bytes" help:"bound of what the rollups hold of the records just committed, not yet summed (while they pause or a flush runs); past it they read those records back from the store's log instead"`
+	MaxQueueBytes   units.ByteSize `yaml:"max_queue_bytes" help:"bound of what the rollups hold of the records just committed, not yet summed (while they pause or a flush runs); while paused they sum past three quarters of it, and past it they read those records back from the store's log instead"`
 	MaxYield        units.Duration `yaml:"max_yield" help:"longest the rollups pause while the UDP input is behind (its kernel queue filling), to give it the CPU; they catch up from the store's log afterwards; 0: never pause"`
 }
 
@@ -56,7 +56,7 @@ func DefaultConfig() Config {
 		FlushInterval:   units.Duration(30 * time.Second),
 		MaxHeadBytes:    32 << 20,
 		MaxOpenBytes:    64 << 20,
-		MaxQueueBytes:   32 << 20,
+		MaxQueueBytes:   16 << 20,
 		MaxYield:        units.Duration(time.Minute),
 	}
 }

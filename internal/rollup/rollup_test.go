@@ -955,66 +955,86 @@ func TestRollupsYield(t *testing.T) {
 
 // TestRollupsPauseKeepsTheFeed: while the rollups pause for a busy input,
 // the batches the store feeds them wait in the queue (bounded by
-// max_queue_bytes) instead of being dropped and read back from the log:
-// after a pause the queue holds, none is dropped, and the sums are exact.
+// max_queue_bytes) instead of being dropped and read back from the log;
+// a queue too small for the pause is summed, paused or not, past three
+// quarters of its bound. Either way none is dropped and the sums are exact.
 func TestRollupsPauseKeepsTheFeed(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
-	cfg.FlushInterval = units.Duration(3 * time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var busy atomic.Bool
-	var live *Builder
-	var commits, pausedAt, fed int
-	var cursorAt int64
-	done := make(chan error, 1)
-	st, _ := collectedWith(t, longConfig(), 50, func(st *store.Store) {
-		var err error
-		if live, err = New(cfg, st, nil, prometheus.NewRegistry()); err != nil {
-			t.Fatal(err)
-		}
-		live.YieldTo(busy.Load)
-		st.Listen(func(es []store.Entry) {
-			switch commits++; commits {
-			case 3:
-				busy.Store(true)
-				time.Sleep(2 * pollInterval) // Run sees it
-				live.mu.Lock()
-				pausedAt, cursorAt = commits, live.cursor
-				live.mu.Unlock()
-			case 9:
-				live.mu.Lock()
-				if live.cursor != cursorAt {
-					t.Errorf("the builder summed up to entry %d while paused at %d", live.cursor, cursorAt)
+	for _, small := range []bool{false, true} {
+		t.Run(fmt.Sprintf("small=%v", small), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.RetentionMinute, cfg.RetentionHour = 0, 0
+			cfg.FlushInterval = units.Duration(3 * time.Millisecond)
+			if small {
+				cfg.MaxQueueBytes = 64 << 10 // ~200 samples
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var busy atomic.Bool
+			var live *Builder
+			var commits, pausedAt, fed int
+			var cursorAt, cursorEnd int64
+			done := make(chan error, 1)
+			st, _ := collectedWith(t, longConfig(), 50, func(st *store.Store) {
+				var err error
+				if live, err = New(cfg, st, nil, prometheus.NewRegistry()); err != nil {
+					t.Fatal(err)
 				}
-				live.mu.Unlock()
-				busy.Store(false)
+				live.YieldTo(busy.Load)
+				cursor := func() int64 {
+					live.mu.Lock()
+					defer live.mu.Unlock()
+					return live.cursor
+				}
+				st.Listen(func(es []store.Entry) {
+					switch commits++; commits {
+					case 3:
+						busy.Store(true)
+						time.Sleep(2 * pollInterval) // Run sees it
+						pausedAt, cursorAt = commits, cursor()
+					case 9:
+						cursorEnd = cursor()
+						busy.Store(false)
+					}
+					for chunk := range slices.Chunk(es, 4) { // more batches than the queue had slots when it counted them
+						live.Feed(chunk)
+						fed++
+						// The appender is slower than the summing here:
+						// a paused builder must sum a queue past three
+						// quarters of its bound for this to go on.
+						for deadline := time.Now().Add(5 * time.Second); small && live.queueHigh(); {
+							if time.Now().After(deadline) {
+								t.Error("a paused builder left its queue past three quarters of its bound")
+								return
+							}
+							time.Sleep(time.Millisecond)
+						}
+					}
+				})
+				go func() { done <- live.Run(ctx) }()
+			})
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
 			}
-			for chunk := range slices.Chunk(es, 4) { // more batches than the queue had slots when it counted them
-				live.Feed(chunk)
-				fed++
+			if commits < 10 || pausedAt == 0 || fed < 100 {
+				t.Fatalf("%d commits (%d batches), paused at %d: the stream is too short", commits, fed, pausedAt)
 			}
+			if n := testutil.ToFloat64(live.m.yields); n < 1 {
+				t.Fatalf("xrdmon_rollup_yields_total = %v, want a pause", n)
+			}
+			if summed := cursorEnd != cursorAt; summed != small {
+				t.Fatalf("the builder summed from entry %d to %d while paused; want summing only when the queue is too small", cursorAt, cursorEnd)
+			}
+			if n := testutil.ToFloat64(live.m.feedDropped); n != 0 {
+				t.Fatalf("xrdmon_rollup_feed_dropped_total = %v after a pause, want 0", n)
+			}
+			if q := live.queued.Load(); q != 0 {
+				t.Fatalf("%d bytes still counted in the queue after the stop", q)
+			}
+			ref, _ := reference(t, st, cfg)
+			sameSeries(t, ref, newBuilder(t, st, cfg), "after a pause")
 		})
-		go func() { done <- live.Run(ctx) }()
-	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
-	if commits < 10 || pausedAt == 0 || fed < 100 {
-		t.Fatalf("%d commits (%d batches), paused at %d: the stream is too short", commits, fed, pausedAt)
-	}
-	if n := testutil.ToFloat64(live.m.yields); n < 1 {
-		t.Fatalf("xrdmon_rollup_yields_total = %v, want a pause", n)
-	}
-	if n := testutil.ToFloat64(live.m.feedDropped); n != 0 {
-		t.Fatalf("xrdmon_rollup_feed_dropped_total = %v after a pause the queue holds, want 0", n)
-	}
-	if q := live.queued.Load(); q != 0 {
-		t.Fatalf("%d bytes still counted in the queue after the stop", q)
-	}
-	ref, _ := reference(t, st, cfg)
-	sameSeries(t, ref, newBuilder(t, st, cfg), "after a pause")
 }
 
 // TestFeedQueueBoundedInBytes: the fed queue holds max_queue_bytes of
