@@ -156,6 +156,11 @@ type Row struct {
 	// it counts their work); -1: unknown (no rollups, another collector,
 	// or not within MaxSettle).
 	RollupsCaughtUp time.Duration
+	// RollupsReadBack is the entries the xrdmon target's rollups read back
+	// from the store's log during the step instead of being fed them
+	// (xrdmon_rollup_read_back_total: batches dropped while they were
+	// behind; each costs about twice a fed one); -1: unknown.
+	RollupsReadBack int64
 }
 
 // Run runs every step of the scenario in order and returns one row per

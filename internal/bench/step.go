@@ -133,7 +133,7 @@ func runStep(ctx context.Context, cfg Config, idx, of int, st loadgen.Step, log 
 // newStep makes the step's directory and picks its ports.
 func newStep(cfg Config, idx int, st loadgen.Step, log *slog.Logger) (*step, error) {
 	s := &step{cfg: cfg, st: st, log: log,
-		row:  Row{Step: st.Name, Value: st.Value, Servers: st.Config.Servers, Clients: st.Config.Clients, SeqGaps: -1, Null: cfg.Target.Null},
+		row:  Row{Step: st.Name, Value: st.Value, Servers: st.Config.Servers, Clients: st.Config.Clients, SeqGaps: -1, RollupsCaughtUp: -1, RollupsReadBack: -1, Null: cfg.Target.Null},
 		name: fmt.Sprintf("%02d-%s", idx, sanitize(st.Name)),
 		hc:   &http.Client{Timeout: 5 * time.Second},
 	}
@@ -442,7 +442,10 @@ func (s *step) measure(after procSample, drops1 int64, w settled) error {
 	}
 	row.CPU = after.CPU - s.before.CPU
 	row.PeakRSS = after.PeakRSS
-	row.RollupsCaughtUp = -1
+	row.RollupsCaughtUp, row.RollupsReadBack = -1, -1
+	if _, ok := w.mEnd.byName["xrdmon_rollup_read_back_total"]; ok && cfg.Target.Xrdmon {
+		row.RollupsReadBack = int64(w.mEnd.get("xrdmon_rollup_read_back_total") - s.m0.get("xrdmon_rollup_read_back_total"))
+	}
 	if !w.rollupsAt.IsZero() {
 		row.RollupsCaughtUp = max(w.rollupsAt.Sub(w.sendEnd), 0)
 	}

@@ -17,7 +17,7 @@ var Columns = []string{
 	"step", "servers", "clients", "sent", "offered_pps", "accepted_pps", "seq_gaps", "kernel_drops", "loss_pct",
 	"cpu_s_per_100k", "peak_rss_mib", "latency_p50_ms", "latency_p99_ms",
 	"expected", "complete", "partial", "missing", "wrong_bytes", "open", "unexpected", "sender_cpu_s_per_100k",
-	"events_expected", "events_stored", "rollups_caught_up_s",
+	"events_expected", "events_stored", "rollups_caught_up_s", "rollups_read_back",
 }
 
 // NullColumns are the columns of a null target's rows (Row.Null): no records, the datagrams received instead.
@@ -51,9 +51,12 @@ func (r *Row) fields() []string {
 	if r.SeqGaps >= 0 {
 		gaps = strconv.FormatInt(r.SeqGaps, 10)
 	}
-	caughtUp := "-"
+	caughtUp, readBack := "-", "-"
 	if r.RollupsCaughtUp >= 0 {
 		caughtUp = strconv.FormatFloat(r.RollupsCaughtUp.Seconds(), 'f', 1, 64)
+	}
+	if r.RollupsReadBack >= 0 {
+		readBack = strconv.FormatInt(r.RollupsReadBack, 10)
 	}
 	return []string{
 		r.Step, strconv.Itoa(r.Servers), strconv.Itoa(r.Clients), strconv.FormatInt(r.Sent, 10),
@@ -65,7 +68,7 @@ func (r *Row) fields() []string {
 		strconv.Itoa(r.WrongBytes), strconv.Itoa(r.Open), strconv.Itoa(r.Unexpected),
 		strconv.FormatFloat(r.SenderCPUPer100k, 'f', 3, 64),
 		strconv.FormatInt(r.EventsExpected, 10), strconv.FormatInt(r.EventsStored, 10),
-		caughtUp,
+		caughtUp, readBack,
 	}
 }
 
@@ -249,7 +252,7 @@ func ReadCSV(r io.Reader) ([]Row, error) {
 		want = NullColumns
 	}
 	for _, c := range want {
-		if _, ok := col[c]; !ok && c != "sender_cpu_s_per_100k" && c != "events_expected" && c != "events_stored" && c != "rollups_caught_up_s" { // absent from older files
+		if _, ok := col[c]; !ok && c != "sender_cpu_s_per_100k" && c != "events_expected" && c != "events_stored" && c != "rollups_caught_up_s" && c != "rollups_read_back" { // absent from older files
 			return nil, fmt.Errorf("read csv: no column %q", c)
 		}
 	}
@@ -278,8 +281,8 @@ func ReadCSV(r io.Reader) ([]Row, error) {
 			Offered: f("offered_pps"), Accepted: f("accepted_pps"), SeqGaps: int64(f("seq_gaps")),
 			SenderCPUPer100k: f("sender_cpu_s_per_100k"),
 			EventsExpected:   int64(f("events_expected")), EventsStored: int64(f("events_stored")),
-			RollupsCaughtUp: -1,
-			KernelDrops:     int64(f("kernel_drops")), LossPct: f("loss_pct"), CPUPer100k: f("cpu_s_per_100k"),
+			RollupsCaughtUp: -1, RollupsReadBack: -1,
+			KernelDrops: int64(f("kernel_drops")), LossPct: f("loss_pct"), CPUPer100k: f("cpu_s_per_100k"),
 			PeakRSS: int64(f("peak_rss_mib") * (1 << 20)), LatencyP50: msd("latency_p50_ms"), LatencyP99: msd("latency_p99_ms"),
 			Check: Check{Expected: i("expected"), Complete: i("complete"), Partial: i("partial"), Missing: i("missing"),
 				WrongBytes: i("wrong_bytes"), Open: i("open"), Unexpected: i("unexpected")},
@@ -291,6 +294,9 @@ func ReadCSV(r io.Reader) ([]Row, error) {
 			if v := f("rollups_caught_up_s"); v >= 0 {
 				row.RollupsCaughtUp = time.Duration(v * 1e9)
 			}
+		}
+		if _, ok := col["rollups_read_back"]; ok {
+			row.RollupsReadBack = int64(f("rollups_read_back"))
 		}
 		if _, v, ok := strings.Cut(row.Step, "="); ok {
 			row.Value, _ = strconv.ParseFloat(v, 64)

@@ -232,6 +232,7 @@ func (b *Builder) Run(ctx context.Context) error {
 		}
 	}
 	behind := true
+	fed := false // a batch came since the last tick
 	var y yielder
 	for {
 		// The head is bounded: a flush starts when it passes a third of
@@ -292,10 +293,15 @@ func (b *Builder) Run(ctx context.Context) error {
 		case fb := <-feed:
 			behind = !b.applyFeed(fb) && !b.fillGap(ctx, fb)
 			b.spend(fb)
+			fed = true
 		case <-t.C:
 			// A fallback for a dropped batch that no later one reveals
-			// (the input went quiet): read the log when nothing waits.
-			behind = behind || len(b.feed) == 0
+			// (the input went quiet): read the log when nothing came or
+			// waits. Not while batches come: each reveals a gap before
+			// it, and the log would be read ahead of batches on their
+			// way (committed, not yet fed), then skipped when they come.
+			behind = behind || len(b.feed) == 0 && !fed
+			fed = false
 		}
 	}
 }
@@ -380,6 +386,7 @@ func (b *Builder) fillGap(ctx context.Context, fb *feedBatch) bool {
 			return false
 		}
 		b.Apply(entries)
+		b.m.readBack.Add(float64(len(entries)))
 	}
 }
 
@@ -393,6 +400,7 @@ func (b *Builder) readLog(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("read store: %w", err)
 	}
 	b.Apply(entries)
+	b.m.readBack.Add(float64(len(entries)))
 	return len(entries), nil
 }
 

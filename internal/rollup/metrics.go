@@ -8,11 +8,12 @@ import (
 
 // metrics are the rollup builder's metrics.
 type metrics struct {
-	records, progress, openEvicted    prometheus.Counter
-	feedDropped, yields, yieldSeconds prometheus.Counter
-	flushes, compactions, errors      prometheus.Counter
-	flushSeconds                      prometheus.Histogram
-	cursor, headBytes, openBytes      prometheus.Gauge
+	records, progress, openEvicted prometheus.Counter
+	feedDropped, readBack          prometheus.Counter
+	yields, yieldSeconds           prometheus.Counter
+	flushes, compactions, errors   prometheus.Counter
+	flushSeconds                   prometheus.Histogram
+	cursor, headBytes, openBytes   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -21,6 +22,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		progress:     xmetrics.NewCounter("xrdmon_rollup_progress_total", "Progress events (isXfr updates of open files) that added bytes to the rollups."),
 		openEvicted:  xmetrics.NewCounter("xrdmon_rollup_open_evicted_total", "Progress events not counted because the rollup builder's table of open accesses was at rollup.max_open_bytes; their bytes count at the close."),
 		feedDropped:  xmetrics.NewCounter("xrdmon_rollup_feed_dropped_total", "Batches of committed entries the rollups could not queue (rollup.max_queue_bytes full: they were behind); those entries are read back from the store instead."),
+		readBack:     xmetrics.NewCounter("xrdmon_rollup_read_back_total", "Committed entries the rollups read back from the store's log instead of being fed them (at start, after a dropped batch): each costs about twice a fed one."),
 		yields:       xmetrics.NewCounter("xrdmon_rollup_yields_total", "Times the rollups paused because the UDP input was behind (rollup.max_yield)."),
 		yieldSeconds: xmetrics.NewCounter("xrdmon_rollup_yield_seconds_total", "Time the rollups spent paused for the UDP input; they catch up from the store's log after."),
 		flushes:      xmetrics.NewCounter("xrdmon_rollup_flushes_total", "Rollup head flushes: parts, state and cursor committed to the store."),
@@ -32,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		openBytes:    xmetrics.NewGauge("xrdmon_rollup_open_bytes", "Estimated bytes of the rollup builder's table of open accesses (bytes counted so far)."),
 	}
 	ms := xmetrics.NewSet(reg)
-	for _, c := range []prometheus.Collector{m.records, m.progress, m.openEvicted, m.feedDropped, m.yields, m.yieldSeconds, m.flushes, m.compactions, m.errors, m.flushSeconds, m.cursor, m.headBytes, m.openBytes} {
+	for _, c := range []prometheus.Collector{m.records, m.progress, m.openEvicted, m.feedDropped, m.readBack, m.yields, m.yieldSeconds, m.flushes, m.compactions, m.errors, m.flushSeconds, m.cursor, m.headBytes, m.openBytes} {
 		xmetrics.Add(ms, c)
 	}
 	return m, ms.Err()

@@ -721,6 +721,9 @@ func TestRollupsFedLive(t *testing.T) {
 	if fed == 0 || refused == 0 || live.m == nil {
 		t.Fatalf("fed %d entries, refused %d feeds: the stream is too short", fed, refused)
 	}
+	if n := testutil.ToFloat64(live.m.readBack); n == 0 {
+		t.Fatal("xrdmon_rollup_read_back_total = 0: the refused feeds' entries were not read back from the log")
+	}
 	ref := newBuilder(t, &memRollups{Store: st}, cfg)
 	if err := ref.CatchUp(context.Background()); err != nil {
 		t.Fatal(err)
@@ -957,7 +960,8 @@ func TestRollupsYield(t *testing.T) {
 // the batches the store feeds them wait in the queue (bounded by
 // max_queue_bytes) instead of being dropped and read back from the log;
 // a queue too small for the pause is summed, paused or not, past three
-// quarters of its bound. Either way none is dropped and the sums are exact.
+// quarters of its bound. Either way none is dropped or read back from the
+// log, and the sums are exact.
 func TestRollupsPauseKeepsTheFeed(t *testing.T) {
 	for _, small := range []bool{false, true} {
 		t.Run(fmt.Sprintf("small=%v", small), func(t *testing.T) {
@@ -1027,6 +1031,9 @@ func TestRollupsPauseKeepsTheFeed(t *testing.T) {
 			}
 			if n := testutil.ToFloat64(live.m.feedDropped); n != 0 {
 				t.Fatalf("xrdmon_rollup_feed_dropped_total = %v after a pause, want 0", n)
+			}
+			if n := testutil.ToFloat64(live.m.readBack); n != 0 {
+				t.Fatalf("xrdmon_rollup_read_back_total = %v: entries read back from the log, not fed", n)
 			}
 			if q := live.queued.Load(); q != 0 {
 				t.Fatalf("%d bytes still counted in the queue after the stop", q)
