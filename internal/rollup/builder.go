@@ -242,8 +242,9 @@ func (b *Builder) Run(ctx context.Context) error {
 		// MaxHeadBytes. Past it nothing more is summed: the fed queue
 		// fills, then drops, and those entries are read from the log later.
 		full := flushDone != nil && b.headOver(2)
-		// While the input is behind, nothing is summed, read or flushed:
-		// the same, the fed queue fills and drops.
+		// While the input is behind, nothing is read or flushed, and
+		// nothing summed until the fed queue passes three quarters of its
+		// bound (below).
 		paused := ctx.Err() == nil && y.pause(b, time.Now())
 		behind = behind || y.catching // after a pause of MaxYield: read the log to its end
 		if behind && !full && !paused {
