@@ -155,6 +155,47 @@ func TestReadInsideBlock(t *testing.T) {
 	}
 }
 
+// TestReadManyBlocks: a log of many small blocks (a quiet collector's
+// commits) is read across several pages of blocks (spanPage), from every
+// kind of position, each entry once and in order.
+func TestReadManyBlocks(t *testing.T) {
+	s, _ := openTest(t, nil)
+	ctx := context.Background()
+	const blocks, per = 3*spanPage + 5, 3
+	for i := range blocks {
+		if err := s.Append(ctx, testRecords(i*per, per), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	total := int64(blocks * per)
+	for _, step := range []int{1, 2, 5, spanPage, spanPage*per + 1, 1000} {
+		for _, start := range []int64{0, 1, per, per + 1, total - 4} {
+			after := start
+			for {
+				got, err := s.Read(ctx, after, step)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) == 0 {
+					break
+				}
+				if len(got) > step || len(got) < step && after+int64(len(got)) != total {
+					t.Fatalf("step %d from %d: a read after %d returned %d entries", step, start, after, len(got))
+				}
+				for _, e := range got {
+					if e.Seq != after+1 {
+						t.Fatalf("step %d from %d: seq %d after %d", step, start, e.Seq, after)
+					}
+					after = e.Seq
+				}
+			}
+			if after != total {
+				t.Fatalf("step %d from %d: read to %d, want %d", step, start, after, total)
+			}
+		}
+	}
+}
+
 // TestCorruptBlock: a damaged block is reported as an error by Read and
 // Query, never a panic or silently wrong entries.
 func TestCorruptBlock(t *testing.T) {

@@ -125,10 +125,36 @@ func (r *Reader) block(ctx context.Context, first int64) ([]byte, error) {
 type blockSpan struct{ first, last int64 }
 
 // blocksFromSQL lists the blocks that may hold entries after ?1: from the
-// last block starting at or before ?1 + 1.
+// last block starting at or before ?1 + 1, ?2 of them at the most.
 const blocksFromSQL = `SELECT first_seq, last_seq FROM blocks
 	WHERE first_seq >= IFNULL((SELECT MAX(first_seq) FROM blocks WHERE first_seq <= ?1 + 1), 0)
 	ORDER BY first_seq LIMIT ?2`
+
+// spanPage is how many blocks Read lists at a time: a read of a few
+// thousand entries needs a block or two of a busy collector's (up to
+// maxBlockEntries each), more of a quiet one's. Listing max+1 blocks at
+// once (the most a read could need) stepped through thousands of rows
+// per read of a log far behind: a rollup builder or sink catching up paid
+// about a row per entry.
+const spanPage = 32
+
+// spans lists the blocks that may hold entries after afterSeq, n at the most.
+func (r *Reader) spans(ctx context.Context, afterSeq int64, n int) ([]blockSpan, error) {
+	rows, err := r.rdb.QueryContext(sqlCtx(ctx), blocksFromSQL, afterSeq, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var spans []blockSpan
+	for rows.Next() {
+		var b blockSpan
+		if err := rows.Scan(&b.first, &b.last); err != nil {
+			return nil, err
+		}
+		spans = append(spans, b)
+	}
+	return spans, rows.Err()
+}
 
 // Read returns up to max entries with Seq > afterSeq, in Seq order
 // (max <= 0: Options.BatchSize). An empty result means the reader is at the
@@ -137,59 +163,53 @@ func (r *Reader) Read(ctx context.Context, afterSeq int64, max int) ([]Entry, er
 	if max <= 0 {
 		max = r.batchSize
 	}
-	rows, err := r.rdb.QueryContext(sqlCtx(ctx), blocksFromSQL, afterSeq, max+1)
-	if err != nil {
-		return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
-	}
-	var spans []blockSpan
-	for rows.Next() {
-		var b blockSpan
-		if err := rows.Scan(&b.first, &b.last); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
-		}
-		spans = append(spans, b)
-	}
-	err = rows.Err()
-	rows.Close()
-	if err != nil {
-		return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
-	}
 	var out []Entry
 	var recs recordSlab
-	for _, b := range spans {
-		if b.last <= afterSeq {
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
-		}
-		raw, err := r.block(sqlCtx(ctx), b.first)
+	page := min(max+1, spanPage)
+	// from: the blocks up to it are read (a page starts with the block
+	// holding from + 1, or the last one before it).
+	for from := afterSeq; ; {
+		spans, err := r.spans(ctx, from, page)
 		if err != nil {
 			return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
 		}
-		it := newEntryIter(raw, b.first)
-		for it.next() {
-			if it.cur.seq <= afterSeq {
+		for _, b := range spans {
+			if b.last <= from {
 				continue
 			}
-			e, err := decodeEntry(it.cur, &recs, max-len(out))
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
+			}
+			raw, err := r.block(sqlCtx(ctx), b.first)
 			if err != nil {
-				return nil, fmt.Errorf("read after %d: block %d: %w", afterSeq, b.first, err)
+				return nil, fmt.Errorf("read after %d: %w", afterSeq, err)
 			}
-			if out == nil {
-				out = make([]Entry, 0, min(max, 1024))
+			it := newEntryIter(raw, b.first)
+			for it.next() {
+				if it.cur.seq <= afterSeq {
+					continue
+				}
+				e, err := decodeEntry(it.cur, &recs, max-len(out))
+				if err != nil {
+					return nil, fmt.Errorf("read after %d: block %d: %w", afterSeq, b.first, err)
+				}
+				if out == nil {
+					out = make([]Entry, 0, min(max, 1024))
+				}
+				out = append(out, e)
+				if len(out) == max {
+					return out, nil
+				}
 			}
-			out = append(out, e)
-			if len(out) == max {
-				return out, nil
+			if it.err != nil {
+				return nil, fmt.Errorf("read after %d: block %d: %w", afterSeq, b.first, it.err)
 			}
 		}
-		if it.err != nil {
-			return nil, fmt.Errorf("read after %d: block %d: %w", afterSeq, b.first, it.err)
+		if len(spans) < page {
+			return out, nil // the end of the log
 		}
+		from = spans[len(spans)-1].last // > from: only the first span can start at or before from + 1
 	}
-	return out, nil
 }
 
 // HighWater returns the sequence number of the last entry in the log (0

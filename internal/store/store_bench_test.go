@@ -55,6 +55,45 @@ func benchAppend(b *testing.B, mod func(*Options)) {
 	b.ReportMetric(float64(n*batch)/(cpuTime()-cpu0).Seconds(), "records/cpu-s")
 }
 
+// BenchmarkReadBehind reads a log of 200 blocks (a busy collector's
+// commits, 819 entries each) from its start to its end in reads of 4,096
+// entries, as a rollup builder or a sink catching up does, and reports
+// the CPU per entry read.
+//
+//	go test ./internal/store -run '^$' -bench ReadBehind
+func BenchmarkReadBehind(b *testing.B) {
+	s, _ := openTest(b, nil)
+	ctx := context.Background()
+	const blocks, per = 200, maxBlockEntries / 5
+	for i := range blocks {
+		if err := s.Append(ctx, testRecords(i*per, per), nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	n := 0
+	for b.Loop() {
+		var after int64
+		for {
+			got, err := s.Read(ctx, after, 4096)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(got) == 0 {
+				break
+			}
+			after = got[len(got)-1].Seq
+			n += len(got)
+		}
+	}
+	if n == 0 || n%(blocks*per) != 0 {
+		b.Fatalf("read %d entries, not whole logs of %d", n, blocks*per)
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(n), "cpu-ns/entry")
+}
+
 // BenchmarkAppendNewNames appends batches of 1000 records whose users and
 // directories are all new (as on a collector's first hour, or a busy
 // site's new datasets): each record brings two names to the dictionary.
