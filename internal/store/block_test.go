@@ -128,31 +128,44 @@ func TestReadInsideBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, step := range []int{1, 7, 1000, 5000} {
-		var after int64
-		n := 0
-		for {
-			got, err := s.Read(ctx, after, step)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got) == 0 {
-				break
-			}
-			for _, e := range got {
-				if e.Seq != after+1 {
-					t.Fatalf("step %d: seq %d after %d", step, e.Seq, after)
-				}
-				after = e.Seq
-				n++
-			}
-			if step == 1 && n > 50 {
-				break
-			}
+		limit := 0
+		if step == 1 {
+			limit = 50
 		}
-		if step > 1 && n != 3002 {
+		if n := readSteps(t, s, 0, step, limit); step > 1 && n != 3002 {
 			t.Fatalf("step %d: read %d entries, want 3002", step, n)
 		}
 	}
+}
+
+// readSteps reads s's log after after in reads of step entries to its end
+// (or past limit entries, when positive), checks that every entry follows
+// the one before and that only the last read is short, and returns the
+// entries read.
+func readSteps(t *testing.T, s *Store, after int64, step, limit int) int {
+	t.Helper()
+	n, short := 0, false
+	for limit <= 0 || n <= limit {
+		got, err := s.Read(context.Background(), after, step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 {
+			break
+		}
+		if short || len(got) > step {
+			t.Fatalf("step %d: a read after %d returned %d entries after a short one, or too many", step, after, len(got))
+		}
+		short = len(got) < step
+		for _, e := range got {
+			if e.Seq != after+1 {
+				t.Fatalf("step %d: seq %d after %d", step, e.Seq, after)
+			}
+			after = e.Seq
+			n++
+		}
+	}
+	return n
 }
 
 // TestReadManyBlocks: a log of many small blocks (a quiet collector's
@@ -170,27 +183,8 @@ func TestReadManyBlocks(t *testing.T) {
 	total := int64(blocks * per)
 	for _, step := range []int{1, 2, 5, spanPage, spanPage*per + 1, 1000} {
 		for _, start := range []int64{0, 1, per, per + 1, total - 4} {
-			after := start
-			for {
-				got, err := s.Read(ctx, after, step)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(got) == 0 {
-					break
-				}
-				if len(got) > step || len(got) < step && after+int64(len(got)) != total {
-					t.Fatalf("step %d from %d: a read after %d returned %d entries", step, start, after, len(got))
-				}
-				for _, e := range got {
-					if e.Seq != after+1 {
-						t.Fatalf("step %d from %d: seq %d after %d", step, start, e.Seq, after)
-					}
-					after = e.Seq
-				}
-			}
-			if after != total {
-				t.Fatalf("step %d from %d: read to %d, want %d", step, start, after, total)
+			if n := readSteps(t, s, start, step, 0); int64(n) != total-start {
+				t.Fatalf("step %d from %d: read %d entries, want %d", step, start, n, total-start)
 			}
 		}
 	}
