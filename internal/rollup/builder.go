@@ -258,7 +258,10 @@ func (b *Builder) Run(ctx context.Context) error {
 				y.catching = false // caught up
 			}
 		}
-		if flushDone == nil && ctx.Err() == nil && !paused && (time.Since(lastFlush) >= b.cfg.FlushInterval.D() || b.headFull()) {
+		// A full head is flushed even while paused (the queue is summed
+		// past three quarters of its bound): the head stays bounded, and
+		// the flush costs now what it would cost later.
+		if flushDone == nil && ctx.Err() == nil && (!paused && time.Since(lastFlush) >= b.cfg.FlushInterval.D() || b.headFull()) {
 			lastFlush = time.Now()
 			flushDone = make(chan error, 1)
 			go func(done chan<- error) { done <- b.Flush(ctx) }(flushDone)
