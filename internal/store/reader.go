@@ -144,16 +144,17 @@ func (r *Reader) spans(ctx context.Context, afterSeq int64, n int) ([]blockSpan,
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	var spans []blockSpan
-	for rows.Next() {
+	for err == nil && rows.Next() {
 		var b blockSpan
-		if err := rows.Scan(&b.first, &b.last); err != nil {
-			return nil, err
-		}
+		err = rows.Scan(&b.first, &b.last)
 		spans = append(spans, b)
 	}
-	return spans, rows.Err()
+	if err == nil {
+		err = rows.Err()
+	}
+	rows.Close()
+	return spans, err
 }
 
 // Read returns up to max entries with Seq > afterSeq, in Seq order
