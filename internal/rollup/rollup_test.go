@@ -971,56 +971,39 @@ func TestRollupsPauseKeepsTheFeed(t *testing.T) {
 			if small {
 				cfg.MaxQueueBytes = 64 << 10 // ~200 samples
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
 			var busy atomic.Bool
-			var live *Builder
 			var commits, pausedAt, fed int
 			var cursorAt, cursorEnd int64
-			done := make(chan error, 1)
-			st, _ := collectedWith(t, longConfig(), 50, func(st *store.Store) {
-				var err error
-				if live, err = New(cfg, st, nil, prometheus.NewRegistry()); err != nil {
-					t.Fatal(err)
-				}
-				live.YieldTo(busy.Load)
+			st, live := runPaused(t, cfg, &busy, nil, func(live *Builder, es []store.Entry) {
 				cursor := func() int64 {
 					live.mu.Lock()
 					defer live.mu.Unlock()
 					return live.cursor
 				}
-				st.Listen(func(es []store.Entry) {
-					switch commits++; commits {
-					case 3:
-						busy.Store(true)
-						time.Sleep(2 * pollInterval) // Run sees it
-						pausedAt, cursorAt = commits, cursor()
-					case 9:
-						cursorEnd = cursor()
-						busy.Store(false)
-					}
-					for chunk := range slices.Chunk(es, 4) { // more batches than the queue had slots when it counted them
-						live.Feed(chunk)
-						fed++
-
-						// The appender is slower than the summing here:
-						// a paused builder must sum a queue past three
-						// quarters of its bound for this to go on.
-						for deadline := time.Now().Add(5 * time.Second); small && live.queueHigh(); {
-							if time.Now().After(deadline) {
-								t.Error("a paused builder left its queue past three quarters of its bound")
-								return
-							}
-							time.Sleep(time.Millisecond)
+				switch commits++; commits {
+				case 3:
+					busy.Store(true)
+					time.Sleep(2 * pollInterval) // Run sees it
+					pausedAt, cursorAt = commits, cursor()
+				case 9:
+					cursorEnd = cursor()
+					busy.Store(false)
+				}
+				for chunk := range slices.Chunk(es, 4) { // more batches than the queue had slots when it counted them
+					live.Feed(chunk)
+					fed++
+					// The appender is slower than the summing here:
+					// a paused builder must sum a queue past three
+					// quarters of its bound for this to go on.
+					for deadline := time.Now().Add(5 * time.Second); small && live.queueHigh(); {
+						if time.Now().After(deadline) {
+							t.Error("a paused builder left its queue past three quarters of its bound")
+							return
 						}
+						time.Sleep(time.Millisecond)
 					}
-				})
-				go func() { done <- live.Run(ctx) }()
+				}
 			})
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
 			if commits < 10 || pausedAt == 0 || fed < 100 {
 				t.Fatalf("%d commits (%d batches), paused at %d: the stream is too short", commits, fed, pausedAt)
 			}
@@ -1051,39 +1034,25 @@ func TestRollupsPausedHeadBounded(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
 	cfg.MaxQueueBytes, cfg.MaxHeadBytes = 64<<10, 96<<10
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var busy atomic.Bool
 	busy.Store(true)
-	var live *Builder
 	var maxHead int64
-	done := make(chan error, 1)
-	st, _ := collectedWith(t, longConfig(), 50, func(st *store.Store) {
-		var err error
-		if live, err = New(cfg, st, nil, prometheus.NewRegistry()); err != nil {
-			t.Fatal(err)
+	var paused float64 // flushes while paused
+	st, _ := runPaused(t, cfg, &busy, func(live *Builder) {
+		deadline := time.Now().Add(20 * time.Second)
+		for testutil.ToFloat64(live.m.flushes) == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
 		}
-		live.YieldTo(busy.Load)
-		st.Listen(func(es []store.Entry) {
-			for chunk := range slices.Chunk(es, 4) { // a batch adds far less than a third of the head
-				live.Feed(chunk)
-				live.mu.Lock()
-				maxHead = max(maxHead, live.headBytes)
-				live.mu.Unlock()
-			}
-		})
-		go func() { done <- live.Run(ctx) }()
+		paused = testutil.ToFloat64(live.m.flushes)
+		busy.Store(false)
+	}, func(live *Builder, es []store.Entry) {
+		for chunk := range slices.Chunk(es, 4) { // a batch adds far less than a third of the head
+			live.Feed(chunk)
+			live.mu.Lock()
+			maxHead = max(maxHead, live.headBytes)
+			live.mu.Unlock()
+		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for testutil.ToFloat64(live.m.flushes) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // a flush while paused
-	}
-	paused := testutil.ToFloat64(live.m.flushes)
-	busy.Store(false)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	if paused == 0 {
 		t.Fatal("no flush while paused: the head grew past its bound")
 	}
@@ -1094,6 +1063,35 @@ func TestRollupsPausedHeadBounded(t *testing.T) {
 	t.Logf("the head held %d bytes at the most while paused (bound %d)", maxHead, cfg.MaxHeadBytes)
 	ref, _ := reference(t, st, cfg)
 	sameSeries(t, ref, newBuilder(t, st, cfg), "paused with a small head")
+}
+
+// runPaused collects longConfig's stream with a commit every 50 packets
+// beside a builder running with cfg, paused while busy holds, to which
+// each commit goes through listen; after the stream, end (if
+// any) runs, then the builder stops. It returns the store and the builder.
+func runPaused(t *testing.T, cfg Config, busy *atomic.Bool, end func(*Builder), listen func(*Builder, []store.Entry)) (*store.Store, *Builder) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var live *Builder
+	done := make(chan error, 1)
+	st, _ := collectedWith(t, longConfig(), 50, func(st *store.Store) {
+		var err error
+		if live, err = New(cfg, st, nil, prometheus.NewRegistry()); err != nil {
+			t.Fatal(err)
+		}
+		live.YieldTo(busy.Load)
+		st.Listen(func(es []store.Entry) { listen(live, es) })
+		go func() { done <- live.Run(ctx) }()
+	})
+	if end != nil {
+		end(live)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return st, live
 }
 
 // TestFeedQueueBoundedInBytes: the fed queue holds max_queue_bytes of
