@@ -184,15 +184,14 @@ func NewBatcher(o *RelayOptions, pool *BatchPool, out chan<- *Batch, stop <-chan
 }
 
 // Batch returns the batch to add the next message to, starting one (and
-// the timer) when none is being filled; first says it did.
-func (t *Batcher) Batch() (b *PooledBatch, first bool) {
+// the timer) when none is being filled.
+func (t *Batcher) Batch() *PooledBatch {
 	if t.b == nil {
 		t.b = t.pool.Get()
 		t.n = 0
 		t.Timer.Reset(t.opts.BatchWait)
-		first = true
 	}
-	return t.b, first
+	return t.b
 }
 
 // Added counts a message added to the batch and reports whether the

@@ -266,7 +266,7 @@ type consumer struct {
 	tr     *tracker
 	closed chan *amqp.Error // the connection's close notification
 
-	first, last uint64 // the delivery tags of the batch being filled
+	last uint64 // the last delivery tag of the batch being filled
 }
 
 func (a *AMQP) newConsumer(ctx context.Context, out chan<- *source.Batch, ch *amqp.Channel, conn *amqp.Connection) *consumer {
@@ -279,10 +279,7 @@ func (a *AMQP) newConsumer(ctx context.Context, out chan<- *source.Batch, ch *am
 // the batch over when it is full.
 func (c *consumer) receive(d *amqp.Delivery) error {
 	c.a.received.Inc()
-	b, first := c.bt.Batch()
-	if first {
-		c.first = d.DeliveryTag
-	}
+	b := c.bt.Batch()
 	c.last = d.DeliveryTag
 	c.a.dec.Add(b, d.Body)
 	if c.bt.Added() {
@@ -299,8 +296,8 @@ func (c *consumer) flush() error {
 	if pb == nil {
 		return nil
 	}
-	e := c.tr.add(c.first, c.last)
-	return c.bt.Hand(c.ctx, pb, func() error { return c.tr.done(e) }, nil)
+	p := c.tr.add(c.last)
+	return c.bt.Hand(c.ctx, pb, func() error { return c.tr.done(p) }, nil)
 }
 
 // stop ends the session after a cancellation: the batch being filled was
@@ -448,44 +445,27 @@ type tracker struct {
 	ch interface {
 		Ack(tag uint64, multiple bool) error
 	}
-	pending []*entry // in delivery order
-	closed  bool
+	order  source.AckOrder[uint64] // by each batch's last delivery tag
+	closed bool
 }
 
-type entry struct {
-	first, last uint64
-	done        bool
-}
-
-func (t *tracker) add(first, last uint64) *entry {
+// add places a batch, whose last delivery tag is last, in the order.
+func (t *tracker) add(last uint64) *source.Pending[uint64] {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := &entry{first: first, last: last}
-	t.pending = append(t.pending, e)
-	return e
+	return t.order.Add(last)
 }
 
-func (t *tracker) done(e *entry) error {
+func (t *tracker) done(p *source.Pending[uint64]) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return ErrStaleAck
 	}
-	if e.done {
-		return nil
-	}
-	e.done = true
-	var upTo uint64
-	n := 0
-	for n < len(t.pending) && t.pending[n].done {
-		upTo = t.pending[n].last
-		n++
-	}
-	if n == 0 {
+	upTo, ok := t.order.Done(p)
+	if !ok {
 		return nil // an earlier batch is still in flight; acked with it later
 	}
-	clear(t.pending[:n])
-	t.pending = t.pending[n:]
 	if err := t.ch.Ack(upTo, true); err != nil {
 		t.closed = true
 		return fmt.Errorf("%w: %w", ErrStaleAck, err)
@@ -496,12 +476,12 @@ func (t *tracker) done(e *entry) error {
 func (t *tracker) outstanding() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.pending)
+	return t.order.Len()
 }
 
 func (t *tracker) close() {
 	t.mu.Lock()
 	t.closed = true
-	t.pending = nil
+	t.order.Reset()
 	t.mu.Unlock()
 }

@@ -36,7 +36,7 @@ func (f *fakeAcker) Ack(tag uint64, multiple bool) error {
 func TestTrackerOrder(t *testing.T) {
 	f := &fakeAcker{}
 	tr := &tracker{ch: f}
-	e1, e2, e3 := tr.add(1, 10), tr.add(11, 20), tr.add(21, 30)
+	e1, e2, e3 := tr.add(10), tr.add(20), tr.add(30)
 	if err := tr.done(e2); err != nil || len(f.acks) != 0 {
 		t.Fatalf("acked %v before the first batch was done (%v)", f.acks, err)
 	}

@@ -265,7 +265,7 @@ type consumer struct {
 // the batch over when it is full.
 func (c *consumer) receive(m *stomp.Message) error {
 	c.s.received.Inc()
-	b, _ := c.bt.Batch()
+	b := c.bt.Batch()
 	c.s.dec.Add(b, m.Body)
 	m.Body = nil // copied into the batch; only the headers are kept, to acknowledge
 	c.last = m
@@ -322,18 +322,12 @@ func (s *STOMP) breakConnection() {
 type acker struct {
 	conn *stomp.Conn
 
-	mu      sync.Mutex
-	pending []*batchAck    // handed out, in delivery order
-	latest  *stomp.Message // the ACK to send next, nil when none
-	closed  bool           // the session ended: acknowledgements are stale
-	wake    chan struct{}  // latest was set; closed by close
-	done    chan struct{}  // run has returned
-}
-
-// batchAck is one batch's place in the acknowledgement order.
-type batchAck struct {
-	last *stomp.Message // the batch's last message
-	done bool
+	mu     sync.Mutex
+	order  source.AckOrder[*stomp.Message] // by each batch's last message
+	latest *stomp.Message                  // the ACK to send next, nil when none
+	closed bool                            // the session ended: acknowledgements are stale
+	wake   chan struct{}                   // latest was set; closed by close
+	done   chan struct{}                   // run has returned
 }
 
 func newAcker(conn *stomp.Conn) *acker {
@@ -343,46 +337,33 @@ func newAcker(conn *stomp.Conn) *acker {
 }
 
 // add places a batch, whose last message is last, in the order.
-func (a *acker) add(last *stomp.Message) *batchAck {
+func (a *acker) add(last *stomp.Message) *source.Pending[*stomp.Message] {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	b := &batchAck{last: last}
-	a.pending = append(a.pending, b)
-	return b
+	return a.order.Add(last)
 }
 
 // forget removes b, the batch added last, which was not handed over after
 // all (its messages are redelivered).
-func (a *acker) forget(b *batchAck) {
+func (a *acker) forget(b *source.Pending[*stomp.Message]) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if n := len(a.pending); n > 0 && a.pending[n-1] == b {
-		a.pending = a.pending[:n-1]
-	}
+	a.order.Forget(b)
 }
 
 // ack marks b acknowledged and queues the ACK of the longest run of
 // acknowledged batches at the head of the order.
-func (a *acker) ack(b *batchAck) error {
+func (a *acker) ack(b *source.Pending[*stomp.Message]) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return ErrStaleAck
 	}
-	if b.done {
-		return nil
-	}
-	b.done = true
-	n := 0
-	for n < len(a.pending) && a.pending[n].done {
-		n++
-	}
-	if n == 0 {
+	last, ok := a.order.Done(b)
+	if !ok {
 		return nil // an earlier batch is still in flight; acknowledged with it later
 	}
-	a.latest = a.pending[n-1].last
-	clear(a.pending[:n])
-	a.pending = a.pending[n:]
+	a.latest = last
 	select {
 	case a.wake <- struct{}{}:
 	default:
@@ -417,7 +398,7 @@ func (a *acker) drain(timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	for {
 		a.mu.Lock()
-		idle := len(a.pending) == 0 && a.latest == nil
+		idle := a.order.Len() == 0 && a.latest == nil
 		closed := a.closed
 		a.mu.Unlock()
 		if idle {
@@ -435,7 +416,7 @@ func (a *acker) drain(timeout time.Duration) bool {
 func (a *acker) outstanding() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.pending)
+	return a.order.Len()
 }
 
 // close ends the acker; later acknowledgements are stale.
