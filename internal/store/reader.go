@@ -147,8 +147,9 @@ func (r *Reader) spans(ctx context.Context, afterSeq int64, n int) ([]blockSpan,
 	var spans []blockSpan
 	for err == nil && rows.Next() {
 		var b blockSpan
-		err = rows.Scan(&b.first, &b.last)
-		spans = append(spans, b)
+		if err = rows.Scan(&b.first, &b.last); err == nil {
+			spans = append(spans, b)
+		}
 	}
 	if err == nil {
 		err = rows.Err()
