@@ -109,20 +109,21 @@ type Builder struct {
 	serverTime map[serverKey]int64
 
 	// Scratch of apply (under mu): a record read back and its dimension
-	// values, and the minute last written.
-	scratch     sample
-	vals        []string
-	lastMin     int64
-	lastMinute  *minute
-	lastHour    int64
-	lastHourMap map[string]*Agg
-	sum         adder // sums the entries of dense minutes into their series
-	hsum        adder // sums the entries kept into their hours
-	slab        slab  // the head's series and entries, allocated in chunks
-	rawMax      int   // the most entries a minute keeps as they came (rawMax)
+	// values, and the minute and day last written.
+	scratch    sample
+	vals       []string
+	lastMin    int64
+	lastMinute *minute
+	lastDay    int64
+	lastDayMap map[string]*Agg
+	sum        adder // sums the entries of dense minutes into their series
+	dsum       adder // sums the entries kept into their days
+	slab       slab  // the head's series and entries, allocated in chunks
+	rawMax     int   // the most entries a minute keeps as they came (rawMax)
 
 	// Of the flushing goroutine only.
 	part   int64             // the last part number used
+	ents   []byte            // a flush's encoded entries (headParts), kept for the next
 	parts  map[bucketKey]int // parts stored per recent bucket
 	feed   chan *feedBatch   // from Feed, to Run
 	spent  chan *feedBatch   // from Run, back to Feed
@@ -162,7 +163,7 @@ func New(cfg Config, st Store, log *slog.Logger, reg prometheus.Registerer) (*Bu
 	}
 	b.live = b
 	b.vals = make([]string, len(b.used))
-	b.sum, b.hsum = newAdder(b.specs, b.dims), newAdder(b.specs, b.dims)
+	b.sum, b.dsum = newAdder(b.specs, b.dims), newAdder(b.specs, b.dims)
 	b.rawMax = rawMax
 	return b, nil
 }

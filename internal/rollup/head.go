@@ -1,6 +1,8 @@
 package rollup
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -12,29 +14,31 @@ import (
 // bucket, Unix s). Hours and days are made of their minutes when the
 // head is flushed or queried: a record updates one minute, not a bucket
 // per resolution; only the entries a minute keeps as they came are also
-// summed into their hour as they come (hours), for the flush.
+// summed into their day as they come (days), for the flush.
 type head struct {
-	mins  map[int64]*minute
-	hours map[int64]map[string]*Agg // the kept entries (minute.raw) summed, by hour
+	mins map[int64]*minute
+	days map[int64]map[string]*Agg // the kept entries (minute.raw) summed, by day
 }
 
 func newHead() head {
-	return head{mins: make(map[int64]*minute), hours: make(map[int64]map[string]*Agg)}
+	return head{mins: make(map[int64]*minute), days: make(map[int64]map[string]*Agg)}
 }
 
 // minute is the head's part of a 1-minute bucket. It starts sparse: its
 // entries (records and progress snapshots) are kept as they came, their
-// dimension values and what they add (raw), and summed into their hour's
-// series (head.hours) but not into the minute's own. Past rawMax entries
-// it becomes dense: every later entry is summed into the minute's series
-// (and into its hour only when the head is flushed, with the minute's
-// series). A stream whose time runs fast (a replay, a catch-up, xrdmon
-// bench) has minutes of a few records, each making several series of its
-// own: kept sparse, such a minute costs its entries and the series of its
-// hour, not a sum, a key, an encoding and a merge into the hour per
-// series of the minute. A collector keeping up with real time has minutes
-// of thousands of records: they become dense within their first seconds.
-// A minute's sums are those of its entries and its series.
+// dimension values and what they add (raw), and summed into their day's
+// series (head.days) but not into the minute's own nor the hour's. Past
+// rawMax entries it becomes dense: every later entry is summed into the
+// minute's series. A flush stores a minute's kept entries as they are,
+// its hour's too (all the kept entries of the hour's minutes, at most 60
+// × rawMax). A stream whose time runs fast (a replay, a catch-up, xrdmon
+// bench) has minutes of a few records and hours of a few thousand, each
+// record making several series of its own: kept sparse, such a minute or
+// hour costs its entries' bytes and the series of its day, not a sum, a
+// key, an encoding and a merge into the day per series of the minute and
+// of the hour. A collector keeping up with real time has minutes of
+// thousands of records: they become dense within their first seconds. A
+// minute's sums are those of its entries and its series.
 type minute struct {
 	raw    []rawEntry      // the first rawMax entries
 	series map[string]*Agg // nil while sparse; then the later entries' series key -> sums
@@ -82,7 +86,8 @@ func (b *Builder) add(t int64, r *sample, d *delta) {
 	}
 	if m.series == nil {
 		if len(m.raw) < b.rawMax {
-			b.headBytes += b.keep(m, r.vals, d) + b.hsum.add(b.hour(start), start-mod(start, 3600), &b.slab, r.vals, d)
+			ds := start - mod(start, 86400)
+			b.headBytes += b.keep(m, r.vals, d) + b.dsum.add(b.day(ds), ds, &b.slab, r.vals, d)
 			return
 		}
 		m.series = make(map[string]*Agg, len(m.raw)*len(b.specs)/2) // dense from now on
@@ -90,28 +95,27 @@ func (b *Builder) add(t int64, r *sample, d *delta) {
 	b.headBytes += b.sum.add(m.series, start, &b.slab, r.vals, d)
 }
 
-// hour returns the head's sums of kept entries of the hour of minute
-// start.
-func (b *Builder) hour(start int64) map[string]*Agg {
-	hs := start - mod(start, 3600)
-	if b.lastHourMap == nil || hs != b.lastHour {
-		m := b.head.hours[hs]
+// day returns the head's sums of kept entries of the day that starts at
+// ds.
+func (b *Builder) day(ds int64) map[string]*Agg {
+	if b.lastDayMap == nil || ds != b.lastDay {
+		m := b.head.days[ds]
 		if m == nil {
 			m = make(map[string]*Agg)
-			b.head.hours[hs] = m
+			b.head.days[ds] = m
 			b.headBytes += minuteOverhead
 		}
-		b.lastHour, b.lastHourMap = hs, m
+		b.lastDay, b.lastDayMap = ds, m
 	}
-	return b.lastHourMap
+	return b.lastDayMap
 }
 
-// forget forgets what add remembers of the head's minutes and hours (the
+// forget forgets what add remembers of the head's minutes and days (the
 // head was swapped out or changed).
 func (b *Builder) forget() {
-	b.lastMinute, b.lastHourMap = nil, nil
+	b.lastMinute, b.lastDayMap = nil, nil
 	b.sum.reset()
-	b.hsum.reset()
+	b.dsum.reset()
 }
 
 // keep appends an entry to sparse minute m, its values copied into the
@@ -218,34 +222,55 @@ func (b *Builder) each(m *minute, prefix string, fn func(key string, a *Agg)) {
 
 // headParts returns the parts that store head h, numbered from after
 // part, and how many each bucket got. Each minute of h is encoded once:
-// its entries kept (a part of their own), its series (a part). A coarser
-// bucket (hour, day) that the head holds one or two pieces of (as when
-// the flushes come more often than the minutes: a collector keeping up)
-// gets their bytes as its parts, merged later by its compaction like any
-// bucket's; one that it holds more of (a stream whose time runs fast: a
-// catch-up, a replay) gets one part, the merge of them, so that its part
-// count stays small. An hour's pieces are the sums of its minutes' kept
-// entries (head.hours, summed as they came) and its dense minutes' series;
-// a day's are its hours. The series of those merges are sl's.
+// its entries kept (a part of their own), its series (a part). An hour
+// gets its minutes' kept entries as one part of entries (their bytes as
+// the minutes' parts hold them), and the series of its dense minutes; a
+// day gets the sums of its minutes' kept entries (head.days, summed as
+// they came) and its hours' series.
+// A coarser bucket (hour, day) that the head holds one or two pieces of
+// (as when the flushes come more often than the minutes: a collector
+// keeping up) gets their bytes as its parts, merged later by its
+// compaction like any bucket's; one that it holds more of (a stream
+// whose time runs fast: a catch-up, a replay) gets one part of series,
+// the merge of them, and its part of entries, so that its part count
+// stays small. The series of those sums and merges are sl's.
 //
 // A bucket that retention deletes at watermark wm (expiredBefore) is not
 // written: the flush's commit would delete it (a stream whose time runs
 // fast flushes weeks of minutes at once, nearly all of them past the
 // minutes' retention). Its sums still go into the coarser buckets.
 func (b *Builder) headParts(h head, part int64, sl *slab, wm int64) ([]store.RollupPart, map[bucketKey]int) {
-	// A bucket's sums so far (nil: a minute's kept entries, in their
-	// hour's sums already), each with its encoded parts (nil: not yet).
+	// A bucket's sums so far (nil: entries as they came, in their day's
+	// sums already), each with its encoded parts (nil: not yet).
 	type piece struct {
 		m     map[string]*Agg
 		parts []specPart
 	}
-	var enc partEncoder
+	// The kept entries of an hour's minutes: their bytes in enc.ents
+	// (the minutes in time order, so an hour's are one run) and count.
+	type kept struct {
+		from, to, n int
+	}
+	enc := partEncoder{ents: b.ents[:0]}
+	defer func() { b.ents = enc.ents[:0] }()
 	level := make(map[bucketKey][]piece, len(h.mins))
+	hours := make(map[int64]*kept)
 	minCut := b.expiredBefore(60, wm)
-	for start, m := range h.mins {
+	for _, start := range slices.Sorted(maps.Keys(h.mins)) {
+		m := h.mins[start]
 		var ps []piece
-		if len(m.raw) > 0 && start >= minCut { // kept entries are in their hour already
-			ps = append(ps, piece{parts: []specPart{enc.encodeRaw(m.raw, b.specs, b.used)}})
+		if len(m.raw) > 0 {
+			hs := start - mod(start, 3600)
+			from := len(enc.ents)
+			enc.ents = appendEntries(enc.ents, m.raw)
+			if k := hours[hs]; k != nil {
+				k.to, k.n = len(enc.ents), k.n+len(m.raw)
+			} else {
+				hours[hs] = &kept{from, len(enc.ents), len(m.raw)}
+			}
+			if start >= minCut {
+				ps = append(ps, piece{parts: []specPart{enc.rawPart(enc.ents[from:], len(m.raw), b.specs, b.used)}})
+			}
 		}
 		if len(m.series) > 0 {
 			ps = append(ps, piece{m: m.series, parts: []specPart{enc.encodeAll(m.series)}})
@@ -270,9 +295,16 @@ func (b *Builder) headParts(h head, part int64, sl *slab, wm int64) ([]store.Rol
 	for _, step := range Resolutions[1:] {
 		s := int64(step / time.Second)
 		coarse := make(map[bucketKey][]piece)
-		if step == time.Hour {
-			for hs, m := range h.hours {
-				coarse[bucketKey{s, hs}] = []piece{{m: m}}
+		var entries map[bucketKey]piece // the bucket's entries as they came, apart from its series
+		switch step {
+		case time.Hour:
+			entries = make(map[bucketKey]piece, len(hours))
+			for hs, k := range hours {
+				entries[bucketKey{s, hs}] = piece{parts: []specPart{enc.rawPart(enc.ents[k.from:k.to], k.n, b.specs, b.used)}}
+			}
+		case 24 * time.Hour:
+			for ds, m := range h.days {
+				coarse[bucketKey{s, ds}] = []piece{{m: m}}
 			}
 		}
 		for _, bk := range sortedBuckets(level) {
@@ -304,6 +336,9 @@ func (b *Builder) headParts(h head, part int64, sl *slab, wm int64) ([]store.Rol
 			}
 			coarse[c] = []piece{{m: m, parts: enc.encode(nil, m)}}
 		}
+		for c, p := range entries {
+			coarse[c] = append([]piece{p}, coarse[c]...)
+		}
 		emit(coarse)
 		level = coarse
 	}
@@ -325,7 +360,7 @@ func (b *Builder) mergeBack(src head) {
 			b.head.mins[start] = m
 			continue
 		}
-		d.raw = append(d.raw, m.raw...) // summed in src.hours, merged below
+		d.raw = append(d.raw, m.raw...) // summed in src.days, merged below
 		if m.series != nil {
 			if d.series == nil {
 				d.series = make(map[string]*Agg, len(m.series))
@@ -335,7 +370,7 @@ func (b *Builder) mergeBack(src head) {
 			}
 		}
 	}
-	mergeBuckets(b.head.hours, src.hours)
+	mergeBuckets(b.head.days, src.days)
 }
 
 // headSize estimates the bytes of h.
@@ -350,7 +385,7 @@ func headSize(h head) int64 {
 			}
 		}
 	}
-	for _, m := range h.hours {
+	for _, m := range h.days {
 		n += minuteOverhead + seriesSize(m)
 	}
 	return n

@@ -63,6 +63,7 @@ func encodeParts(m map[string]*Agg) []specPart {
 type partEncoder struct {
 	series   []keyed
 	body, ab []byte
+	ents     []byte // encodeRaw's entries
 	secs     []byte // encodeAll's sections
 	out      []byte // the arena: each part's data is a full slice of it
 }
@@ -113,6 +114,26 @@ func (e *partEncoder) encodeAll(m map[string]*Agg) specPart {
 // specs, whose values are of dims (see the format above), as a row of
 // store.AllSpecs.
 func (e *partEncoder) encodeRaw(raw []rawEntry, specs []Spec, dims []record.Dim) specPart {
+	e.ents = appendEntries(e.ents[:0], raw)
+	return e.rawPart(e.ents, len(raw), specs, dims)
+}
+
+// appendEntries appends entries raw encoded as a part of entries holds
+// them (see the format above).
+func appendEntries(dst []byte, raw []rawEntry) []byte {
+	for i := range raw {
+		r := &raw[i]
+		for _, v := range r.vals {
+			dst = codec.AppendString(dst, v)
+		}
+		dst = appendDelta(dst, &r.d)
+	}
+	return dst
+}
+
+// rawPart returns the part of n entries, encoded in ents (appendEntries),
+// summed by specs, whose values are of dims, as a row of store.AllSpecs.
+func (e *partEncoder) rawPart(ents []byte, n int, specs []Spec, dims []record.Dim) specPart {
 	body := binary.AppendUvarint(e.body[:0], uint64(len(specs)))
 	for _, s := range specs {
 		body = codec.AppendString(body, string(s))
@@ -121,14 +142,8 @@ func (e *partEncoder) encodeRaw(raw []rawEntry, specs []Spec, dims []record.Dim)
 	for _, d := range dims {
 		body = codec.AppendString(body, string(d))
 	}
-	body = binary.AppendUvarint(body, uint64(len(raw)))
-	for i := range raw {
-		r := &raw[i]
-		for _, v := range r.vals {
-			body = codec.AppendString(body, v)
-		}
-		body = appendDelta(body, &r.d)
-	}
+	body = binary.AppendUvarint(body, uint64(n))
+	body = append(body, ents...)
 	e.body = body
 	e.ab = s2.Encode(e.ab[:cap(e.ab)], body)
 	b := e.room(2 + binary.MaxVarintLen64 + len(e.ab))

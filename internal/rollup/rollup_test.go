@@ -511,6 +511,41 @@ func TestSparseMinutesExact(t *testing.T) {
 	}
 }
 
+// An hour whose minutes are sparse is stored as their entries, a part per
+// flush that holds some of them, and summed only for its day: flushed
+// every few entries, so that hours and days get parts from many flushes
+// and are compacted, its series are those of a builder that sums every
+// entry as it comes (dense), at every resolution.
+func TestSparseHoursAcrossFlushes(t *testing.T) {
+	ctx := context.Background()
+	st, _ := collected(t, longConfig())
+	cfg := DefaultConfig()
+	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
+	dense := newBuilder(t, &memRollups{Store: st}, cfg)
+	dense.rawMax = 0
+	if err := dense.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last, err := st.LastSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBuilder(t, &memRollups{Store: st}, cfg)
+	flushes := 0
+	for seq := int64(0); seq < last; {
+		seq = min(seq+7, last)
+		applyUpTo(t, b, st, seq)
+		if err := b.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		flushes++
+	}
+	if compactions := testutil.ToFloat64(b.m.compactions); flushes < 20 || compactions == 0 {
+		t.Fatalf("%d flushes, %v compactions: the stream does not split hours", flushes, compactions)
+	}
+	sameSeries(t, dense, b, fmt.Sprintf("stored in %d flushes", flushes))
+}
+
 // The head's bytes, which decide when it is flushed and bound it
 // (rollup.max_head_bytes), count what it holds: records whose every value
 // is new (an attacker's, or a stream of unique users and directories) on
