@@ -469,24 +469,33 @@ func FuzzPart(f *testing.F) {
 	})
 }
 
+// denseReference returns a store of a long collected stream, a config
+// that keeps every bucket, a builder over it that sums every entry as it
+// comes (no minute kept sparse), caught up, and the store's last seq.
+func denseReference(t *testing.T) (*store.Store, Config, *Builder, int64) {
+	t.Helper()
+	st, _ := collected(t, longConfig())
+	cfg := DefaultConfig()
+	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
+	dense := newBuilder(t, &memRollups{Store: st}, cfg)
+	dense.rawMax = 0
+	if err := dense.CatchUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	last, err := st.LastSeq(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, cfg, dense, last
+}
+
 // A minute kept sparse (its entries as they came) gives every series the
 // same sums as one summed as the entries come (dense), at every
 // resolution: read from the head, from the stored parts after a flush,
 // and with minutes that turn dense part way (rawMax 4).
 func TestSparseMinutesExact(t *testing.T) {
 	ctx := context.Background()
-	st, _ := collected(t, longConfig())
-	cfg := DefaultConfig()
-	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
-	dense := newBuilder(t, &memRollups{Store: st}, cfg)
-	dense.rawMax = 0
-	if err := dense.CatchUp(ctx); err != nil {
-		t.Fatal(err)
-	}
-	last, err := st.LastSeq(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, cfg, dense, last := denseReference(t)
 	for _, raw := range []int{rawMax, 4} {
 		b := newBuilder(t, &memRollups{Store: st}, cfg)
 		b.rawMax = raw
@@ -518,18 +527,7 @@ func TestSparseMinutesExact(t *testing.T) {
 // entry as it comes (dense), at every resolution.
 func TestSparseHoursAcrossFlushes(t *testing.T) {
 	ctx := context.Background()
-	st, _ := collected(t, longConfig())
-	cfg := DefaultConfig()
-	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
-	dense := newBuilder(t, &memRollups{Store: st}, cfg)
-	dense.rawMax = 0
-	if err := dense.CatchUp(ctx); err != nil {
-		t.Fatal(err)
-	}
-	last, err := st.LastSeq(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, cfg, dense, last := denseReference(t)
 	b := newBuilder(t, &memRollups{Store: st}, cfg)
 	flushes := 0
 	for seq := int64(0); seq < last; {
