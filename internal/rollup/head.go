@@ -246,13 +246,14 @@ func (b *Builder) headParts(h head, part int64, sl *slab, wm int64) ([]store.Rol
 		m     map[string]*Agg
 		parts []specPart
 	}
-	// The kept entries of an hour's minutes: their bytes in enc.ents
-	// (the minutes in time order, so an hour's are one run) and count.
+	// The kept entries of an hour's minutes: their bytes in ents (the
+	// minutes in time order, so an hour's are one run) and count.
 	type kept struct {
 		from, to, n int
 	}
-	enc := partEncoder{ents: b.ents[:0]}
-	defer func() { b.ents = enc.ents[:0] }()
+	var enc partEncoder
+	ents := b.ents[:0]
+	defer func() { b.ents = ents[:0] }()
 	level := make(map[bucketKey][]piece, len(h.mins))
 	hours := make(map[int64]*kept)
 	minCut := b.expiredBefore(60, wm)
@@ -261,15 +262,15 @@ func (b *Builder) headParts(h head, part int64, sl *slab, wm int64) ([]store.Rol
 		var ps []piece
 		if len(m.raw) > 0 {
 			hs := start - mod(start, 3600)
-			from := len(enc.ents)
-			enc.ents = appendEntries(enc.ents, m.raw)
+			from := len(ents)
+			ents = appendEntries(ents, m.raw)
 			if k := hours[hs]; k != nil {
-				k.to, k.n = len(enc.ents), k.n+len(m.raw)
+				k.to, k.n = len(ents), k.n+len(m.raw)
 			} else {
-				hours[hs] = &kept{from, len(enc.ents), len(m.raw)}
+				hours[hs] = &kept{from, len(ents), len(m.raw)}
 			}
 			if start >= minCut {
-				ps = append(ps, piece{parts: []specPart{enc.rawPart(enc.ents[from:], len(m.raw), b.specs, b.used)}})
+				ps = append(ps, piece{parts: []specPart{enc.rawPart(ents[from:], len(m.raw), b.specs, b.used)}})
 			}
 		}
 		if len(m.series) > 0 {
@@ -300,7 +301,7 @@ func (b *Builder) headParts(h head, part int64, sl *slab, wm int64) ([]store.Rol
 		case time.Hour:
 			entries = make(map[bucketKey]piece, len(hours))
 			for hs, k := range hours {
-				entries[bucketKey{s, hs}] = piece{parts: []specPart{enc.rawPart(enc.ents[k.from:k.to], k.n, b.specs, b.used)}}
+				entries[bucketKey{s, hs}] = piece{parts: []specPart{enc.rawPart(ents[k.from:k.to], k.n, b.specs, b.used)}}
 			}
 		case 24 * time.Hour:
 			for ds, m := range h.days {

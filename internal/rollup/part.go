@@ -29,7 +29,8 @@ import (
 //
 // A sparse minute (a few entries: see minute) is stored as its entries
 // instead, a part of store.AllSpecs that a read sums into the series of
-// the specs it asks for (encodeRaw):
+// the specs it asks for (appendEntries, rawPart); an hour's kept entries
+// are stored the same way:
 //
 //	byte    0
 //	byte    5 (entries)
@@ -63,7 +64,6 @@ func encodeParts(m map[string]*Agg) []specPart {
 type partEncoder struct {
 	series   []keyed
 	body, ab []byte
-	ents     []byte // encodeRaw's entries
 	secs     []byte // encodeAll's sections
 	out      []byte // the arena: each part's data is a full slice of it
 }
@@ -108,14 +108,6 @@ func (e *partEncoder) encodeAll(m map[string]*Agg) specPart {
 	b = append(b, e.secs...)
 	e.out = b
 	return specPart{store.AllSpecs, b[k:len(b):len(b)]}
-}
-
-// encodeRaw returns the part of a sparse minute's entries raw, summed by
-// specs, whose values are of dims (see the format above), as a row of
-// store.AllSpecs.
-func (e *partEncoder) encodeRaw(raw []rawEntry, specs []Spec, dims []record.Dim) specPart {
-	e.ents = appendEntries(e.ents[:0], raw)
-	return e.rawPart(e.ents, len(raw), specs, dims)
 }
 
 // appendEntries appends entries raw encoded as a part of entries holds

@@ -457,7 +457,7 @@ func FuzzPart(f *testing.F) {
 	var enc partEncoder
 	raw := []rawEntry{{vals: []string{"abc", "cms"}, d: delta{read: 5, closed: true, reason: 1, user: 7, ms: 9, dur: 13, size: 80}},
 		{vals: []string{"abc", ""}, d: delta{write: 3}}}
-	f.Add(enc.encodeRaw(raw, []Spec{"", "site", "site,vo"}, []record.Dim{record.DimSite, record.DimVO}).data)
+	f.Add(enc.rawPart(appendEntries(nil, raw), len(raw), []Spec{"", "site", "site,vo"}, []record.Dim{record.DimSite, record.DimVO}).data)
 	f.Add([]byte{1, 200, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_ = walkStored(b, walk{}, func(string, *Agg) {})
@@ -609,7 +609,7 @@ func TestRawPart(t *testing.T) {
 		ad.add(want, 60, &sl, raw[i].vals, &raw[i].d)
 	}
 	var enc partEncoder
-	data := enc.encodeRaw(raw, specs, dims).data
+	data := enc.rawPart(appendEntries(nil, raw), len(raw), specs, dims).data
 	for _, prefix := range []string{"", "\x00", "site\x00", "vo\x00", "site,vo\x00", "site\x00\x01A", "dir\x00"} {
 		got := map[string]*Agg{}
 		if err := walkStored(data, walk{prefix: prefix}, func(k string, a *Agg) { got[k] = a.clone() }); err != nil {
