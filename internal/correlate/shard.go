@@ -35,18 +35,37 @@ func ShardOf(sender netip.Addr, n int) int {
 
 // addrHash is the stable hash of ShardOf.
 func addrHash(a netip.Addr) uint64 {
-	b := a.Unmap().As16()
-	const (
-		offset64 = 14695981039346656037
-		prime64  = 1099511628211
-	)
-	h := uint64(offset64)
-	for _, c := range b {
+	a = a.Unmap()
+	b := a.As16()
+	h, rest := uint64(fnvOffset64), b[:]
+	if a.Is4() {
+		// An IPv4 address is ::ffff:a.b.c.d: the hash of its first 12
+		// bytes is the same for all, so only its own 4 bytes are hashed.
+		h, rest = fnvV4Prefix, b[12:]
+	}
+	for _, c := range rest {
 		h ^= uint64(c)
-		h *= prime64
+		h *= fnvPrime64
 	}
 	return hashmix.Fmix64(h)
 }
+
+// FNV-1a's 64-bit offset basis and prime.
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+// fnvV4Prefix is FNV-1a's state after the 12 bytes every IPv4-mapped
+// address starts with (10 zeros, then 0xff 0xff).
+var fnvV4Prefix = func() uint64 {
+	h := uint64(fnvOffset64)
+	for _, c := range [12]byte{10: 0xff, 11: 0xff} {
+		h ^= uint64(c)
+		h *= fnvPrime64
+	}
+	return h
+}()
 
 type pendingPath struct {
 	path string

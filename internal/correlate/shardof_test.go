@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"hash/fnv"
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 
@@ -42,6 +43,29 @@ func TestShardOfStable(t *testing.T) {
 	}
 }
 
+// TestShardOfIsFNV: the hash of any address, IPv4 (whose common 12-byte
+// prefix addrHash does not hash again) or IPv6, is fmix64 of standard
+// FNV-1a over its 16-byte form.
+func TestShardOfIsFNV(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 10000 {
+		var b [16]byte
+		for j := range b {
+			b[j] = byte(r.Uint32())
+		}
+		a := netip.AddrFrom16(b)
+		if i%2 == 0 {
+			a = netip.AddrFrom4([4]byte(b[:4]))
+		}
+		u := a.As16()
+		f := fnv.New64a()
+		f.Write(u[:])
+		if got, want := addrHash(a), hashmix.Fmix64(f.Sum64()); got != want {
+			t.Fatalf("%s: hash %#x, want %#x", a, got, want)
+		}
+	}
+}
+
 // TestShardOfSpread: consecutive addresses spread over the shards.
 func TestShardOfSpread(t *testing.T) {
 	for _, n := range []int{2, 3, 4, 8} {
@@ -54,5 +78,22 @@ func TestShardOfSpread(t *testing.T) {
 				t.Errorf("n=%d: shard %d got %d of 1024", n, sh, c)
 			}
 		}
+	}
+}
+
+// BenchmarkShardOf is the routing of one packet (each shard routes every
+// packet of a batch), from an IPv4 sender and from an IPv6 one.
+func BenchmarkShardOf(b *testing.B) {
+	for _, s := range []string{"192.0.2.10", "2001:db8::1"} {
+		a := netip.MustParseAddr(s)
+		b.Run(map[bool]string{true: "v4", false: "v6"}[a.Is4()], func(b *testing.B) {
+			n := 0
+			for range b.N {
+				n += ShardOf(a, 2)
+			}
+			if n < 0 {
+				b.Fatal(n)
+			}
+		})
 	}
 }
