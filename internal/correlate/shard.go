@@ -37,17 +37,21 @@ func ShardOf(sender netip.Addr, n int) int {
 func addrHash(a netip.Addr) uint64 {
 	a = a.Unmap()
 	b := a.As16()
-	h, rest := uint64(fnvOffset64), b[:]
 	if a.Is4() {
 		// An IPv4 address is ::ffff:a.b.c.d: the hash of its first 12
 		// bytes is the same for all, so only its own 4 bytes are hashed.
-		h, rest = fnvV4Prefix, b[12:]
+		return hashmix.Fmix64(fnv1a(fnvV4Prefix, b[12:]))
 	}
-	for _, c := range rest {
+	return hashmix.Fmix64(fnv1a(fnvOffset64, b[:]))
+}
+
+// fnv1a continues FNV-1a (64-bit) from state h over b.
+func fnv1a(h uint64, b []byte) uint64 {
+	for _, c := range b {
 		h ^= uint64(c)
 		h *= fnvPrime64
 	}
-	return hashmix.Fmix64(h)
+	return h
 }
 
 // FNV-1a's 64-bit offset basis and prime.
@@ -58,14 +62,7 @@ const (
 
 // fnvV4Prefix is FNV-1a's state after the 12 bytes every IPv4-mapped
 // address starts with (10 zeros, then 0xff 0xff).
-var fnvV4Prefix = func() uint64 {
-	h := uint64(fnvOffset64)
-	for _, c := range [12]byte{10: 0xff, 11: 0xff} {
-		h ^= uint64(c)
-		h *= fnvPrime64
-	}
-	return h
-}()
+var fnvV4Prefix = fnv1a(fnvOffset64, []byte{10: 0xff, 11: 0xff})
 
 type pendingPath struct {
 	path string

@@ -84,9 +84,9 @@ func TestShardOfSpread(t *testing.T) {
 // BenchmarkShardOf is the routing of one packet (each shard routes every
 // packet of a batch), from an IPv4 sender and from an IPv6 one.
 func BenchmarkShardOf(b *testing.B) {
-	for _, s := range []string{"192.0.2.10", "2001:db8::1"} {
-		a := netip.MustParseAddr(s)
-		b.Run(map[bool]string{true: "v4", false: "v6"}[a.Is4()], func(b *testing.B) {
+	for _, c := range []struct{ name, addr string }{{"v4", "192.0.2.10"}, {"v6", "2001:db8::1"}} {
+		a := netip.MustParseAddr(c.addr)
+		b.Run(c.name, func(b *testing.B) {
 			n := 0
 			for range b.N {
 				n += ShardOf(a, 2)
