@@ -151,35 +151,35 @@ func (s *Shard) resizeUser(p *pendingUser) {
 
 // putPendingPath sets pending path k, keeping the byte count.
 func (s *Shard) putPendingPath(k uint64, p pendingPath) {
-	if old, ok := s.paths[k]; ok {
+	if old, ok := s.paths.get(k); ok {
 		s.pendBytes -= pendingOverhead + int64(len(old.path))
 	}
-	s.paths[k] = p
+	s.paths.put(k, p)
 	s.pendBytes += pendingOverhead + int64(len(p.path))
 }
 
 // delPendingPath forgets pending path k, keeping the byte count.
 func (s *Shard) delPendingPath(k uint64) {
-	if old, ok := s.paths[k]; ok {
+	if old, ok := s.paths.get(k); ok {
 		s.pendBytes -= pendingOverhead + int64(len(old.path))
-		delete(s.paths, k)
+		s.paths.del(k)
 	}
 }
 
 // recount computes the byte counts from the tables (after a restore, and
 // in tests, where it must equal the counts kept incrementally).
 func (s *Shard) recount() (files, sessions, pending int64) {
-	for _, fi := range s.fileIdx {
+	for fi := range s.fileIdx.values() {
 		files += fileOverhead + int64(len(s.files.at(fi).path))
 	}
-	for _, i := range s.sessIdx {
+	for i := range s.sessIdx.values() {
 		ss := s.sess.at(i)
 		sessions += sessionOverhead + textLen(ss) + int64(len(ss.appInfo)) + loginCost(ss.login) + tokenCost(ss.token)
 	}
-	for _, p := range s.paths {
+	for p := range s.paths.values() {
 		pending += pendingOverhead + int64(len(p.path))
 	}
-	for _, p := range s.users {
+	for p := range s.users.values() {
 		pending += int64(unsafe.Sizeof(pendingUser{})) + 64 + int64(unsafe.Sizeof(fifoEntry{})) + tokenCost(p.token)
 	}
 	return files, sessions, pending
@@ -192,21 +192,21 @@ func (s *Shard) recountBytes() {
 	for _, inc := range s.incList {
 		inc.fileBytes, inc.sessBytes = 0, 0
 	}
-	for _, fi := range s.fileIdx {
+	for fi := range s.fileIdx.values() {
 		if inc := s.incOf(s.files.at(fi).inc); inc != nil {
 			inc.fileBytes += fileOverhead + int64(len(s.files.at(fi).path))
 		}
 	}
 	s.sessBytes, s.discBytes = 0, 0
-	for _, i := range s.sessIdx {
+	for i := range s.sessIdx.values() {
 		s.sess.at(i).cost = 0
 		s.resizeSession(i)
 	}
 	s.pendBytes = 0
-	for _, p := range s.paths {
+	for p := range s.paths.values() {
 		s.pendBytes += pendingOverhead + int64(len(p.path))
 	}
-	for _, p := range s.users {
+	for p := range s.users.values() {
 		p.cost = 0
 		s.resizeUser(p)
 	}

@@ -42,7 +42,7 @@ func (s *Shard) handleF(data []byte, addr netip.Addr) {
 // newFile allocates a file entry for (inc, fileID), making room under the
 // bounds first.
 func (s *Shard) newFile(inc *incarnation, fileID uint32, tBeg, tEnd uint32) int32 {
-	for len(s.fileIdx) >= s.cfg.MaxOpenFiles {
+	for s.fileIdx.len() >= s.cfg.MaxOpenFiles {
 		if s.lru.head >= 0 {
 			s.evict(&s.lru, fileLRU)
 		} else {
@@ -65,7 +65,7 @@ func (s *Shard) newFile(inc *incarnation, fileID uint32, tBeg, tEnd uint32) int3
 		inc: inc.id, fileID: fileID, sess: -1,
 		tOpen: tBeg, tLast: tEnd, seen: uint32(s.nowS), queued: uint32(s.nowS),
 	}
-	s.fileIdx[dictKey(inc.id, fileID)] = i
+	s.fileIdx.put(dictKey(inc.id, fileID), i)
 	s.fileBytes += fileOverhead
 	inc.fileBytes += fileOverhead
 	lpush(&s.files, &s.lru, fileLRU, i)
@@ -84,7 +84,7 @@ func (s *Shard) linkSession(fi int32, inc *incarnation, hint int32) {
 	si := hint
 	if si < 0 || int(si) >= s.sess.len() || s.sess.at(si).inc != inc.id || s.sess.at(si).dictID != f.user {
 		var ok bool
-		if si, ok = s.sessIdx[dictKey(inc.id, f.user)]; !ok {
+		if si, ok = s.sessIdx.get(dictKey(inc.id, f.user)); !ok {
 			return
 		}
 	}
@@ -131,7 +131,7 @@ func (s *Shard) evict(l *list, k int) {
 
 func (s *Shard) open(inc *incarnation, o packet.FileOpen, tBeg, tEnd uint32) {
 	k := dictKey(inc.id, o.FileID)
-	fi, ok := s.fileIdx[k]
+	fi, ok := s.fileIdx.get(k)
 	if ok && s.files.at(fi).flags&fOpen != 0 {
 		// A second open of a file id we hold open: the first access's close
 		// was never seen. Emit what we know of it, start afresh.
@@ -148,7 +148,7 @@ func (s *Shard) open(inc *incarnation, o packet.FileOpen, tBeg, tEnd uint32) {
 	if o.RW {
 		f.flags |= fRW
 	}
-	p, pending := s.paths[k]
+	p, pending := s.paths.get(k)
 	hint := int32(-1)
 	if o.HasLFN {
 		// The d record that usually precedes an open with LFN carried the
@@ -187,7 +187,7 @@ func (s *Shard) open(inc *incarnation, o packet.FileOpen, tBeg, tEnd uint32) {
 }
 
 func (s *Shard) xfr(inc *incarnation, x packet.FileXfr, tBeg, tEnd uint32) {
-	fi, ok := s.fileIdx[dictKey(inc.id, x.FileID)]
+	fi, ok := s.fileIdx.get(dictKey(inc.id, x.FileID))
 	if !ok { // its open was lost: keep what we learn, the close will say no_open
 		fi = s.newFile(inc, x.FileID, tBeg, tEnd)
 	}
@@ -202,7 +202,7 @@ func (s *Shard) xfr(inc *incarnation, x packet.FileXfr, tBeg, tEnd uint32) {
 }
 
 func (s *Shard) close(inc *incarnation, c *packet.FileClose, tBeg, tEnd uint32) {
-	fi, ok := s.fileIdx[dictKey(inc.id, c.FileID)]
+	fi, ok := s.fileIdx.get(dictKey(inc.id, c.FileID))
 	if ok && s.files.at(fi).flags&(fClosed|fOpen) == fOpen {
 		if !s.holdForTrace(fi, inc, c, tEnd) {
 			s.finishFile(fi, rComplete, tEnd, c)
@@ -242,7 +242,7 @@ func (s *Shard) pendFile(fi int32, r uint8) {
 // disc applies an isDisc: the session ended. Files still open wait
 // PendingTTL for a reordered close, then are emitted as disconnect.
 func (s *Shard) disc(inc *incarnation, userID uint32, tEnd uint32) {
-	si, ok := s.sessIdx[dictKey(inc.id, userID)]
+	si, ok := s.sessIdx.get(dictKey(inc.id, userID))
 	if !ok {
 		return
 	}
@@ -318,7 +318,7 @@ func (s *Shard) removeFile(fi int32, inc *incarnation) {
 	if f.flags&fClosed != 0 {
 		delete(s.closes, fi)
 	}
-	delete(s.fileIdx, dictKey(f.inc, f.fileID))
+	s.fileIdx.del(dictKey(f.inc, f.fileID))
 	s.fileBytes -= fileOverhead + int64(len(f.path))
 	inc.fileBytes -= fileOverhead + int64(len(f.path))
 	*f = fileEntry{}
@@ -434,7 +434,7 @@ func (s *Shard) fill(rec *record.Record, f *fileEntry, inc *incarnation, end uin
 	rec.UserDictID = f.user
 	si := f.sess
 	if si < 0 && f.user != 0 {
-		if i, ok := s.sessIdx[dictKey(inc.id, f.user)]; ok {
+		if i, ok := s.sessIdx.get(dictKey(inc.id, f.user)); ok {
 			si = i
 		}
 	}

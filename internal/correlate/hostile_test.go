@@ -63,7 +63,7 @@ func TestDisconnectedSessionsUnderTheBound(t *testing.T) {
 		uid := s.uid("xroot", "u", int(i), "client.example.org")
 		sh.Handle(s.login(i+1, uid, packet.Login{}), s.addr, now)
 		sh.Handle(s.f(0, 10, func(fb *packet.FStreamBuilder) { fb.Disc(i + 1) }), s.addr, now)
-		if n := len(sh.sessIdx); n > cfg.MaxSessions {
+		if n := sh.sessIdx.len(); n > cfg.MaxSessions {
 			t.Fatalf("after %d sessions %d held, bound %d", i+1, n, cfg.MaxSessions)
 		}
 	}

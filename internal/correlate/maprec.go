@@ -98,7 +98,7 @@ func (s *Shard) handleMap(data []byte, addr netip.Addr) {
 		}
 	case packet.CodeToken:
 		t := s.tokenInfo(tok)
-		if i, ok := s.sessIdx[dictKey(inc.id, tok.UserDictID)]; ok {
+		if i, ok := s.sessIdx.get(dictKey(inc.id, tok.UserDictID)); ok {
 			s.sess.at(i).token = t
 			s.resizeSession(i)
 			s.touchSession(i)
@@ -108,7 +108,7 @@ func (s *Shard) handleMap(data []byte, addr netip.Addr) {
 			s.resizeUser(p)
 		}
 	case packet.CodeUEAC:
-		if i, ok := s.sessIdx[dictKey(inc.id, ueac.UserDictID)]; ok {
+		if i, ok := s.sessIdx.get(dictKey(inc.id, ueac.UserDictID)); ok {
 			ss := s.sess.at(i)
 			ss.exp, ss.act, ss.hasUEAC = ueac.Experiment, ueac.Activity, true
 			s.touchSession(i)
@@ -127,11 +127,11 @@ func (s *Shard) handleMap(data []byte, addr netip.Addr) {
 
 func (s *Shard) pendUser(inc *incarnation, dictID uint32) *pendingUser {
 	k := dictKey(inc.id, dictID)
-	p := s.users[k]
+	p, _ := s.users.get(k)
 	if p == nil {
 		s.boundPending()
 		p = &pendingUser{at: s.nowS}
-		s.users[k] = p
+		s.users.put(k, p)
 		s.resizeUser(p)
 		s.pushPending(k, pendUser)
 	}
@@ -140,7 +140,7 @@ func (s *Shard) pendUser(inc *incarnation, dictID uint32) *pendingUser {
 
 // boundPending makes room for one more pending reference.
 func (s *Shard) boundPending() {
-	for (len(s.paths)+len(s.users) >= s.cfg.MaxPending || s.pendBytes >= s.cfg.budget(sharePending)) && s.pending.len() > 0 {
+	for (s.paths.len()+s.users.len() >= s.cfg.MaxPending || s.pendBytes >= s.cfg.budget(sharePending)) && s.pending.len() > 0 {
 		s.expirePending()
 	}
 }
@@ -173,10 +173,10 @@ func (s *Shard) compactPending() {
 		var live bool
 		switch e.kind {
 		case pendPath:
-			p, ok := s.paths[e.key]
+			p, ok := s.paths.get(e.key)
 			live = ok && p.at == e.at
 		case pendUser:
-			p, ok := s.users[e.key]
+			p, ok := s.users.get(e.key)
 			live = ok && p.at == e.at
 		}
 		if live {
@@ -193,14 +193,14 @@ func (s *Shard) expirePending() {
 	e := s.pending.front()
 	switch e.kind {
 	case pendPath:
-		if p, ok := s.paths[e.key]; ok && p.at == e.at {
+		if p, ok := s.paths.get(e.key); ok && p.at == e.at {
 			s.delPendingPath(e.key)
 			s.stats.PendingDropped++
 		}
 	case pendUser:
-		if p, ok := s.users[e.key]; ok && p.at == e.at {
+		if p, ok := s.users.get(e.key); ok && p.at == e.at {
 			s.pendBytes -= p.cost
-			delete(s.users, e.key)
+			s.users.del(e.key)
 			s.stats.PendingDropped++
 		}
 	}
@@ -210,10 +210,10 @@ func (s *Shard) expirePending() {
 // login applies a u record: a session keyed by (incarnation, dictid).
 func (s *Shard) login(inc *incarnation, dictID uint32, uid, payload []byte) {
 	k := dictKey(inc.id, dictID)
-	i, ok := s.sessIdx[k]
+	i, ok := s.sessIdx.get(k)
 	if !ok {
 		i = s.newSession(inc, dictID)
-		s.sessIdx[k] = i
+		s.sessIdx.put(k, i)
 	} else {
 		s.touchSession(i)
 	}
@@ -225,9 +225,9 @@ func (s *Shard) login(inc *incarnation, dictID uint32, uid, payload []byte) {
 	unindexText(inc, ss, i)
 	s.setText(ss, uid, u)
 	defer s.resizeSession(i)
-	inc.byText[ss.textKey] = i // the latest session with this text wins
+	inc.byText.put(ss.textKey, i) // the latest session with this text wins
 	ss.login = s.loginInfo(payload)
-	if p := s.users[k]; p != nil {
+	if p, _ := s.users.get(k); p != nil {
 		if p.token != nil {
 			ss.token = p.token
 		}
@@ -235,7 +235,7 @@ func (s *Shard) login(inc *incarnation, dictID uint32, uid, payload []byte) {
 			ss.exp, ss.act, ss.hasUEAC = p.exp, p.act, true
 		}
 		s.pendBytes -= p.cost
-		delete(s.users, k)
+		s.users.del(k)
 	}
 }
 
@@ -316,7 +316,7 @@ func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 func (s *Shard) newSession(inc *incarnation, dictID uint32) int32 {
 	// Disconnected sessions (kept only for late packets) go first, then
 	// the least recently used active one.
-	for len(s.sessIdx) >= s.cfg.MaxSessions {
+	for s.sessIdx.len() >= s.cfg.MaxSessions {
 		i := s.sessDisc.head
 		if i < 0 {
 			i = s.sessLRU.head
@@ -380,7 +380,7 @@ func (s *Shard) removeSession(i int32) {
 		lremove(&s.sess, &inc.sessions, sessInc, i)
 		unindexText(inc, ss, i)
 	}
-	delete(s.sessIdx, dictKey(ss.inc, ss.dictID))
+	s.sessIdx.del(dictKey(ss.inc, ss.dictID))
 	s.sessBytes -= ss.cost
 	*ss = session{}
 	s.sess.release(i)
@@ -397,7 +397,7 @@ func (s *Shard) path(inc *incarnation, dictID uint32, uid, payload []byte) {
 	if i, ok := s.sessionOfText(inc, uid); ok {
 		user, sess = s.sess.at(i).dictID, i
 	}
-	if fi, ok := s.fileIdx[k]; ok {
+	if fi, ok := s.fileIdx.get(k); ok {
 		f := s.files.at(fi)
 		if f.path == "" {
 			s.setFilePath(fi, s.pathsI.bytes(payload))
@@ -408,8 +408,8 @@ func (s *Shard) path(inc *incarnation, dictID uint32, uid, payload []byte) {
 		}
 		return
 	}
-	if len(s.paths)+len(s.users) >= s.cfg.MaxPending || s.pendBytes >= s.cfg.budget(sharePending) { // boundPending has work only then
-		if _, ok := s.paths[k]; !ok {
+	if s.paths.len()+s.users.len() >= s.cfg.MaxPending || s.pendBytes >= s.cfg.budget(sharePending) { // boundPending has work only then
+		if !s.paths.has(k) {
 			s.boundPending()
 		}
 	}

@@ -51,7 +51,7 @@ func TestRealPackets(t *testing.T) {
 	// The T record (Uc=1995247) and the i record attach to their session.
 	var found bool
 	for _, inc := range s.incList {
-		if i, ok := s.sessIdx[dictKey(inc.id, 1995247)]; ok {
+		if i, ok := s.sessIdx.get(dictKey(inc.id, 1995247)); ok {
 			found = true
 			ss := s.sess.at(i)
 			if ss.token == nil || ss.token.subject != "jacob.lange" || ss.token.org != "https://osdf.igwn.org/cit" ||

@@ -80,7 +80,7 @@ func (s *Shard) emitRedirect(inc *incarnation, r *packet.Redir, i int, mark int3
 	if e.Xrootd {
 		d.DecidedBy = "xrootd"
 	}
-	if si, ok := s.sessIdx[dictKey(inc.id, e.User)]; ok && e.User != 0 {
+	if si, ok := s.sessIdx.get(dictKey(inc.id, e.User)); ok && e.User != 0 {
 		ss := s.sess.at(si)
 		d.User, d.ClientHost, d.Protocol = ss.user, ss.host, ss.prot
 		if ss.login != nil {

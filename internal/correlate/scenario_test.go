@@ -524,7 +524,7 @@ func TestDisconnectedSessionsBudget(t *testing.T) {
 		t.Errorf("disconnected sessions hold %d bytes, budget %d", s.discBytes, budget)
 	}
 	var held int64
-	for _, i := range s.sessIdx {
+	for i := range s.sessIdx.values() {
 		if ss := s.sess.at(i); ss.disc {
 			held += ss.cost
 		}

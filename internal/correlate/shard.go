@@ -110,28 +110,30 @@ type Shard struct {
 	last       *incarnation                  // lookup cache
 
 	files     slab[fileEntry]
-	fileIdx   map[uint64]int32
+	fileIdx   index[int32]
 	lru       list // open files, least recently used first
 	pendFiles list // files waiting to be emitted, oldest first
 	closes    map[int32]*closeData
 
 	traces   slab[traceState] // I/O profiles being built (trace.go)
-	traceIdx map[uint64]int32
+	traceIdx index[int32]
 	traceLRU list // least recently updated first
 
 	sess     slab[session]
-	sessIdx  map[uint64]int32
+	sessIdx  index[int32]
 	sessLRU  list
 	sessDisc list
 
-	paths   map[uint64]pendingPath
-	users   map[uint64]*pendingUser
+	paths   index[pendingPath]
+	users   index[*pendingUser]
 	pending fifo
 
 	names interner
 	// textSeed seeds the keys of the byText indexes (usertext.go).
 	textSeed maphash.Seed
-	pathsI   interner
+	// idxSeed mixes the keys of the indexes (index.go).
+	idxSeed uint64
+	pathsI  interner
 	// logins caches the parsed login payloads (intern.go).
 	logins loginCache
 	// tokens shares the tokens of equal fields (tokenInfo); tokenBytes
@@ -174,6 +176,7 @@ func NewShard(cfg Config) *Shard {
 	if err := cfg.Validate(); err != nil {
 		panic(err)
 	}
+	seed := indexSeed()
 	return &Shard{
 		cfg:        cfg,
 		win:        uint8(cfg.ReorderWindow),
@@ -182,22 +185,23 @@ func NewShard(cfg Config) *Shard {
 		byAddrStod: make(map[addrStod]*incarnation),
 		latest:     make(map[addrSID]*incarnation),
 		byAddr:     make(map[netip.Addr][]*incarnation),
-		fileIdx:    make(map[uint64]int32),
+		fileIdx:    newIndex[int32](seed, 0),
 		lru:        newList(),
 		pendFiles:  newList(),
 		closes:     make(map[int32]*closeData),
-		traceIdx:   make(map[uint64]int32),
+		traceIdx:   newIndex[int32](seed, 0),
 		traceLRU:   newList(),
-		sessIdx:    make(map[uint64]int32),
+		sessIdx:    newIndex[int32](seed, 0),
 		sessLRU:    newList(),
 		sessDisc:   newList(),
-		paths:      make(map[uint64]pendingPath),
-		users:      make(map[uint64]*pendingUser),
+		paths:      newIndex[pendingPath](seed, 0),
+		users:      newIndex[*pendingUser](seed, 0),
 		names:      newInterner(cfg.InternMax, cfg.budget(shareIntern)),
 		pathsI:     newInterner(cfg.InternMax, cfg.budget(shareIntern)),
 		logins:     newLoginCache(cfg.budget(shareIntern)),
 		tokens:     make(map[[5]string]*tokenInfo),
 		textSeed:   maphash.MakeSeed(),
+		idxSeed:    seed,
 	}
 }
 
@@ -248,10 +252,10 @@ func (s *Shard) nextChunk() {
 func (s *Shard) Stats() Stats {
 	st := s.stats
 	st.Servers = len(s.incs)
-	st.Sessions = len(s.sessIdx)
-	st.OpenFiles = len(s.fileIdx)
+	st.Sessions = s.sessIdx.len()
+	st.OpenFiles = s.fileIdx.len()
 	st.PendingFiles = int(s.pendFiles.n)
-	st.PendingRefs = len(s.paths) + len(s.users)
+	st.PendingRefs = s.paths.len() + s.users.len()
 	st.FileBytes, st.SessionBytes, st.PendingBytes = s.fileBytes, s.sessBytes, s.pendBytes
 	st.InternBytes = s.names.size + s.pathsI.size + s.logins.size + s.tokenBytes
 	for _, inc := range s.incs {
@@ -394,7 +398,7 @@ func (s *Shard) newIncarnation(k incKey, hasSID bool) *incarnation {
 		hasSID:   hasSID,
 		files:    newList(),
 		sessions: newList(),
-		byText:   make(map[uint64]int32),
+		byText:   newIndex[int32](s.idxSeed, 0),
 	}
 	s.incs[k] = inc
 	s.byID[inc.id] = inc

@@ -197,11 +197,11 @@ func (e *snapScratch) sessions(s *Shard) error {
 	e.indexed = slices.Grow(e.indexed[:0], s.sess.len())[:s.sess.len()]
 	clear(e.indexed)
 	for _, inc := range s.incList {
-		for _, i := range inc.byText {
+		for i := range inc.byText.values() {
 			e.indexed[i] = true
 		}
 	}
-	e.uv(uint64(len(s.sessIdx)))
+	e.uv(uint64(s.sessIdx.len()))
 	pos := int32(0)
 	for _, l := range [2]*list{&s.sessLRU, &s.sessDisc} {
 		for i := l.head; i >= 0; i = s.sess.at(i).ln[sessLRU].next {
@@ -223,8 +223,8 @@ func (e *snapScratch) sessions(s *Shard) error {
 			e.v(ss.seen)
 		}
 	}
-	if int(pos) != len(s.sessIdx) {
-		return fmt.Errorf("snapshot: %d sessions listed, %d indexed", pos, len(s.sessIdx))
+	if int(pos) != s.sessIdx.len() {
+		return fmt.Errorf("snapshot: %d sessions listed, %d indexed", pos, s.sessIdx.len())
 	}
 	return nil
 }
@@ -233,7 +233,7 @@ func (e *snapScratch) sessions(s *Shard) error {
 func (e *snapScratch) files(s *Shard) error {
 	// files, numbered in snapshot order
 	e.filePos = slices.Grow(e.filePos[:0], s.files.len())[:s.files.len()]
-	e.uv(uint64(len(s.fileIdx)))
+	e.uv(uint64(s.fileIdx.len()))
 	pos := int32(0)
 	for _, l := range [2]*list{&s.lru, &s.pendFiles} {
 		for i := l.head; i >= 0; i = s.files.at(i).ln[fileLRU].next {
@@ -262,8 +262,8 @@ func (e *snapScratch) files(s *Shard) error {
 			}
 		}
 	}
-	if int(pos) != len(s.fileIdx) {
-		return fmt.Errorf("snapshot: %d files listed, %d indexed", pos, len(s.fileIdx))
+	if int(pos) != s.fileIdx.len() {
+		return fmt.Errorf("snapshot: %d files listed, %d indexed", pos, s.fileIdx.len())
 	}
 	return nil
 }
@@ -296,26 +296,26 @@ func (e *snapScratch) lists(s *Shard) {
 func (e *snapScratch) pending(s *Shard) {
 	// pending references
 	e.keys = e.keys[:0]
-	for k := range s.paths {
+	for k := range s.paths.all() {
 		e.keys = append(e.keys, k)
 	}
 	slices.Sort(e.keys)
 	e.uv(uint64(len(e.keys)))
 	for _, k := range e.keys {
-		p := s.paths[k]
+		p, _ := s.paths.get(k)
 		e.uv(k)
 		e.str(p.path)
 		e.uv(uint64(p.user))
 		e.v(p.at)
 	}
 	e.keys = e.keys[:0]
-	for k := range s.users {
+	for k := range s.users.all() {
 		e.keys = append(e.keys, k)
 	}
 	slices.Sort(e.keys)
 	e.uv(uint64(len(e.keys)))
 	for _, k := range e.keys {
-		p := s.users[k]
+		p, _ := s.users.get(k)
 		e.uv(k)
 		e.token(p.token)
 		e.v(int64(p.exp))
@@ -742,7 +742,7 @@ func (d *decoder) incarnations() {
 	nInc := d.Count(1)
 	s.incList = make([]*incarnation, 0, nInc)
 	for k := 0; k < nInc && d.Err() == nil; k++ {
-		inc := &incarnation{files: newList(), sessions: newList(), byText: make(map[uint64]int32)}
+		inc := &incarnation{files: newList(), sessions: newList(), byText: newIndex[int32](s.idxSeed, 0)}
 		inc.id = d.Uint32()
 		var addr netip.Addr
 		switch n := d.Byte(); n {
@@ -824,7 +824,7 @@ func (d *decoder) sessions() {
 	nSess := d.Count(1)
 	d.nSess = nSess
 	s.sess.reset(nSess)
-	s.sessIdx = make(map[uint64]int32, nSess)
+	s.sessIdx = newIndex[int32](s.idxSeed, nSess)
 	for i := 0; i < nSess && d.Err() == nil; i++ {
 		ss := s.sess.at(int32(i))
 		ss.inc = d.Uint32()
@@ -847,17 +847,17 @@ func (d *decoder) sessions() {
 		ss.files = newList()
 		k := dictKey(ss.inc, ss.dictID)
 		inc := s.byID[ss.inc]
-		if _, dup := s.sessIdx[k]; dup || inc == nil {
+		if s.sessIdx.has(k) || inc == nil {
 			d.Fail("session %d: unknown server or duplicate", ss.dictID)
 			break
 		}
-		s.sessIdx[k] = int32(i)
+		s.sessIdx.put(k, int32(i))
 		if fl&4 != 0 && d.version >= 6 { // the latest session of its userid text
-			if _, dup := inc.byText[ss.textKey]; dup {
+			if inc.byText.has(ss.textKey) {
 				d.Fail("session %d: userid text indexed twice", ss.dictID)
 				break
 			}
-			inc.byText[ss.textKey] = int32(i)
+			inc.byText.put(ss.textKey, int32(i))
 		}
 		if ss.disc {
 			lpush(&s.sess, &s.sessDisc, sessLRU, int32(i))
@@ -874,7 +874,7 @@ func (d *decoder) files() {
 	nFiles := d.Count(1)
 	d.nFiles = nFiles
 	s.files.reset(nFiles)
-	s.fileIdx = make(map[uint64]int32, nFiles)
+	s.fileIdx = newIndex[int32](s.idxSeed, nFiles)
 	for i := 0; i < nFiles && d.Err() == nil; i++ {
 		f := s.files.at(int32(i))
 		f.inc = d.Uint32()
@@ -889,11 +889,11 @@ func (d *decoder) files() {
 			s.closes[int32(i)] = d.close()
 		}
 		k := dictKey(f.inc, f.fileID)
-		if _, dup := s.fileIdx[k]; dup || s.byID[f.inc] == nil || f.pend >= numRecordReasons {
+		if s.fileIdx.has(k) || s.byID[f.inc] == nil || f.pend >= numRecordReasons {
 			d.Fail("file %d: unknown server, duplicate or bad reason", f.fileID)
 			break
 		}
-		s.fileIdx[k] = int32(i)
+		s.fileIdx.put(k, int32(i))
 		if f.flags&fPending != 0 {
 			lpush(&s.files, &s.pendFiles, fileLRU, int32(i))
 		} else {
@@ -948,7 +948,7 @@ func (d *decoder) lists() {
 			if d.Err() == nil && s.sess.at(si).inc != inc.id {
 				d.Fail("userid index of server %d", inc.id)
 			}
-			inc.byText[s.textKey([]byte(t))] = si
+			inc.byText.put(s.textKey([]byte(t)), si)
 		}
 	}
 	if d.Err() == nil && (nf != nFiles || ns != nSess) {
@@ -975,14 +975,14 @@ func (d *decoder) pending() {
 	// pending references
 	for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
 		k := d.Uvarint()
-		s.paths[k] = pendingPath{path: d.str(&s.pathsI), user: d.Uint32(), sess: -1, at: d.Varint()}
+		s.paths.put(k, pendingPath{path: d.str(&s.pathsI), user: d.Uint32(), sess: -1, at: d.Varint()})
 	}
 	for n, i := d.Count(1), 0; i < n && d.Err() == nil; i++ {
 		k := d.Uvarint()
 		p := &pendingUser{token: d.token(), exp: d.Int32(), act: d.Int32()}
 		p.hasUEAC = d.Byte() != 0
 		p.at = d.Varint()
-		s.users[k] = p
+		s.users.put(k, p)
 	}
 	nq := d.Count(1)
 	if d.Err() == nil {
@@ -1064,13 +1064,13 @@ func (d *decoder) traces() {
 			}
 		}
 		k := dictKey(ts.inc, ts.fileID)
-		if _, dup := s.traceIdx[k]; dup || s.byID[ts.inc] == nil || len(s.traceIdx) >= s.cfg.maxTraces() {
+		if s.traceIdx.has(k) || s.byID[ts.inc] == nil || s.traceIdx.len() >= s.cfg.maxTraces() {
 			d.Fail("trace of file %d: unknown server, duplicate or over the bound", ts.fileID)
 			return
 		}
 		j := s.traces.alloc()
 		*s.traces.at(j) = ts
-		s.traceIdx[k] = j
+		s.traceIdx.put(k, j)
 		lpush(&s.traces, &s.traceLRU, 0, j)
 	}
 }

@@ -60,7 +60,7 @@ func restoreCopy(t testing.TB, s *Shard, cfg Config) *Shard {
 			t.Fatalf("byte counts files %d pending %d, tables hold %d and %d", sh.fileBytes, sh.pendBytes, f, p)
 		}
 		var sessions int64
-		for _, i := range sh.sessIdx {
+		for i := range sh.sessIdx.values() {
 			sessions += sh.sess.at(i).cost
 		}
 		if sessions != sh.sessBytes || se != sh.sessBytes {

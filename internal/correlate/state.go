@@ -188,7 +188,7 @@ type incarnation struct {
 	heard                [NumStreams]int64 // collector clock, Unix s: last datagram of each stream (Output.Activity)
 	files                list
 	sessions             list
-	byText               map[uint64]int32 // userid text (textKey) -> latest session
+	byText               index[int32] // userid text (textKey) -> latest session
 	seq                  [NumDomains]seqTracker
 	gseq                 []provSeq
 	lost                 [NumDomains]uint64

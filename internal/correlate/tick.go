@@ -120,8 +120,8 @@ func (s *Shard) Flush(now time.Time) {
 	for s.traceLRU.head >= 0 {
 		s.dropTrace(s.traceLRU.head)
 	}
-	clear(s.paths)
-	clear(s.users)
+	s.paths.clear()
+	s.users.clear()
 	s.pending = fifo{}
 }
 
@@ -192,10 +192,10 @@ func (a *arena) clone(b []byte) []byte {
 func (s *Shard) dropSessions() {
 	for _, inc := range s.incList {
 		inc.sessions = newList()
-		clear(inc.byText)
+		inc.byText.clear()
 		inc.sessBytes = 0
 	}
-	clear(s.sessIdx)
+	s.sessIdx.clear()
 	s.sess = slab[session]{}
 	s.sessLRU, s.sessDisc = newList(), newList()
 	s.sessBytes, s.discBytes = 0, 0

@@ -140,25 +140,25 @@ func (s *Shard) handleTrace(data []byte, addr netip.Addr) {
 // trace returns the profile of (inc, fileID), creating it.
 func (s *Shard) trace(inc *incarnation, fileID uint32) *traceState {
 	k := dictKey(inc.id, fileID)
-	if i, ok := s.traceIdx[k]; ok {
+	if i, ok := s.traceIdx.get(k); ok {
 		ts := s.traces.at(i)
 		ts.seen = uint32(s.nowS)
 		ltouch(&s.traces, &s.traceLRU, 0, i)
 		return ts
 	}
-	for len(s.traceIdx) >= s.cfg.maxTraces() {
+	for s.traceIdx.len() >= s.cfg.maxTraces() {
 		s.dropTrace(s.traceLRU.head)
 	}
 	i := s.traces.alloc()
 	*s.traces.at(i) = traceState{inc: inc.id, fileID: fileID, seen: uint32(s.nowS), gaps: mainGaps(inc)}
-	s.traceIdx[k] = i
+	s.traceIdx.put(k, i)
 	lpush(&s.traces, &s.traceLRU, 0, i)
 	return s.traces.at(i)
 }
 
 func (s *Shard) dropTrace(i int32) {
 	ts := s.traces.at(i)
-	delete(s.traceIdx, dictKey(ts.inc, ts.fileID))
+	s.traceIdx.del(dictKey(ts.inc, ts.fileID))
 	lremove(&s.traces, &s.traceLRU, 0, i)
 	*ts = traceState{}
 	s.traces.release(i)
@@ -178,7 +178,7 @@ func (s *Shard) holdForTrace(fi int32, inc *incarnation, c *packet.FileClose, tE
 		return false
 	}
 	f := s.files.at(fi)
-	if i, ok := s.traceIdx[dictKey(inc.id, f.fileID)]; ok && s.traces.at(i).ended {
+	if i, ok := s.traceIdx.get(dictKey(inc.id, f.fileID)); ok && s.traces.at(i).ended {
 		return false
 	}
 	f.flags |= fClosed
@@ -195,7 +195,7 @@ func (s *Shard) holdForTrace(fi int32, inc *incarnation, c *packet.FileClose, tE
 
 // traceEnded emits file fileID of inc if it waits for its trace.
 func (s *Shard) traceEnded(inc *incarnation, fileID uint32) {
-	fi, ok := s.fileIdx[dictKey(inc.id, fileID)]
+	fi, ok := s.fileIdx.get(dictKey(inc.id, fileID))
 	if ok && s.files.at(fi).waitsForTrace() {
 		s.finishFile(fi, rComplete, s.files.at(fi).tLast, nil)
 	}
@@ -204,7 +204,7 @@ func (s *Shard) traceEnded(inc *incarnation, fileID uint32) {
 // traceDisc emits the files of session user of inc that wait for their
 // trace: the client's trace buffer ended with its disconnect.
 func (s *Shard) traceDisc(inc *incarnation, user uint32) {
-	si, ok := s.sessIdx[dictKey(inc.id, user)]
+	si, ok := s.sessIdx.get(dictKey(inc.id, user))
 	if !ok {
 		return
 	}
@@ -229,7 +229,7 @@ func (s *Shard) attachTrace(rec *record.Record, f *fileEntry, inc *incarnation) 
 	rec.HasIO = true
 	// One allocation per traced record (not per packet): the profile
 	// leaves the shard with the record.
-	i, ok := s.traceIdx[dictKey(inc.id, f.fileID)]
+	i, ok := s.traceIdx.get(dictKey(inc.id, f.fileID))
 	if !ok {
 		rec.IO = &record.IOProfile{Partial: record.IOUntraced}
 		return

@@ -104,7 +104,7 @@ func textLen(ss *session) int64 { return int64(len(ss.textRaw)) }
 // sessionOfText returns the latest session of inc whose userid text is
 // uid.
 func (s *Shard) sessionOfText(inc *incarnation, uid []byte) (int32, bool) {
-	i, ok := inc.byText[s.textKey(uid)]
+	i, ok := inc.byText.get(s.textKey(uid))
 	if !ok || !sameText(s.sess.at(i), uid) {
 		return -1, false
 	}
@@ -114,8 +114,8 @@ func (s *Shard) sessionOfText(inc *incarnation, uid []byte) (int32, bool) {
 // unindexText takes session i out of inc's byText index if it is its
 // text's latest session.
 func unindexText(inc *incarnation, ss *session, i int32) {
-	if j, ok := inc.byText[ss.textKey]; ok && j == i {
-		delete(inc.byText, ss.textKey)
+	if j, ok := inc.byText.get(ss.textKey); ok && j == i {
+		inc.byText.del(ss.textKey)
 	}
 }
 
