@@ -23,7 +23,7 @@ type BatchPool struct {
 // largest datagram is left (Full), so 1 KiB a packet (256 KiB for 256
 // packets) fills a batch either way. A larger arena only costs: 4 KiB a
 // packet made 1 MiB arenas, each new one zeroed and faulted in page by
-// page, and replay of the OSG benchmark's capture spent 12 % more CPU
+// page, and replay of the OSG benchmark's capture spent about 10 % more CPU
 // (BENCHMARKS.md, eighteenth check).
 const BatchBytesPerPacket = 1024
 
