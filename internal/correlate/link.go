@@ -355,6 +355,12 @@ func (l *Linker) addOpen(o *Open) {
 		return
 	}
 	if l.since == 0 {
+		if cap(l.lazy) == 0 {
+			// Room at once for all the opens the lazy share of the bound
+			// can hold (each costs at least its copy): grown by doubling,
+			// the slice would be copied and its pages faulted in twice.
+			l.lazy = make([]Open, 0, l.maxBytes/lazyShare/int64(unsafe.Sizeof(Open{})))
+		}
 		l.lazy = append(l.lazy, *o)
 		l.bytes += lazyCost(o)
 		return
