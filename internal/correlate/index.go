@@ -10,7 +10,8 @@ import (
 // index maps 64-bit keys (dictKey: an incarnation and one of its
 // dictionary ids; or a seeded hash of a text) to V. It is the shard's
 // table of files, sessions and traces, probed for nearly every record of
-// every packet: an open-addressing table with linear probing (intmap),
+// every packet, and of its pending paths and users and each incarnation's
+// userid texts: an open-addressing table with linear probing (intmap),
 // whose key and value share a slot, so that a probe of a large table
 // waits on one cache line where a Go map's control word and slot are two.
 //
@@ -19,7 +20,9 @@ import (
 // shard's random seed by a bijection (xor, an odd multiplier, a fold of
 // the high half into the low), so that the low bits depend on every bit
 // of the key and a sender cannot aim many keys at one run of slots.
-// Distinct keys stay distinct, and all gives them back unmixed.
+// Distinct keys stay distinct, and all gives them back unmixed. The
+// userid texts' keys are seeded hashes already; they are mixed again
+// (one multiply) so that one type serves every index.
 type index[V any] struct {
 	seed uint64
 	m    *intmap.Map[uint64, V]
