@@ -362,8 +362,9 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 	if err := s.dict.flush(ctx, s.wc); err != nil {
 		return 0, 0, 0, err
 	}
-	if time.Since(s.lastPost) >= postInterval {
-		if _, err := s.postLocked(ctx, s.wc); err != nil {
+	posted := s.postDue()
+	if posted {
+		if _, err := s.postLocked(ctx, s.wc, false); err != nil {
 			return 0, 0, 0, err
 		}
 	}
@@ -378,7 +379,7 @@ func (s *Store) insert(ctx context.Context, recs []record.Record, evs []record.E
 	}
 	s.dict.commit()
 	s.lastSeq.Store(seq)
-	if s.pendingPosted > s.postedSeq.Load() {
+	if posted {
 		s.postCommitted()
 	}
 	if len(s.appended) > 0 {
@@ -561,6 +562,7 @@ func insertPostings(ctx context.Context, c dbtx, ps []posting, args *[]any, bx *
 func (s *Store) rollback() {
 	s.dict.rollback()
 	s.pendingPosted = s.postedSeq.Load() // a posting pass in it did not happen
+	s.postQ = postQueue{}                // nor the part of a pass; the next lists its blocks again
 	if _, err := s.wc.ExecContext(context.Background(), "ROLLBACK"); err != nil &&
 		!strings.Contains(err.Error(), "no transaction is active") {
 		s.log.Error("Store rollback failed", "err", err)

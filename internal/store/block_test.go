@@ -306,7 +306,7 @@ func TestPostingPassRolledBack(t *testing.T) {
 	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.postLocked(ctx, s.wc); err != nil || n == 0 {
+	if n, err := s.postLocked(ctx, s.wc, true); err != nil || n == 0 {
 		t.Fatalf("postLocked = %d, %v", n, err)
 	}
 	s.rollback()
@@ -333,6 +333,120 @@ func TestPostingPassRolledBack(t *testing.T) {
 		t.Fatalf("posted seq after PostNow = %d, want 101", got)
 	}
 	checkQueries(t, s, recs)
+}
+
+// TestPostingPassSpread: a posting pass is inserted a share at a time over
+// the Appends that follow its start (no Append waits for a whole pass),
+// queries are exact before, during and after it, the mark moves only with
+// its last postings, a rolled-back share is inserted again by the next
+// pass, and blocks that retention deletes during a pass leave no posting.
+func TestPostingPassSpread(t *testing.T) {
+	s, _ := openTest(t, nil)
+	ctx := context.Background()
+	recs := testRecords(0, 12000)
+	const per = 50 // records an Append (a block each)
+	next := 0
+	appendNext := func() {
+		t.Helper()
+		if err := s.Append(ctx, recs[next:next+per], nil); err != nil {
+			t.Fatal(err)
+		}
+		next += per
+	}
+	count := func(q string) int {
+		t.Helper()
+		var n int
+		if err := s.wc.QueryRowContext(ctx, q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// want is the postings of every block up to posted_seq.
+	want := func() int {
+		t.Helper()
+		rows, err := s.wc.QueryContext(ctx, `SELECT names FROM blocks WHERE first_seq <= (SELECT value FROM meta WHERE key = 'posted_seq')`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		n := 0
+		for rows.Next() {
+			var names []byte
+			if err := rows.Scan(&names); err != nil {
+				t.Fatal(err)
+			}
+			ids, err := decodeIDs(names)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(ids)
+		}
+		return n
+	}
+	for next < 10000 {
+		s.lastPost = time.Now() // no pass yet
+		appendNext()
+	}
+	if n := count("SELECT count(*) FROM block_names"); n != 0 {
+		t.Fatalf("%d postings before the first pass", n)
+	}
+
+	s.lastPost = time.Time{} // the next Append starts a pass
+	appendNext()
+	pass := len(s.postQ.ps)
+	if pass < 4*postChunk {
+		t.Fatalf("the pass holds %d postings, want a few shares of %d", pass, postChunk)
+	}
+	if got := count("SELECT count(*) FROM block_names"); got != postChunk {
+		t.Fatalf("%d postings after the Append that started the pass, want one share (%d)", got, postChunk)
+	}
+	if got := s.postedSeq.Load(); got != 0 {
+		t.Fatalf("posted seq %d with the pass under way, want 0", got)
+	}
+	checkQueries(t, s, recs[:next])
+
+	// A share in a transaction that rolls back: the pass is dropped, and the
+	// next one posts its blocks again over the share already in.
+	s.mu.Lock()
+	if _, err := s.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.postLocked(ctx, s.wc, false); err != nil {
+		t.Fatal(err)
+	}
+	s.rollback()
+	s.mu.Unlock()
+	if s.postQ.ps != nil || count("SELECT count(*) FROM block_names") != postChunk {
+		t.Fatal("a rolled-back share left the pass under way or its postings")
+	}
+	s.lastPost = time.Time{}
+	appendNext() // a new pass, over every unposted block
+	// Retention deletes the two oldest blocks during the pass.
+	if _, n, err := s.deleteBlocks(ctx, `SELECT first_seq, records + events, names FROM blocks ORDER BY first_seq LIMIT 2`); err != nil || n != 2 {
+		t.Fatalf("deleting 2 blocks: %d, %v", n, err)
+	}
+	appends := 1
+	for s.postQ.ps != nil {
+		checkQueries(t, s, recs[2*per:next])
+		s.lastPost = time.Now()
+		appendNext()
+		appends++
+	}
+	if appends < 3 || appends > postSpread+1 {
+		t.Fatalf("the pass took %d Appends, want from 3 to %d", appends, postSpread+1)
+	}
+	if got := s.postedSeq.Load(); got < int64(10000+per) {
+		t.Fatalf("posted seq %d after the pass, want past record %d", got, 10000+per)
+	}
+	if got, want := count("SELECT count(*) FROM block_names"), want(); got != want {
+		t.Fatalf("%d postings after the pass, want %d (every block up to the mark)", got, want)
+	}
+	if n := count("SELECT count(*) FROM block_names WHERE first_seq NOT IN (SELECT first_seq FROM blocks)"); n != 0 {
+		t.Fatalf("%d postings of deleted blocks", n)
+	}
+	checkQueries(t, s, recs[2*per:next])
+	s = reopen(t, s) // Close ends with a whole pass
+	checkQueries(t, s, recs[2*per:next])
 }
 
 // TestQueryPages: listing page by page (After = the previous page's Next),

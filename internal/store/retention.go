@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -161,6 +162,14 @@ func (s *Store) deleteBlocksLocked(ctx context.Context, sel string, args ...any)
 	}
 	if _, err := s.wc.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
 		return 0, 0, fmt.Errorf("commit: %w", err)
+	}
+	if s.postQ.ps != nil {
+		firsts := make([]int64, len(vs))
+		for i, v := range vs {
+			firsts[i] = v.first
+		}
+		slices.Sort(firsts)
+		s.dropQueued(firsts)
 	}
 	return entries, len(vs), nil
 }

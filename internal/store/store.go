@@ -190,9 +190,10 @@ type Store struct {
 	mu       sync.Mutex
 	wc       *sql.Conn
 	bb       *blockBuilder
-	postArgs []any // reused by insertPostings
-	postBox  boxer // insertPostings' boxes (with ints)
-	postings []posting
+	postArgs []any     // reused by insertPostings
+	postBox  boxer     // insertPostings' boxes (with ints)
+	postings []posting // reused by the posting passes
+	postQ    postQueue // the pass under way
 	// postedSeq is meta 'posted_seq': every block with first_seq <= it
 	// has its postings in block_names. pendingPosted is the mark of a
 	// pass whose transaction has not committed yet; lastPost the time of
