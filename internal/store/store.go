@@ -196,8 +196,8 @@ type Store struct {
 	postQ    postQueue // the pass under way
 	// postedSeq is meta 'posted_seq': every block with first_seq <= it
 	// has its postings in block_names. pendingPosted is the mark of a
-	// pass whose transaction has not committed yet; lastPost the time of
-	// the last pass.
+	// pass whose last postings' transaction has not committed yet;
+	// lastPost the time the last pass started.
 	postedSeq     atomic.Int64
 	pendingPosted int64
 	lastPost      time.Time
