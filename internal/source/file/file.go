@@ -49,7 +49,8 @@ func DefaultOptions() Options { return Options{BatchSize: 256} }
 
 // File is the file source. Packet.Received is the capture timestamp for
 // pcap and pcapng input (so a replay keeps the original timing), and the
-// collector clock when the line was read for JSON lines, which carry none.
+// collector clock when the line's bytes were read for JSON lines, which
+// carry none.
 type File struct {
 	cfg    Options
 	log    *slog.Logger
@@ -140,6 +141,23 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// clockReader notes when a read last returned bytes. A JSON line carries
+// no time: it is stamped with the time its bytes were read, one clock
+// reading per read of the buffer (hundreds of lines) rather than one per
+// line.
+type clockReader struct {
+	r  io.Reader
+	at time.Time
+}
+
+func (c *clockReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.at = time.Now()
+	}
+	return n, err
+}
+
 func (f *File) readPath(ctx context.Context, path string, out chan<- *source.Batch) error {
 	var r io.Reader
 	if path == "-" {
@@ -164,7 +182,8 @@ func (f *File) readPath(ctx context.Context, path string, out chan<- *source.Bat
 // its datagrams on out. It returns at the end of the stream or when ctx is
 // cancelled (ctx.Err()).
 func (f *File) Read(ctx context.Context, r io.Reader, out chan<- *source.Batch) error {
-	br := bufio.NewReaderSize(r, 256<<10)
+	clock := &clockReader{r: r}
+	br := bufio.NewReaderSize(clock, 256<<10)
 	magic, err := br.Peek(4)
 	if err != nil && !(errors.Is(err, io.EOF) && len(magic) > 0) {
 		if errors.Is(err, io.EOF) {
@@ -173,7 +192,7 @@ func (f *File) Read(ctx context.Context, r io.Reader, out chan<- *source.Batch) 
 		return fmt.Errorf("detect format: %w", err)
 	}
 	f.loggedBad = false
-	s := &sender{ctx: ctx, out: out, pool: f.pool}
+	s := &sender{ctx: ctx, out: out, pool: f.pool, clock: clock, packets: f.packets, bytes: f.bytes}
 	switch {
 	case len(magic) == 4 && isPcapMagic(magic):
 		err = f.readPcap(br, s)
@@ -247,8 +266,7 @@ func (f *File) frame(s *sender, link layers.LinkType, frame []byte, ts time.Time
 		f.skipped.WithLabelValues(err.Error()).Inc()
 		return nil
 	}
-	f.packets.Inc()
-	f.bytes.Add(float64(len(payload)))
+	s.count(len(payload))
 	sender, ok := f.filter.Accept(from)
 	if !ok {
 		return nil
@@ -334,13 +352,12 @@ func (f *File) line(s *sender, line []byte) error {
 		}
 		return nil
 	}
-	f.packets.Inc()
-	f.bytes.Add(float64(len(env.Data)))
+	s.count(len(env.Data))
 	sender, ok := f.filter.AcceptShoveled(&env)
 	if !ok {
 		return nil
 	}
-	b.Add(buf, env.Data, sender, time.Now())
+	b.Add(buf, env.Data, sender, s.clock.at)
 	return s.maybeSend()
 }
 
@@ -353,10 +370,30 @@ func truncate(b []byte, n int) string {
 
 // sender fills batches and sends them on out.
 type sender struct {
-	ctx  context.Context
-	out  chan<- *source.Batch
-	pool *source.BatchPool
-	cur  *source.PooledBatch
+	ctx   context.Context
+	out   chan<- *source.Batch
+	pool  *source.BatchPool
+	cur   *source.PooledBatch
+	clock *clockReader
+	// The packets and bytes read since the last batch was handed over,
+	// added to the counters then (not an atomic add or two per packet).
+	npackets, nbytes int
+	packets, bytes   prometheus.Counter
+}
+
+// count counts a packet of n bytes read.
+func (s *sender) count(n int) {
+	s.npackets++
+	s.nbytes += n
+}
+
+// publish adds what count counted to the metrics.
+func (s *sender) publish() {
+	if s.npackets > 0 {
+		s.packets.Add(float64(s.npackets))
+		s.bytes.Add(float64(s.nbytes))
+		s.npackets, s.nbytes = 0, 0
+	}
 }
 
 func (s *sender) batch() (*source.PooledBatch, error) {
@@ -377,6 +414,7 @@ func (s *sender) maybeSend() error {
 }
 
 func (s *sender) flush() error {
+	s.publish()
 	if s.cur == nil {
 		return nil
 	}
@@ -396,6 +434,7 @@ func (s *sender) flush() error {
 }
 
 func (s *sender) discard() {
+	s.publish()
 	if s.cur != nil {
 		s.cur.Free()
 		s.cur = nil

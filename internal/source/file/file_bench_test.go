@@ -3,6 +3,8 @@ package file
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -39,4 +41,40 @@ func BenchmarkReadPcap(b *testing.B) {
 	close(out)
 	<-done
 	b.ReportMetric(float64(len(pkts))*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
+}
+
+// BenchmarkReadJSONLines measures reading shoveler JSON lines (the bus
+// capture replay reads) into batches: parsing, base64, stamping and
+// counting each line.
+//
+//	go test -run '^$' -bench ReadJSONLines ./internal/source/file
+func BenchmarkReadJSONLines(b *testing.B) {
+	var buf bytes.Buffer
+	pkts := testPackets(1000)
+	for i := range pkts {
+		data := pkts[i].Data[:min(len(pkts[i].Data), 400)] // a map or f-stream datagram's size
+		fmt.Fprintf(&buf, `{"remote":"192.0.2.%d:1094","version":"v5.7.1","data":"%s"}`+"\n", i%16, base64.StdEncoding.EncodeToString(data))
+	}
+	f, err := New(Options{}, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := make(chan *source.Batch, 16)
+	done := make(chan struct{})
+	go func() {
+		for bt := range out {
+			bt.Free()
+		}
+		close(done)
+	}()
+	b.SetBytes(int64(buf.Len()))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := f.Read(context.Background(), bytes.NewReader(buf.Bytes()), out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	close(out)
+	<-done
+	b.ReportMetric(b.Elapsed().Seconds()*1e9/(float64(len(pkts))*float64(b.N)), "ns/line")
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -310,5 +311,51 @@ func TestOversizedLineSkipped(t *testing.T) {
 	// The 10 MB line was never copied whole (the input itself is 10 MB).
 	if grown := after.TotalAlloc - before.TotalAlloc; grown > 4<<20 {
 		t.Errorf("reading allocated %d MB: the oversized line was buffered", grown>>20)
+	}
+}
+
+// TestJSONLinesStampedWhenRead: a JSON line carries no time, so it is
+// stamped with the time its bytes were read (one clock reading per read of
+// the input, not per line): a line written to a slow stream after a pause
+// has a later time than the one before it, and the packets and bytes read
+// are counted once the batch is handed over.
+func TestJSONLinesStampedWhenRead(t *testing.T) {
+	line := func(i int) string {
+		return fmt.Sprintf(`{"remote":"192.0.2.1:1094","version":"t","data":"%s"}`+"\n",
+			base64.StdEncoding.EncodeToString([]byte(fmt.Sprintf("datagram-%d", i))))
+	}
+	const pause = 60 * time.Millisecond
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = io.WriteString(pw, line(1)+line(2))
+		time.Sleep(pause)
+		_, _ = io.WriteString(pw, line(3))
+		pw.Close()
+	}()
+	f, _ := newFile(t, Options{BatchSize: 16})
+	out := make(chan *source.Batch, 16)
+	start := time.Now()
+	if err := f.Read(context.Background(), pr, out); err != nil {
+		t.Fatal(err)
+	}
+	close(out)
+	var got []source.Packet
+	for b := range out {
+		got = append(got, b.Packets...)
+	}
+	if len(got) != 3 {
+		t.Fatalf("read %d packets, want 3", len(got))
+	}
+	if got[0].Received.Before(start) || !got[1].Received.Equal(got[0].Received) {
+		t.Errorf("lines read together stamped %v and %v (read from %v)", got[0].Received, got[1].Received, start)
+	}
+	if d := got[2].Received.Sub(got[1].Received); d < pause {
+		t.Errorf("the line written %v later is stamped %v later", pause, d)
+	}
+	if n := testutil.ToFloat64(f.packets); n != 3 {
+		t.Errorf("packets counted %v, want 3", n)
+	}
+	if n := testutil.ToFloat64(f.bytes); n != float64(3*len("datagram-1")) {
+		t.Errorf("bytes counted %v, want %d", n, 3*len("datagram-1"))
 	}
 }
