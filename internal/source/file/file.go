@@ -283,10 +283,14 @@ func (f *File) readLines(br *bufio.Reader, s *sender) error {
 	var long []byte   // a line longer than br's buffer
 	skipping := false // the rest of an oversized line
 	for {
-		// Hand over what we have before blocking on a slow stream (stdin).
-		if br.Buffered() == 0 && s.cur != nil && s.cur.Len() > 0 {
-			if err := s.flush(); err != nil {
-				return err
+		// Hand over what we have before blocking on a slow stream (stdin),
+		// and count what was read.
+		if br.Buffered() == 0 {
+			s.publish()
+			if s.cur != nil && s.cur.Len() > 0 {
+				if err := s.flush(); err != nil {
+					return err
+				}
 			}
 		}
 		line, err := br.ReadSlice('\n')

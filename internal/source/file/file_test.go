@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -326,13 +327,23 @@ func TestJSONLinesStampedWhenRead(t *testing.T) {
 	}
 	const pause = 60 * time.Millisecond
 	pr, pw := io.Pipe()
+	f, _ := newFile(t, Options{BatchSize: 16, Filter: source.FilterConfig{Allow: []string{"192.0.2.0/24"}}})
+	var countedWhileWaiting atomic.Bool
 	go func() {
 		_, _ = io.WriteString(pw, line(1)+line(2))
 		time.Sleep(pause)
+		// What was read is counted before the stream is waited for, even
+		// when no packet of it was handed over (the filter drops this one).
+		_, _ = io.WriteString(pw, strings.Replace(line(0), "192.0.2.1", "198.51.100.1", 1))
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if testutil.ToFloat64(f.packets) == 3 {
+				countedWhileWaiting.Store(true)
+				break
+			}
+		}
 		_, _ = io.WriteString(pw, line(3))
 		pw.Close()
 	}()
-	f, _ := newFile(t, Options{BatchSize: 16})
 	out := make(chan *source.Batch, 16)
 	start := time.Now()
 	if err := f.Read(context.Background(), pr, out); err != nil {
@@ -349,13 +360,16 @@ func TestJSONLinesStampedWhenRead(t *testing.T) {
 	if got[0].Received.Before(start) || !got[1].Received.Equal(got[0].Received) {
 		t.Errorf("lines read together stamped %v and %v (read from %v)", got[0].Received, got[1].Received, start)
 	}
+	if !countedWhileWaiting.Load() {
+		t.Error("the lines read were not counted while the stream was waited for")
+	}
 	if d := got[2].Received.Sub(got[1].Received); d < pause {
 		t.Errorf("the line written %v later is stamped %v later", pause, d)
 	}
-	if n := testutil.ToFloat64(f.packets); n != 3 {
-		t.Errorf("packets counted %v, want 3", n)
+	if n := testutil.ToFloat64(f.packets); n != 4 {
+		t.Errorf("packets counted %v, want 4", n)
 	}
-	if n := testutil.ToFloat64(f.bytes); n != float64(3*len("datagram-1")) {
-		t.Errorf("bytes counted %v, want %d", n, 3*len("datagram-1"))
+	if n := testutil.ToFloat64(f.bytes); n != float64(4*len("datagram-1")) {
+		t.Errorf("bytes counted %v, want %d", n, 4*len("datagram-1"))
 	}
 }
