@@ -449,6 +449,26 @@ func TestPostingPassSpread(t *testing.T) {
 	checkQueries(t, s, recs[2*per:next])
 }
 
+// TestPostingPassNoNames: a pass over blocks that post no name (events of
+// a sender with no address, host or site) still moves the mark, so that
+// the next pass does not list them again.
+func TestPostingPassNoNames(t *testing.T) {
+	s, _ := openTest(t, nil)
+	ctx := context.Background()
+	ev := testEvent(1)
+	ev.ServerIP, ev.ServerHost, ev.Site = "", "", ""
+	s.lastPost = time.Time{}
+	if err := s.Append(ctx, nil, []record.Event{ev}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.postedSeq.Load(); got != 1 {
+		t.Fatalf("posted seq %d after a pass over a block without names, want 1", got)
+	}
+	if s.postQ.ps != nil {
+		t.Fatal("the pass is still under way")
+	}
+}
+
 // TestQueryPages: listing page by page (After = the previous page's Next),
 // oldest or newest first, filtered or not, gives every matching record
 // once, in order, whatever the blocks and even when records share a time.

@@ -125,6 +125,9 @@ func (s *Store) startPass(ctx context.Context) error {
 		}
 		return int(a.first - b.first)
 	})
+	if ps == nil {
+		ps = []posting{} // blocks without names: the pass only moves the mark
+	}
 	s.postings = ps
 	s.postQ = postQueue{ps: ps, last: last, share: max(postChunk, (len(ps)+postSpread-1)/postSpread), took: time.Since(t0)}
 	return nil
