@@ -172,10 +172,11 @@ func (s *Store) postTx(ctx context.Context) (err error) {
 			s.rollback()
 		}
 	}()
+	underWay := s.postQ.ps != nil
 	if _, err := s.postLocked(ctx, s.wc, true); err != nil {
 		return fmt.Errorf("post: %w", err)
 	}
-	if s.postQ.ps != nil { // a pass under way ended: then the blocks after it
+	if underWay { // that pass ended: then the blocks written since it started
 		s.postQ = postQueue{}
 		if _, err := s.postLocked(ctx, s.wc, true); err != nil {
 			return fmt.Errorf("post: %w", err)

@@ -129,30 +129,21 @@ func (f *File) Progress() (done, total int64) {
 	return f.consumed.Load(), total
 }
 
-// countingReader counts the bytes read through it.
-type countingReader struct {
-	r io.Reader
-	n *atomic.Int64
+// inputReader is the stream Read reads from: it counts the bytes read
+// (consumed, for Progress) and notes when a read last returned bytes. A
+// JSON line carries no time: it is stamped with the time its bytes were
+// read, one clock reading per read of the buffer (hundreds of lines)
+// rather than one per line.
+type inputReader struct {
+	r        io.Reader
+	consumed *atomic.Int64
+	at       time.Time
 }
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n.Add(int64(n))
-	return n, err
-}
-
-// clockReader notes when a read last returned bytes. A JSON line carries
-// no time: it is stamped with the time its bytes were read, one clock
-// reading per read of the buffer (hundreds of lines) rather than one per
-// line.
-type clockReader struct {
-	r  io.Reader
-	at time.Time
-}
-
-func (c *clockReader) Read(p []byte) (int, error) {
+func (c *inputReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	if n > 0 {
+		c.consumed.Add(int64(n))
 		c.at = time.Now()
 	}
 	return n, err
@@ -170,7 +161,6 @@ func (f *File) readPath(ctx context.Context, path string, out chan<- *source.Bat
 		defer fh.Close()
 		r = fh
 	}
-	r = &countingReader{r: r, n: &f.consumed}
 	f.log.Info("Reading input file", "path", path)
 	if err := f.Read(ctx, r, out); err != nil {
 		return fmt.Errorf("file source: read %s: %w", path, err)
@@ -182,8 +172,8 @@ func (f *File) readPath(ctx context.Context, path string, out chan<- *source.Bat
 // its datagrams on out. It returns at the end of the stream or when ctx is
 // cancelled (ctx.Err()).
 func (f *File) Read(ctx context.Context, r io.Reader, out chan<- *source.Batch) error {
-	clock := &clockReader{r: r}
-	br := bufio.NewReaderSize(clock, 256<<10)
+	in := &inputReader{r: r, consumed: &f.consumed}
+	br := bufio.NewReaderSize(in, 256<<10)
 	magic, err := br.Peek(4)
 	if err != nil && !(errors.Is(err, io.EOF) && len(magic) > 0) {
 		if errors.Is(err, io.EOF) {
@@ -192,7 +182,7 @@ func (f *File) Read(ctx context.Context, r io.Reader, out chan<- *source.Batch) 
 		return fmt.Errorf("detect format: %w", err)
 	}
 	f.loggedBad = false
-	s := &sender{ctx: ctx, out: out, pool: f.pool, clock: clock, packets: f.packets, bytes: f.bytes}
+	s := &sender{ctx: ctx, out: out, pool: f.pool, in: in, packets: f.packets, bytes: f.bytes}
 	switch {
 	case len(magic) == 4 && isPcapMagic(magic):
 		err = f.readPcap(br, s)
@@ -361,7 +351,7 @@ func (f *File) line(s *sender, line []byte) error {
 	if !ok {
 		return nil
 	}
-	b.Add(buf, env.Data, sender, s.clock.at)
+	b.Add(buf, env.Data, sender, s.in.at)
 	return s.maybeSend()
 }
 
@@ -374,11 +364,11 @@ func truncate(b []byte, n int) string {
 
 // sender fills batches and sends them on out.
 type sender struct {
-	ctx   context.Context
-	out   chan<- *source.Batch
-	pool  *source.BatchPool
-	cur   *source.PooledBatch
-	clock *clockReader
+	ctx  context.Context
+	out  chan<- *source.Batch
+	pool *source.BatchPool
+	cur  *source.PooledBatch
+	in   *inputReader
 	// The packets and bytes read since the last batch was handed over,
 	// added to the counters then (not an atomic add or two per packet).
 	npackets, nbytes int
