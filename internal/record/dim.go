@@ -69,6 +69,13 @@ func dimList() string {
 	return strings.Join(s, ", ")
 }
 
+// Part reports whether Record.Dim(d) can return a part of a longer
+// string of the record (a directory of its path, the domain of a host
+// name): what keeps such a value longer than the record copies it, not
+// to keep the whole string alive. The other values are whole strings of
+// the record (or constants), shared with it.
+func (d Dim) Part() bool { return d == DimDir || d == DimDomain }
+
 // Dim returns the record's value of dimension d ("" when unknown).
 func (r *Record) Dim(d Dim) string {
 	switch d {

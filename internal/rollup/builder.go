@@ -84,6 +84,7 @@ type Builder struct {
 	m       *metrics
 	dims    [][]int // per spec, the indexes of its dimensions in vals
 	used    []record.Dim
+	copyVal []bool // per used dimension, its Dim.Part: its values are copied when kept
 
 	// mu guards what Apply and Feed change: the head, the watermark, the
 	// open accesses and the cursor. It is held for a batch of entries or
@@ -156,6 +157,7 @@ func New(cfg Config, st Store, log *slog.Logger, reg prometheus.Registerer) (*Bu
 			if i < 0 {
 				i = len(b.used)
 				b.used = append(b.used, d)
+				b.copyVal = append(b.copyVal, d.Part())
 			}
 			idx = append(idx, i)
 		}
@@ -795,17 +797,23 @@ func (s *slab) minute() *minute {
 	return &s.mins[len(s.mins)-1]
 }
 
-// strings returns a copy of vals in the slab, the strings' bytes too (a
-// value may be part of a larger string of its record: a directory of its
-// path), and the bytes it takes.
-func (s *slab) strings(vals []string) ([]string, int64) {
+// strings returns vals in the slab, and the bytes it takes. The values
+// of the dimensions part marks (record.Dim.Part: a directory of its
+// record's path) are copied into the slab, not to keep the whole string
+// of their record; the others are their records' own strings, shared
+// (counted, as the copies are: the head keeps them alive).
+func (s *slab) strings(vals []string, part []bool) ([]string, int64) {
 	out := cut(&s.strs, &s.used.strs, &s.free.strs, len(vals))[:len(vals)]
 	n := int64(len(vals)) * int64(unsafe.Sizeof(""))
 	for i, v := range vals {
-		if v != "" {
-			out[i] = s.str(v)
-			n += int64(len(v))
+		if v == "" {
+			continue
 		}
+		if part[i] {
+			v = s.str(v)
+		}
+		out[i] = v
+		n += int64(len(v))
 	}
 	return out, n
 }

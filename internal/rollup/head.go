@@ -124,7 +124,7 @@ func (b *Builder) keep(m *minute, vals []string, d *delta) int64 {
 	if len(m.raw) == cap(m.raw) {
 		m.raw = append(b.slab.rawRoom(max(2*len(m.raw), slabRaw)), m.raw...)
 	}
-	kept, n := b.slab.strings(vals)
+	kept, n := b.slab.strings(vals, b.copyVal)
 	m.raw = append(m.raw, rawEntry{vals: kept, d: *d})
 	return rawOverhead + n
 }

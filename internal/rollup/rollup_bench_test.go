@@ -172,7 +172,7 @@ func BenchmarkRollupFlushInterval(b *testing.B) {
 }
 
 // benchBuilder returns a builder of cfg on a real store of its own.
-func benchBuilder(b *testing.B, cfg Config) *Builder {
+func benchBuilder(b testing.TB, cfg Config) *Builder {
 	b.Helper()
 	o := store.DefaultOptions()
 	o.Path = filepath.Join(b.TempDir(), "xrdmon.db")

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/xrdmon/xrdmon/internal/codec"
 	"github.com/xrdmon/xrdmon/internal/loadgen"
@@ -1336,4 +1337,40 @@ func TestExpiredBucketsNotWritten(t *testing.T) {
 	}
 	t.Logf("%d minute parts written, minutes kept from %s", rc.minutes, cut.UTC())
 	sameSeriesFrom(t, ref, b, "with retention", cut.Add(time.Minute)) // the first minute kept whole
+}
+
+// TestKeptValuesShared: a sparse minute keeps its entries' values without
+// copying the strings of their records that are whole (the server, the
+// user: shared with the record), but copies the directory, which is part
+// of the record's path, so that the head does not keep every path alive.
+// Queries of the kept entries answer the same either way.
+func TestKeptValuesShared(t *testing.T) {
+	b := benchBuilder(t, DefaultConfig())
+	t0 := time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)
+	recs := benchRecords(2, t0)
+	recs[0].Path = "/store/data/Run7/" + strings.Repeat("x", 4000) + ".root"
+	b.mu.Lock()
+	b.applyRecord(&recs[0])
+	b.applyRecord(&recs[1])
+	m := b.head.mins[t0.Unix()-30]
+	b.mu.Unlock()
+	if m == nil || len(m.raw) != 2 || m.series != nil {
+		t.Fatalf("minute %+v: want a sparse minute of 2 entries", m)
+	}
+	for i, d := range b.used {
+		v, want := m.raw[0].vals[i], recs[0].Dim(d)
+		if v != want {
+			t.Errorf("%s: kept %q, want %q", d, v, want)
+		}
+		if v == "" {
+			continue
+		}
+		shared := unsafe.StringData(v) == unsafe.StringData(want)
+		if shared == d.Part() {
+			t.Errorf("%s: shared %v, want %v (Part %v)", d, shared, !d.Part(), d.Part())
+		}
+	}
+	if i := slices.Index(b.used, record.DimDir); i < 0 || m.raw[0].vals[i] != "/store/data/Run7" {
+		t.Errorf("dir kept as %q", m.raw[0].vals[i])
+	}
 }
