@@ -797,11 +797,12 @@ func (s *slab) minute() *minute {
 	return &s.mins[len(s.mins)-1]
 }
 
-// strings returns vals in the slab, and the bytes it takes. The values
-// of the dimensions part marks (record.Dim.Part: a directory of its
-// record's path) are copied into the slab, not to keep the whole string
-// of their record; the others are their records' own strings, shared
-// (counted, as the copies are: the head keeps them alive).
+// strings returns a slice of the slab holding vals, and the bytes they
+// take. The values of the dimensions part marks (record.Dim.Part: a
+// directory of its record's path) are copied into the slab, not to keep
+// the whole string of their record alive; the others are their records'
+// own strings, shared, and counted as the copies are (the head keeps
+// them alive).
 func (s *slab) strings(vals []string, part []bool) ([]string, int64) {
 	out := cut(&s.strs, &s.used.strs, &s.free.strs, len(vals))[:len(vals)]
 	n := int64(len(vals)) * int64(unsafe.Sizeof(""))
