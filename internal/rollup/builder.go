@@ -513,8 +513,9 @@ func (b *Builder) Feed(entries []store.Entry) {
 // feedBatch is what one append gave the rollups: entries first..last of
 // the log, of which items are the records and progress snapshots (their
 // dimension values in vals). Once summed (nothing keeps a sample: a kept
-// entry copies its values), a batch goes back to Feed to be filled again
-// (spend): batches were a fifth of the bytes the collector allocated.
+// entry holds its values in a slice of its own), a batch goes back to
+// Feed to be filled again (spend): batches were a fifth of the bytes the
+// collector allocated.
 type feedBatch struct {
 	first, last int64
 	bytes       int64 // counted in Builder.queued: the samples and their values

@@ -118,8 +118,8 @@ func (b *Builder) forget() {
 	b.dsum.reset()
 }
 
-// keep appends an entry to sparse minute m, its values copied into the
-// slab, and returns the bytes it takes.
+// keep appends an entry to sparse minute m, its values held in the slab
+// (slab.strings), and returns the bytes it takes.
 func (b *Builder) keep(m *minute, vals []string, d *delta) int64 {
 	if len(m.raw) == cap(m.raw) {
 		m.raw = append(b.slab.rawRoom(max(2*len(m.raw), slabRaw)), m.raw...)
