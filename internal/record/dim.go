@@ -103,9 +103,37 @@ func (r *Record) Dim(d Dim) string {
 	return ""
 }
 
+// DimsInto sets vals[i] to r.Dim(ds[i]) for each of ds, reading the
+// client's host name once for its domain and the locality (the rollups
+// ask for both of every record).
+func (r *Record) DimsInto(vals []string, ds []Dim) {
+	var client string
+	var cname, split bool
+	for i, d := range ds {
+		if d != DimDomain && d != DimLocality {
+			vals[i] = r.Dim(d)
+			continue
+		}
+		if !split {
+			client, cname = splitDomain(cmp.Or(r.ClientName, r.ClientHost))
+			split = true
+		}
+		if d == DimDomain {
+			vals[i] = client
+		} else {
+			vals[i] = r.localityOf(client, cname)
+		}
+	}
+}
+
 // locality compares the client's domain with the server's.
 func (r *Record) locality() string {
-	c, cname := splitDomain(cmp.Or(r.ClientName, r.ClientHost))
+	return r.localityOf(splitDomain(cmp.Or(r.ClientName, r.ClientHost)))
+}
+
+// localityOf is locality with the client's domain c given, and whether
+// the client's host is a name with a domain (cname).
+func (r *Record) localityOf(c string, cname bool) string {
 	s, sname := splitDomain(r.ServerHost)
 	if !cname || !sname {
 		return "unknown"

@@ -35,3 +35,30 @@ func TestDim(t *testing.T) {
 		t.Errorf("dir of a short path: %q", got)
 	}
 }
+
+// TestDimsInto: DimsInto gives each dimension what Dim gives, in any
+// order and with the domain and locality asked for together or alone.
+func TestDimsInto(t *testing.T) {
+	recs := []Record{
+		{ClientName: "wn17.farm.example.edu", ServerHost: "xrd1.farm.example.edu", Path: "/store/a/b/c.root", Site: "T2", User: "u"},
+		{ClientName: "wn1.other.org", ServerHost: "xrd1.farm.example.edu", VO: "cms"},
+		{ClientHost: "[2001:db8::1]", ServerHost: "xrd1.farm.example.edu"},
+		{ClientHost: "10.0.0.1", ServerIP: "10.0.0.2"},
+		{ClientName: "bare", ServerHost: "xrd.example.org"},
+		{},
+	}
+	orders := [][]Dim{Dims, {DimLocality, DimDomain}, {DimLocality}, {DimDomain, DimUser}, slices.Clone(Dims)}
+	slices.Reverse(orders[len(orders)-1])
+	for i := range recs {
+		r := &recs[i]
+		for _, ds := range orders {
+			vals := make([]string, len(ds))
+			r.DimsInto(vals, ds)
+			for j, d := range ds {
+				if want := r.Dim(d); vals[j] != want {
+					t.Errorf("record %d, %s: %q, want %q", i, d, vals[j], want)
+				}
+			}
+		}
+	}
+}

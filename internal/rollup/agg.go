@@ -329,12 +329,43 @@ type hbucket struct {
 
 // histIndex returns v's bucket: 0 holds v <= 1, bucket i > 0 holds
 // (2^((i-1)/4), 2^(i/4)].
+//
+// It is ceil(4·log2 v), found from v's exponent and a comparison of its
+// significand with the quarter-octave bounds 2^(1/4), 2^(1/2), 2^(3/4)
+// (a logarithm costs as much as the rest of a record's sums). A
+// significand within 1e-9 of a bound (1 included, short of an exact power
+// of two) takes the logarithm: its rounding, not this comparison, decides
+// those, so both ways give every value the same bucket (TestHistIndex).
 func histIndex(v float64) int16 {
 	if v <= 1 {
 		return 0
 	}
-	return int16(math.Ceil(4 * math.Log2(v)))
+	frac, exp := math.Frexp(v) // v = frac · 2^exp, frac in [0.5, 1)
+	m := 2 * frac              // in [1, 2): v = m · 2^(exp-1)
+	i := int16(4 * (exp - 1))
+	if m-1 < 1e-9 {
+		if m == 1 {
+			return i
+		}
+		return histIndexLog(v)
+	}
+	for k, bound := range quarterOctave {
+		if math.Abs(m-bound) < 1e-9 {
+			return histIndexLog(v)
+		}
+		if m < bound {
+			return i + int16(k) + 1
+		}
+	}
+	return i + 4
 }
+
+// quarterOctave is 2^(1/4), 2^(2/4), 2^(3/4): the bounds of histIndex's
+// buckets within an octave.
+var quarterOctave = [3]float64{math.Pow(2, 0.25), math.Sqrt2, math.Pow(2, 0.75)}
+
+// histIndexLog is histIndex by its definition, ceil(4·log2 v) for v > 1.
+func histIndexLog(v float64) int16 { return int16(math.Ceil(4 * math.Log2(v))) }
 
 // Observe adds one value.
 func (h *Hist) Observe(v float64) { h.add(histIndex(v), 1) }
@@ -615,7 +646,12 @@ func hashIdentity(s string) uint32 { return uint32(xxhash.Sum64String(s)) }
 const numReasons = 6
 
 // reasonIndex returns r's index in record.Reasons (-1 for Complete).
-func reasonIndex(r record.Reason) int { return slices.Index(record.Reasons, r) }
+func reasonIndex(r record.Reason) int {
+	if r == "" { // complete: most records
+		return -1
+	}
+	return slices.Index(record.Reasons, r)
+}
 
 // Summary is an Agg as people and programs read it: the sums, the partial
 // transfers by reason, the distinct users, and quantiles of the

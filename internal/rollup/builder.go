@@ -564,9 +564,7 @@ type sample struct {
 func (b *Builder) sample(s *sample, r *record.Record, progress bool, vals []string) {
 	*s = sample{progress: progress, end: r.End.Unix(), key: r.Access(),
 		read: r.ReadBytes, readv: r.ReadvBytes, write: r.WriteBytes, vals: vals}
-	for i, d := range b.used {
-		vals[i] = r.Dim(d)
-	}
+	r.DimsInto(vals, b.used)
 	if progress {
 		return
 	}

@@ -1377,3 +1377,42 @@ func TestKeptValuesShared(t *testing.T) {
 		t.Errorf("dir kept as %q", v)
 	}
 }
+
+// TestHistIndex holds histIndex to its definition, ceil(4·log2 v): every
+// integer up to 2^20, powers of two and their neighbours, the integers
+// nearest each quarter-octave bound of every octave, and random values
+// of every magnitude a count of bytes or milliseconds can have. A stored
+// bucket must not depend on which way it was found.
+func TestHistIndex(t *testing.T) {
+	check := func(v float64) {
+		t.Helper()
+		want := int16(0)
+		if v > 1 {
+			want = histIndexLog(v)
+		}
+		if got := histIndex(v); got != want {
+			t.Fatalf("histIndex(%v) = %d, want %d", v, got, want)
+		}
+	}
+	for v := range 1 << 20 {
+		check(float64(v))
+	}
+	for e := range 63 {
+		p := math.Ldexp(1, e)
+		for _, v := range []float64{p, math.Nextafter(p, 0), math.Nextafter(p, math.Inf(1)), p - 1, p + 1} {
+			check(v)
+		}
+		for _, b := range quarterOctave {
+			x := b * p
+			for _, v := range []float64{x, math.Floor(x), math.Ceil(x), math.Nextafter(x, 0), math.Nextafter(x, math.Inf(1))} {
+				check(v)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 1_000_000 {
+		check(float64(rng.Uint64() >> rng.UintN(64)))
+	}
+	check(-5)
+	check(0.5)
+}
