@@ -151,10 +151,8 @@ func spread(h uint32) uint64 {
 // searchUsers is slices.BinarySearch, made for sets of hashes. Short sets
 // (most series' sets hold a user or two) are scanned. A longer one is
 // entered where h would be if the hashes were evenly spread (they are
-// hashes: they nearly are), then again from the hash found there by the
-// same rule (of a few hundred, the first guess is off by about ten
-// places, the second by one or two), and scanned from there, a few steps
-// in one cache line, where a binary search of a few hundred hashes waits
+// hashes: they nearly are) and scanned from there, a few steps in one or
+// two cache lines, where a binary search of a few hundred hashes waits
 // for a load from memory at each of its steps; a set whose hashes are not
 // spread out (only tests make those) ends in the binary search.
 func searchUsers(small []uint32, h uint32) (int, bool) {
@@ -168,9 +166,6 @@ func searchUsers(small []uint32, h uint32) (int, bool) {
 		return n, false
 	}
 	i := int(uint64(h) * uint64(n) >> 32)
-	if x := small[i]; x != h { // a second step from where the first landed
-		i = min(max(i+int((int64(h)-int64(x))*int64(n)>>32), 0), n-1)
-	}
 	for range 32 {
 		switch {
 		case small[i] < h:

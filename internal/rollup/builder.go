@@ -690,11 +690,7 @@ func (b *Builder) applyClosed(r *sample) {
 	t := r.end
 	k := r.key
 	b.seen(&k, t)
-	var counted openAccess
-	var ok bool
-	if len(b.open) != 0 { // without progress snapshots, nothing to look up
-		counted, ok = b.open[k]
-	}
+	counted, ok := b.open[k]
 	if counted.closed {
 		return // the same access twice (the store drops duplicates; be safe)
 	}
