@@ -332,7 +332,7 @@ type hbucket struct {
 //
 // It is ceil(4·log2 v), found from v's exponent and a comparison of its
 // significand with the quarter-octave bounds 2^(1/4), 2^(1/2), 2^(3/4)
-// (a logarithm costs as much as the rest of a record's sums). A
+// (the logarithm was a few percent of a record's sums). A
 // significand within 1e-9 of a bound (1 included, short of an exact power
 // of two) takes the logarithm: its rounding, not this comparison, decides
 // those, so both ways give every value the same bucket (TestHistIndex).
