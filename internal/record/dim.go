@@ -90,7 +90,7 @@ func (r *Record) Dim(d Dim) string {
 	case DimIdentity:
 		return cmp.Or(r.TokenSubject, r.DN, r.User)
 	case DimDomain:
-		return domain(cmp.Or(r.ClientName, r.ClientHost))
+		return domain(r.Client())
 	case DimProtocol:
 		return r.Protocol
 	case DimApp:
@@ -115,7 +115,7 @@ func (r *Record) DimsInto(vals []string, ds []Dim) {
 			continue
 		}
 		if !split {
-			client, cname = splitDomain(cmp.Or(r.ClientName, r.ClientHost))
+			client, cname = splitDomain(r.Client())
 			split = true
 		}
 		if d == DimDomain {
@@ -126,9 +126,13 @@ func (r *Record) DimsInto(vals []string, ds []Dim) {
 	}
 }
 
+// Client returns the client's host name, or its address when the name is
+// unknown.
+func (r *Record) Client() string { return cmp.Or(r.ClientName, r.ClientHost) }
+
 // locality compares the client's domain with the server's.
 func (r *Record) locality() string {
-	return r.localityOf(splitDomain(cmp.Or(r.ClientName, r.ClientHost)))
+	return r.localityOf(splitDomain(r.Client()))
 }
 
 // localityOf is locality with the client's domain c given, and whether

@@ -1,7 +1,6 @@
 package report
 
 import (
-	"cmp"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -170,7 +169,7 @@ func recordValues(r *record.Record, human bool) []string {
 		reason = "complete"
 	}
 	v := []string{
-		r.End.UTC().Format(time.RFC3339), r.Dim(record.DimServer), r.Site, r.User, r.VO, cmp.Or(r.ClientName, r.ClientHost), r.Path,
+		r.End.UTC().Format(time.RFC3339), r.Dim(record.DimServer), r.Site, r.User, r.VO, r.Client(), r.Path,
 		strconv.FormatInt(read, 10), strconv.FormatInt(readv, 10), strconv.FormatInt(write, 10), strconv.FormatFloat(secs, 'f', -1, 64), reason,
 	}
 	if human {
