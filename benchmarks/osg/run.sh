@@ -13,12 +13,12 @@
 #   2. builds xrdmon and generates the workload with `xrdmon loadgen`: the
 #      same shoveler messages into a JSON-lines file and into a RabbitMQ
 #      queue (loadgen is deterministic: both outputs carry the same bytes);
-#   3. runs, one after the other, on loopback: the OSG collector (file in,
-#      file out), `xrdmon replay --schema gracc` (file in, GRACC JSON lines
-#      and events out), and `xrdmon collect` draining the queue into its
-#      store (RabbitMQ in);
+#   3. runs on loopback, in turns, the OSG collector (file in, file out)
+#      and `xrdmon replay --schema gracc` (file in, GRACC JSON lines and
+#      events out); then `xrdmon collect` draining the queue into its store
+#      (RabbitMQ in);
 #   4. checks that each one accounted for every message and made every
-#      record, and prints one table.
+#      record, and prints one table and the ratio of each turn.
 #
 # Needs: go, curl, bc, a RabbitMQ at $AMQP_URL (default the local one,
 # guest/guest) and rabbitmqctl (to delete the queue before and after).
@@ -94,7 +94,14 @@ now() { date +%s.%N; }
 ROWS=()
 row() { ROWS+=("$(printf '| %s | %s | %.3f | %.2f | %s | %s |' "$1" "$2" "$3" "$4" "$(printf '%.0f' "$(echo "$2 / $3" | bc -l)")" "$5")"); }
 
-# --- 3a. OSG collector: file in, file out ------------------------------------
+# --- 3a/3b. OSG collector and xrdmon replay, in turns ------------------------
+# Run i of the OSG collector (file in, file out) is followed at once by run
+# i of `xrdmon replay --schema gracc` (file in, GRACC JSON lines and events
+# out): this VM's speed drifts by tens of percent within minutes, so each
+# ratio is taken between two runs a second apart, and the table gives the
+# median of the ratios. Wall time is measured around each process with
+# nanosecond clocks (/usr/bin/time's is in hundredths of a second, a
+# twentieth of a replay run); CPU is /usr/bin/time's user + system.
 cat >"$WORK/osg.yaml" <<EOF
 mode: collector
 input:
@@ -110,24 +117,29 @@ output:
 debug: false
 metrics: false
 EOF
+OSG_ROWS=() REPLAY_ROWS=() RATIOS=()
 for r in $(seq "$REPEAT"); do
 	rm -f "$WORK/osg-out.jsonl"
-	# /usr/bin/time reports the process's own wall and CPU.
-	/usr/bin/time -f '%e %U %S' -o "$WORK/osg.time" "$WORK/osg-collector" -c "$WORK/osg.yaml" 2>"$WORK/osg.log"
-	read -r wall u s <"$WORK/osg.time"
+	t0=$(now)
+	/usr/bin/time -f '%U %S' -o "$WORK/osg.time" "$WORK/osg-collector" -c "$WORK/osg.yaml" 2>"$WORK/osg.log"
+	osg_wall=$(echo "$(now) - $t0" | bc)
+	read -r u s <"$WORK/osg.time"
 	out=$(wc -l <"$WORK/osg-out.jsonl")
-	row "OSG collector $OSG_COMMIT (file → file)" "$N" "$wall" "$(echo "$u + $s" | bc)" "$out"
-done
+	row "OSG collector $OSG_COMMIT (file → file)" "$N" "$osg_wall" "$(echo "$u + $s" | bc)" "$out"
+	OSG_ROWS+=("${ROWS[-1]}")
 
-# --- 3b. xrdmon replay --schema gracc: file in, GRACC JSON lines out ----------
-for r in $(seq "$REPEAT"); do
-	/usr/bin/time -f '%e %U %S' -o "$WORK/replay.time" "$WORK/xrdmon" replay --schema gracc \
+	t0=$(now)
+	/usr/bin/time -f '%U %S' -o "$WORK/replay.time" "$WORK/xrdmon" replay --schema gracc \
 		--out "$WORK/replay-gracc.jsonl" --events "$WORK/replay-events.jsonl" "$WORK/input.jsonl" 2>"$WORK/replay.log"
-	read -r wall u s <"$WORK/replay.time"
+	wall=$(echo "$(now) - $t0" | bc)
+	read -r u s <"$WORK/replay.time"
 	grep -q "^packets: $N handled, $N accounted, 0 rejected, 0 lost" "$WORK/replay.log" || { log "replay did not account every message:"; cat "$WORK/replay.log" >&2; exit 1; }
 	out=$(($(wc -l <"$WORK/replay-gracc.jsonl") + $(wc -l <"$WORK/replay-events.jsonl")))
 	row "xrdmon replay --schema gracc (file → file)" "$N" "$wall" "$(echo "$u + $s" | bc)" "$out"
+	REPLAY_ROWS+=("${ROWS[-1]}")
+	RATIOS+=("$(echo "$osg_wall / $wall" | bc -l)")
 done
+ROWS=("${OSG_ROWS[@]}" "${REPLAY_ROWS[@]}")
 RECS=$(wc -l <"$WORK/replay-gracc.jsonl")
 EVS=$(wc -l <"$WORK/replay-events.jsonl")
 
@@ -176,3 +188,6 @@ echo
 echo "| collector | messages | wall s | CPU s | messages/s | records out |"
 echo "|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
+echo
+printf 'replay against the OSG collector, turn by turn (wall): %s(median %.2f×)\n' \
+	"$(printf '%.2f× ' "${RATIOS[@]}")" "$(printf '%s\n' "${RATIOS[@]}" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')"
