@@ -98,10 +98,11 @@ row() { ROWS+=("$(printf '| %s | %s | %.3f | %.2f | %s | %s |' "$1" "$2" "$3" "$
 # Run i of the OSG collector (file in, file out) is followed at once by run
 # i of `xrdmon replay --schema gracc` (file in, GRACC JSON lines and events
 # out): this VM's speed drifts by tens of percent within minutes, so each
-# ratio is taken between two runs a second apart, and the table gives the
-# median of the ratios. Wall time is measured around each process with
-# nanosecond clocks (/usr/bin/time's is in hundredths of a second, a
-# twentieth of a replay run); CPU is /usr/bin/time's user + system.
+# ratio is taken between two runs a second apart, and the line after the
+# table gives every ratio and their median. Wall time is measured around
+# each process with nanosecond clocks (/usr/bin/time's is in hundredths of
+# a second, a twentieth of a replay run); CPU is /usr/bin/time's user +
+# system.
 cat >"$WORK/osg.yaml" <<EOF
 mode: collector
 input:
