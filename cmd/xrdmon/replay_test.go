@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -318,5 +320,38 @@ func TestReplayRedirectsLinked(t *testing.T) {
 	}
 	if redirected < 500 || linked != redirected {
 		t.Errorf("%d of %d redirected transfers linked", linked, redirected)
+	}
+}
+
+// TestReplayGC checks that replay lets its heap grow further than the
+// default between collections (replayGC), and that GOGC and GOMEMLIMIT in
+// the environment win over it.
+func TestReplayGC(t *testing.T) {
+	prevPercent := debug.SetGCPercent(100)
+	prevLimit := debug.SetMemoryLimit(math.MaxInt64)
+	t.Cleanup(func() {
+		debug.SetGCPercent(prevPercent)
+		debug.SetMemoryLimit(prevLimit)
+	})
+	for _, tc := range []struct {
+		gogc, gomemlimit string
+		percent          int
+		limit            int64
+	}{
+		{"", "", replayGCPercent, replayMemoryLimit},
+		{"100", "", 100, math.MaxInt64},
+		{"", "1GiB", 100, math.MaxInt64},
+	} {
+		t.Setenv("GOGC", tc.gogc)
+		t.Setenv("GOMEMLIMIT", tc.gomemlimit)
+		debug.SetGCPercent(100)
+		debug.SetMemoryLimit(math.MaxInt64)
+		replayGC()
+		if got := debug.SetGCPercent(100); got != tc.percent {
+			t.Errorf("GOGC=%q GOMEMLIMIT=%q: GC percent %d, want %d", tc.gogc, tc.gomemlimit, got, tc.percent)
+		}
+		if got := debug.SetMemoryLimit(math.MaxInt64); got != tc.limit {
+			t.Errorf("GOGC=%q GOMEMLIMIT=%q: memory limit %d, want %d", tc.gogc, tc.gomemlimit, got, tc.limit)
+		}
 	}
 }
