@@ -4,15 +4,65 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrdmon/xrdmon/internal/backoff"
+	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/signal"
 	"github.com/xrdmon/xrdmon/internal/units"
 )
+
+// RelayMetrics are the metrics every relayed (bus) source keeps, named
+// xrdmon_<source>_...: the messages received, those that are not valid
+// shoveler envelopes (by reason), reconnects, failed acknowledgements and
+// whether it is connected.
+type RelayMetrics struct {
+	Received   prometheus.Counter
+	Invalid    *prometheus.CounterVec // by ShovelerReasons
+	Reconnects prometheus.Counter
+	AckFailed  prometheus.Counter
+	Connected  prometheus.Gauge
+}
+
+// NewRelayMetrics makes and registers on ms the metrics of the relayed
+// source name ("amqp", "stomp"), whose broker their help calls broker
+// ("RabbitMQ"), with every reason of Invalid present from the start.
+func NewRelayMetrics(ms *metrics.Set, name, broker string) RelayMetrics {
+	p := "xrdmon_" + name + "_"
+	m := RelayMetrics{
+		Received:   metrics.Counter(ms, p+"messages_received_total", "Messages consumed from "+broker+"."),
+		Reconnects: metrics.Counter(ms, p+"reconnects_total", "Connections to "+broker+" lost or abandoned and made again."),
+		AckFailed:  metrics.Counter(ms, p+"acks_failed_total", "Batch acknowledgements that could not be sent to "+broker+" (the messages are redelivered)."),
+		Invalid:    metrics.CounterVec(ms, p+"messages_invalid_total", "Messages that are not valid shoveler envelopes, acknowledged and dropped, by reason (oversized: more than a UDP datagram can carry).", "reason"),
+		Connected:  metrics.Gauge(ms, p+"connected", "1 while the "+strings.ToUpper(name)+" source is connected and consuming."),
+	}
+	for _, r := range ShovelerReasons {
+		m.Invalid.WithLabelValues(r)
+	}
+	return m
+}
+
+// LastConn keeps the socket of a relayed source's current connection, so
+// that tests can close it under the client library, as a network failure
+// would.
+type LastConn struct{ p atomic.Pointer[net.Conn] }
+
+// Keep records c as the current connection and returns it: a dialer's
+// Wrap.
+func (l *LastConn) Keep(c net.Conn) net.Conn { l.p.Store(&c); return c }
+
+// Break closes the current connection's socket, if there is one.
+func (l *LastConn) Break() {
+	if c := l.p.Load(); c != nil {
+		(*c).Close()
+	}
+}
 
 // Reconnect is the reconnect loop of the relayed (bus) sources: it runs
 // session until ctx is cancelled or Stop is closed, again after each end,

@@ -48,7 +48,6 @@
 package amqp
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -57,6 +56,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/busmsg"
 	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
 	"github.com/xrdmon/xrdmon/internal/units"
@@ -84,16 +84,9 @@ type Config struct {
 	Enabled         bool `yaml:"enabled" help:"publish records to AMQP"`
 	amqpconn.Config `yaml:",inline"`
 	Exchanges       Exchanges `yaml:"exchanges"`
-	// RecordsPerMessage packs records into one message (a JSON array
-	// when > 1).
-	RecordsPerMessage int `yaml:"records_per_message" help:"records packed into one message (a JSON array when > 1; 1 sends one JSON object per message)"`
-	// GRACCFlavour is the document records go out as on the records
-	// exchange: record.GRACCPython or record.GRACCGo.
-	GRACCFlavour string `yaml:"gracc_flavour" help:"GRACC document of records: python (the Python xrootd-monitoring-collector's) or go (the shoveler's collector mode)"`
-	// WLCGOnly sends a record that matches the WLCG rules only to the
-	// WLCG exchange, as both OSG collectors do; false (the default) sends
-	// it to both exchanges.
-	WLCGOnly bool `yaml:"wlcg_only" help:"send records matching the WLCG rules only to the wlcg exchange (as the OSG collectors do), not also to records"`
+	// Format is what messages hold (records per message, the GRACC
+	// document, WLCG-only routing).
+	busmsg.Format `yaml:",inline"`
 }
 
 // Exchanges names the exchange of each kind of message. An empty name
@@ -109,7 +102,7 @@ type Exchanges struct {
 // DefaultConfig returns the defaults: the OSG collector's exchanges, one
 // record per message; not enabled.
 func DefaultConfig() Config {
-	return Config{Exchanges: DefaultExchanges(), RecordsPerMessage: 1, GRACCFlavour: record.GRACCPython}
+	return Config{Exchanges: DefaultExchanges(), Format: busmsg.DefaultFormat()}
 }
 
 // DefaultExchanges returns the OSG collector's exchange names. It has no
@@ -178,48 +171,26 @@ func (o *Options) fill() {
 	if o.ExchangeKind == "" {
 		o.ExchangeKind = d.ExchangeKind
 	}
-	if o.WLCG == nil {
-		o.WLCG = record.DefaultWLCGMatcher()
-	}
 }
 
 // Sink publishes the store's log to RabbitMQ. Create it with New and call
 // Run once.
-type Sink struct {
-	loop *deliver.Loop
-	pub  *publisher
-}
+type Sink = deliver.Sink
 
 // New returns a sink for cfg with DefaultOptions. See NewWithOptions.
 func New(cfg Config, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
 	return NewWithOptions(cfg, DefaultOptions(), st, log, reg)
 }
 
-// NewWithOptions returns a sink publishing the log of st as cfg says. It
-// does not connect: Run does, and keeps retrying while the broker is down.
-// Metrics are registered on reg (nil: not registered); a nil log discards.
+// NewWithOptions returns a sink publishing the log of st as cfg says
+// (deliver.NewBrokerSink). Metrics are registered on reg (nil: not
+// registered); a nil log discards.
 func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
-	if err := deliver.CheckSink("amqp", st, cfg.URL); err != nil {
-		return nil, err
-	}
-	if !cfg.Exchanges.any() {
+	if cfg.URL != "" && !cfg.Exchanges.any() {
 		return nil, errors.New("new amqp sink: no exchange configured")
 	}
 	opts.fill()
-	opts.WLCGOnly = opts.WLCGOnly || cfg.WLCGOnly
-	l, p, err := deliver.NewSink("amqp", st, opts.Options, log, reg, func(log *slog.Logger) (*publisher, error) {
+	return deliver.NewBrokerSink("amqp", st, cfg.URL, opts.Options, log, reg, func(log *slog.Logger) (*publisher, error) {
 		return newPublisher(cfg, opts, log)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Sink{loop: l, pub: p}, nil
-}
-
-// Run publishes until ctx is cancelled, then publishes what is left of
-// the backlog within Options.DrainTimeout, closes the connection and
-// returns. Failures are retried forever; Run returns an error only when it
-// cannot start (the cursor cannot be read).
-func (s *Sink) Run(ctx context.Context) error {
-	return s.loop.RunSink(ctx, "amqp", s.pub.close)
+	}, (*publisher).close)
 }

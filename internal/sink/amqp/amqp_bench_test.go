@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xrdmon/xrdmon/internal/amqpconn"
+	"github.com/xrdmon/xrdmon/internal/sink/busmsg"
 	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 	"github.com/xrdmon/xrdmon/internal/store"
 )
@@ -27,7 +28,7 @@ func BenchmarkPublish(b *testing.B) {
 			ex.Cache, ex.TPC, ex.Events = "", "", ""
 			opts := fastOptions()
 			opts.fill()
-			p, err := newPublisher(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, RecordsPerMessage: tc.perMsg}, opts, sinktest.Discard())
+			p, err := newPublisher(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, Format: busmsg.Format{RecordsPerMessage: tc.perMsg}}, opts, sinktest.Discard())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -86,7 +87,7 @@ func BenchmarkSink(b *testing.B) {
 			st := sinktest.OpenStore(b)
 			sinktest.Fill(b, st, b.N, testRecord)
 			opts := fastOptions()
-			s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, RecordsPerMessage: perMsg}, opts, st, sinktest.Discard(), nil)
+			s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, Format: busmsg.Format{RecordsPerMessage: perMsg}}, opts, st, sinktest.Discard(), nil)
 			if err != nil {
 				b.Fatal(err)
 			}

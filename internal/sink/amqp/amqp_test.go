@@ -15,6 +15,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/amqpconn"
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/busmsg"
 	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 	"github.com/xrdmon/xrdmon/internal/testenv"
 )
@@ -100,7 +101,7 @@ func TestPublish(t *testing.T) {
 			}
 			opts := fastOptions()
 			opts.BatchSize = 64
-			s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, RecordsPerMessage: perMsg}, opts, st, sinktest.Discard(), nil)
+			s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, Format: busmsg.Format{RecordsPerMessage: perMsg}}, opts, st, sinktest.Discard(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -187,7 +188,7 @@ func TestWLCGOnly(t *testing.T) {
 	}
 	opts := fastOptions()
 	opts.WLCGOnly = true
-	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), nil)
+	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, Format: busmsg.Format{RecordsPerMessage: 1}}, opts, st, sinktest.Discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +215,7 @@ func TestGRACCFlavourGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := fastOptions()
-	cfg := Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, RecordsPerMessage: 1, GRACCFlavour: record.GRACCGo, WLCGOnly: true}
+	cfg := Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, Format: busmsg.Format{RecordsPerMessage: 1, GRACCFlavour: record.GRACCGo, WLCGOnly: true}}
 	s, err := NewWithOptions(cfg, opts, st, sinktest.Discard(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +239,7 @@ func TestGRACCFlavourGo(t *testing.T) {
 			}
 		}
 	}
-	if _, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, GRACCFlavour: "perl"}, opts, st, nil, nil); err == nil {
+	if _, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, Format: busmsg.Format{GRACCFlavour: "perl"}}, opts, st, nil, nil); err == nil {
 		t.Error("an unknown flavour was accepted")
 	}
 }
@@ -256,7 +257,7 @@ func TestCursorMovesOnlyAfterConfirms(t *testing.T) {
 	px.Start()
 
 	opts := fastOptions()
-	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: withAddr(t, u, px.Addr())}, Exchanges: Exchanges{Records: ex.Records}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), nil)
+	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: withAddr(t, u, px.Addr())}, Exchanges: Exchanges{Records: ex.Records}, Format: busmsg.Format{RecordsPerMessage: 1}}, opts, st, sinktest.Discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +293,7 @@ func TestMissingExchange(t *testing.T) {
 	}
 	opts := fastOptions()
 	reg := prometheus.NewRegistry()
-	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: Exchanges{Records: name}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), reg)
+	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: Exchanges{Records: name}, Format: busmsg.Format{RecordsPerMessage: 1}}, opts, st, sinktest.Discard(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +332,7 @@ func TestOutage(t *testing.T) {
 	opts := fastOptions()
 	opts.BatchSize = 100
 	reg := prometheus.NewRegistry()
-	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: withAddr(t, u, px.Addr())}, Exchanges: Exchanges{Records: ex.Records}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), reg)
+	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: withAddr(t, u, px.Addr())}, Exchanges: Exchanges{Records: ex.Records}, Format: busmsg.Format{RecordsPerMessage: 1}}, opts, st, sinktest.Discard(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +413,7 @@ func TestBrokerRestart(t *testing.T) {
 
 	opts := fastOptions()
 	opts.MaxBackoff = 2 * time.Second
-	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: Exchanges{Records: base}, RecordsPerMessage: 1}, opts, st, sinktest.Discard(), nil)
+	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: Exchanges{Records: base}, Format: busmsg.Format{RecordsPerMessage: 1}}, opts, st, sinktest.Discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

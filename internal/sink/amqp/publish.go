@@ -29,8 +29,7 @@ type publisher struct {
 	opts   Options
 	dialer *amqpconn.Dialer
 	log    *slog.Logger
-	perMsg int
-	gracc  func(dst []byte, r *record.Record) []byte // the GRACC flavour's appender
+	pack   *busmsg.Packer[kind] // a message's routing key is its Key
 
 	conn     *amqp.Connection
 	ch       *amqp.Channel
@@ -38,7 +37,6 @@ type publisher struct {
 	chClosed chan *amqp.Error // the channel's: the broker closes it to refuse a message
 
 	// per-batch scratch, reused
-	groups  [numKinds]busmsg.Message       // the routing key is each message's Key
 	pending []*amqp.DeferredConfirmation   // the confirms of the batch being published
 	free    [][]*amqp.DeferredConfirmation // pending slices of confirmed batches, for reuse
 }
@@ -52,11 +50,34 @@ func newPublisher(cfg Config, opts Options, log *slog.Logger) (*publisher, error
 	if err != nil {
 		return nil, err
 	}
-	gracc, err := record.GRACCEncoder(cfg.GRACCFlavour)
-	if err != nil {
+	p := &publisher{cfg: cfg, opts: opts, dialer: dialer, log: log}
+	e := cfg.Exchanges
+	rt := busmsg.Routing[kind]{
+		Names:     []string{kindRecords: e.Records, kindWLCG: e.WLCG, kindCache: e.Cache, kindTPC: e.TPC, kindEvents: e.Events},
+		WLCG:      kindWLCG,
+		Records:   kindRecords,
+		RecordKey: RoutingKeyFileClose,
+		Event:     eventRoute,
+	}
+	f := cfg.Format
+	f.WLCGOnly = f.WLCGOnly || opts.WLCGOnly
+	if p.pack, err = busmsg.NewPacker(rt, f, opts.WLCG, p.publish); err != nil {
 		return nil, err
 	}
-	return &publisher{cfg: cfg, opts: opts, dialer: dialer, log: log, perMsg: max(cfg.RecordsPerMessage, 1), gracc: gracc}, nil
+	return p, nil
+}
+
+// eventRoute returns the kind and routing key of an event's message: the
+// OSG collector's cache and TPC exchanges, and the events exchange for the
+// others, routed by their type.
+func eventRoute(ev *record.Event) (kind, string) {
+	switch ev.Type {
+	case record.EventCacheFileClose:
+		return kindCache, RoutingKeyFileClose
+	case record.EventTPC:
+		return kindTPC, RoutingKeyTPC
+	}
+	return kindEvents, string(ev.Type)
 }
 
 // kind indexes the message groups of a batch.
@@ -70,22 +91,6 @@ const (
 	kindEvents
 	numKinds
 )
-
-func (p *publisher) exchange(k kind) string {
-	e := p.cfg.Exchanges
-	switch k {
-	case kindRecords:
-		return e.Records
-	case kindWLCG:
-		return e.WLCG
-	case kindCache:
-		return e.Cache
-	case kindTPC:
-		return e.TPC
-	default:
-		return e.Events
-	}
-}
 
 // connect dials the broker and opens a confirm-mode channel. The token
 // file, when configured, is read again at each connect: the token is
@@ -106,7 +111,7 @@ func (p *publisher) connect() error {
 	}
 	if p.opts.DeclareExchanges {
 		for k := range numKinds {
-			name := p.exchange(k)
+			name := p.pack.Name(k)
 			if name == "" {
 				continue
 			}
@@ -153,7 +158,7 @@ func (p *publisher) Send(ctx context.Context, batch []store.Entry) (wait func(co
 	} else {
 		p.pending = nil
 	}
-	if err := p.publishBatch(ctx, batch); err != nil {
+	if err := p.pack.Pack(ctx, batch); err != nil {
 		p.close()
 		return nil, err
 	}
@@ -170,86 +175,24 @@ func (p *publisher) Send(ctx context.Context, batch []store.Entry) (wait func(co
 	}, nil
 }
 
-func (p *publisher) publishBatch(ctx context.Context, batch []store.Entry) error {
-	for i := range p.groups {
-		p.groups[i].N = 0
-	}
-	var err error
-	for i := range batch {
-		e := &batch[i]
-		switch {
-		case e.Record != nil:
-			r := e.Record
-			wlcg, records := busmsg.Routes(r, p.opts.WLCG, p.cfg.Exchanges.WLCG != "", p.cfg.Exchanges.Records != "", p.opts.WLCGOnly)
-			if wlcg {
-				if err = p.add(ctx, kindWLCG, RoutingKeyFileClose, "wlcg", r.RecordID, func(b []byte) []byte { return record.AppendWLCG(b, r) }); err != nil {
-					return err
-				}
-			}
-			if records {
-				if err = p.add(ctx, kindRecords, RoutingKeyFileClose, "gracc", r.RecordID, func(b []byte) []byte { return p.gracc(b, r) }); err != nil {
-					return err
-				}
-			}
-		case e.Event != nil:
-			ev := e.Event
-			k, key := kindEvents, string(ev.Type)
-			switch ev.Type {
-			case record.EventCacheFileClose:
-				k, key = kindCache, RoutingKeyFileClose
-			case record.EventTPC:
-				k, key = kindTPC, RoutingKeyTPC
-			}
-			if p.exchange(k) == "" {
-				continue
-			}
-			if err = p.add(ctx, k, key, string(ev.Type), ev.EventID, func(b []byte) []byte { return record.AppendEventJSON(b, ev) }); err != nil {
-				return err
-			}
-		}
-	}
-	for k := range numKinds {
-		if err := p.flush(ctx, k); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// add appends one entry to group k, publishing the group first when it is
-// full or its routing key differs.
-func (p *publisher) add(ctx context.Context, k kind, key, typ, id string, enc func([]byte) []byte) error {
-	if p.groups[k].Full(p.perMsg, key) {
-		if err := p.flush(ctx, k); err != nil {
-			return err
-		}
-	}
-	p.groups[k].Add(p.perMsg, key, typ, id, enc)
-	return nil
-}
-
-// flush publishes group k's message, if any. The body buffer is reused at
-// once: Publish has written it to the connection when it returns.
-func (p *publisher) flush(ctx context.Context, k kind) error {
-	g := &p.groups[k]
-	n := g.Close(p.perMsg)
-	if n == 0 {
-		return nil
-	}
+// publish publishes m, a message of kind k holding n documents. The body
+// buffer is reused at once: Publish has written it to the connection when
+// it returns.
+func (p *publisher) publish(ctx context.Context, k kind, m *busmsg.Message, n int) error {
 	msg := amqp.Publishing{
 		ContentType:  "application/json",
 		DeliveryMode: amqp.Persistent,
-		MessageId:    g.FirstID,
-		Type:         g.Type,
+		MessageId:    m.FirstID,
+		Type:         m.Type,
 		AppId:        "xrdmon",
-		Body:         g.Body,
+		Body:         m.Body,
 	}
-	if p.perMsg > 1 {
+	if p.pack.PerMessage() > 1 {
 		msg.Headers = amqp.Table{"x-xrdmon-count": int32(n)}
 	}
-	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange(k), g.Key, false, false, msg)
+	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.pack.Name(k), m.Key, false, false, msg)
 	if err != nil {
-		return fmt.Errorf("publish to %s: %w", p.exchange(k), err)
+		return fmt.Errorf("publish to %s: %w", p.pack.Name(k), err)
 	}
 	p.pending = append(p.pending, dc)
 	return nil

@@ -1,18 +1,13 @@
 package amqp
 
-import (
-	"github.com/xrdmon/xrdmon/internal/record"
-
-	"github.com/xrdmon/xrdmon/internal/confcheck"
-)
+import "github.com/xrdmon/xrdmon/internal/confcheck"
 
 // Validate checks c, the outputs.amqp section.
 func (c Config) Validate() error {
 	var p confcheck.Problems
 	p.Sub("", c.ValidateBroker(c.Enabled))
 	p.Check(!c.Enabled || c.Exchanges.any(), "exchanges", "at least one exchange is required when outputs.amqp.enabled")
-	p.Check(c.RecordsPerMessage >= 1, "records_per_message", "must be >= 1")
-	p.Check(record.ValidGRACCFlavour(c.GRACCFlavour), "gracc_flavour", "must be python or go")
+	c.Format.Check(&p)
 	return p.Err()
 }
 

@@ -50,6 +50,37 @@ func NewSink[D Deliverer](kind string, st *store.Store, opts Options, log *slog.
 	return l, d, nil
 }
 
+// Sink is a broker sink (amqp, stomp): its Loop, and the close of its
+// Deliverer's connection once the loop has ended. Make it with
+// NewBrokerSink and call Run once.
+type Sink struct {
+	loop  *Loop
+	kind  string
+	close func()
+}
+
+// NewBrokerSink is the constructor of a broker sink of kind: CheckSink of
+// st and url, then NewSink with mk. It does not connect: the Deliverer does
+// when the loop runs, and keeps retrying while the broker is down. Run
+// calls close on the Deliverer when the loop ends.
+func NewBrokerSink[D Deliverer](kind string, st *store.Store, url string, opts Options, log *slog.Logger, reg prometheus.Registerer,
+	mk func(log *slog.Logger) (D, error), close func(D)) (*Sink, error) {
+	if err := CheckSink(kind, st, url); err != nil {
+		return nil, err
+	}
+	l, d, err := NewSink(kind, st, opts, log, reg, mk)
+	if err != nil {
+		return nil, err
+	}
+	return &Sink{loop: l, kind: kind, close: func() { close(d) }}, nil
+}
+
+// Run delivers until ctx is cancelled, then delivers what is left of the
+// backlog within Options.DrainTimeout, closes the connection and returns.
+// Failures are retried forever; Run returns an error only when it cannot
+// start (the cursor cannot be read).
+func (s *Sink) Run(ctx context.Context) error { return s.loop.RunSink(ctx, s.kind, s.close) }
+
 // RunSink runs the loop (Run), then calls close (when not nil). Its error
 // begins "<kind> sink <name>: ".
 func (l *Loop) RunSink(ctx context.Context, kind string, close func()) error {

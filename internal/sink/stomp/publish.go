@@ -27,13 +27,10 @@ type publisher struct {
 	opts   Options
 	dialer *stompconn.Dialer
 	log    *slog.Logger
-	perMsg int
-	gracc  func(dst []byte, r *record.Record) []byte // the GRACC flavour's appender
+	pack   *busmsg.Packer[kind] // an event message's Key is its Type
 
 	conn *stomp.Conn
 	tx   *stomp.Transaction // the transaction of the batch being sent
-
-	groups [numKinds]busmsg.Message // each message's Key is its Type
 }
 
 // kind indexes the message groups of a batch.
@@ -51,23 +48,18 @@ func newPublisher(cfg Config, opts Options, log *slog.Logger) (*publisher, error
 	if err != nil {
 		return nil, err
 	}
-	gracc, err := record.GRACCEncoder(cfg.GRACCFlavour)
-	if err != nil {
+	p := &publisher{cfg: cfg, opts: opts, dialer: d, log: log}
+	ds := cfg.Destinations
+	rt := busmsg.Routing[kind]{
+		Names:   []string{kindWLCG: ds.WLCG, kindRecords: ds.Records, kindEvents: ds.Events},
+		WLCG:    kindWLCG,
+		Records: kindRecords,
+		Event:   func(ev *record.Event) (kind, string) { return kindEvents, string(ev.Type) },
+	}
+	if p.pack, err = busmsg.NewPacker(rt, cfg.Format, opts.WLCG, p.send); err != nil {
 		return nil, err
 	}
-	return &publisher{cfg: cfg, opts: opts, dialer: d, log: log, perMsg: max(cfg.RecordsPerMessage, 1), gracc: gracc}, nil
-}
-
-func (p *publisher) destination(k kind) string {
-	d := p.cfg.Destinations
-	switch k {
-	case kindWLCG:
-		return d.WLCG
-	case kindRecords:
-		return d.Records
-	default:
-		return d.Events
-	}
+	return p, nil
 }
 
 // connect dials the broker. The library queues the frames to write on a
@@ -121,7 +113,7 @@ func (p *publisher) Send(ctx context.Context, batch []store.Entry) (wait func(co
 		return nil, fmt.Errorf("begin: %w", err)
 	}
 	p.tx = tx
-	if err := p.sendBatch(batch); err != nil {
+	if err := p.pack.Pack(ctx, batch); err != nil {
 		// Also after a refusal: the delivery loop abandons the batches
 		// still in flight and starts afresh (deliver.Pipeliner), so the
 		// connection they are on goes, and the open transaction with it.
@@ -171,76 +163,24 @@ func refusedMessage(msg string) bool {
 	return strings.Contains(m, "size") && (strings.Contains(m, "max") || strings.Contains(m, "large") || strings.Contains(m, "exceed"))
 }
 
-func (p *publisher) sendBatch(batch []store.Entry) error {
-	for i := range p.groups {
-		p.groups[i].N = 0
-	}
-	for i := range batch {
-		e := &batch[i]
-		switch {
-		case e.Record != nil:
-			r := e.Record
-			wlcg, records := busmsg.Routes(r, p.opts.WLCG, p.cfg.Destinations.WLCG != "", p.cfg.Destinations.Records != "", p.cfg.WLCGOnly)
-			if wlcg {
-				if err := p.add(kindWLCG, "wlcg", r.RecordID, func(b []byte) []byte { return record.AppendWLCG(b, r) }); err != nil {
-					return err
-				}
-			}
-			if records {
-				if err := p.add(kindRecords, "gracc", r.RecordID, func(b []byte) []byte { return p.gracc(b, r) }); err != nil {
-					return err
-				}
-			}
-		case e.Event != nil && p.cfg.Destinations.Events != "":
-			ev := e.Event
-			if err := p.add(kindEvents, string(ev.Type), ev.EventID, func(b []byte) []byte { return record.AppendEventJSON(b, ev) }); err != nil {
-				return err
-			}
-		}
-	}
-	for k := range numKinds {
-		if err := p.flush(k); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// add appends one entry to group k, sending the group first when it is
-// full.
-func (p *publisher) add(k kind, typ, id string, enc func([]byte) []byte) error {
-	if p.groups[k].Full(p.perMsg, typ) {
-		if err := p.flush(k); err != nil {
-			return err
-		}
-	}
-	p.groups[k].Add(p.perMsg, typ, typ, id, enc)
-	return nil
-}
-
-// flush sends group k's message, if any, in the open transaction. The
-// library keeps the body until the frame is written, so each message gets
-// a copy.
-func (p *publisher) flush(k kind) error {
-	g := &p.groups[k]
-	n := g.Close(p.perMsg)
-	if n == 0 {
-		return nil
-	}
-	if len(g.Body) > int(p.cfg.MaxMessageBytes) {
-		return fmt.Errorf("%w: a %s message of %d bytes, over max_message_bytes (%d)", deliver.ErrRefused, g.Type, len(g.Body), p.cfg.MaxMessageBytes)
+// send sends m, a message of kind k holding n documents, in the open
+// transaction. The library keeps the body until the frame is written, so
+// each message gets a copy.
+func (p *publisher) send(_ context.Context, k kind, m *busmsg.Message, n int) error {
+	if len(m.Body) > int(p.cfg.MaxMessageBytes) {
+		return fmt.Errorf("%w: a %s message of %d bytes, over max_message_bytes (%d)", deliver.ErrRefused, m.Type, len(m.Body), p.cfg.MaxMessageBytes)
 	}
 	opts := []func(*frame.Frame) error{
 		stomp.SendOpt.Header("persistent", "true"),
-		stomp.SendOpt.Header("xrdmon-type", g.Type),
-		stomp.SendOpt.Header("xrdmon-id", g.FirstID),
+		stomp.SendOpt.Header("xrdmon-type", m.Type),
+		stomp.SendOpt.Header("xrdmon-id", m.FirstID),
 	}
-	if p.perMsg > 1 {
+	if p.pack.PerMessage() > 1 {
 		opts = append(opts, stomp.SendOpt.Header("xrdmon-count", strconv.Itoa(n)))
 	}
-	body := append([]byte(nil), g.Body...)
-	if err := p.tx.Send(p.destination(k), p.cfg.ContentType, body, opts...); err != nil {
-		return fmt.Errorf("send to %s: %w", p.destination(k), err)
+	body := append([]byte(nil), m.Body...)
+	if err := p.tx.Send(p.pack.Name(k), p.cfg.ContentType, body, opts...); err != nil {
+		return fmt.Errorf("send to %s: %w", p.pack.Name(k), err)
 	}
 	return nil
 }

@@ -42,7 +42,6 @@
 package stomp
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -50,6 +49,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/busmsg"
 	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/stompconn"
 	"github.com/xrdmon/xrdmon/internal/store"
@@ -62,22 +62,14 @@ type Config struct {
 	Enabled          bool `yaml:"enabled" help:"send records to a STOMP broker (ActiveMQ; the WLCG bus, CERN MONIT)"`
 	stompconn.Config `yaml:",inline"`
 	Destinations     Destinations `yaml:"destinations"`
-	// RecordsPerMessage packs records into one message (a JSON array
-	// when > 1).
-	RecordsPerMessage int `yaml:"records_per_message" help:"records packed into one message (a JSON array when > 1; 1 sends one JSON object per message)"`
+	// Format is what messages hold (records per message, the GRACC
+	// document, WLCG-only routing).
+	busmsg.Format `yaml:",inline"`
 	// ContentType is the content-type header of every message.
 	ContentType string `yaml:"content_type" help:"content-type header of the messages"`
 	// MaxMessageBytes refuses (sets aside as a dead letter) a message
 	// whose body is larger.
 	MaxMessageBytes units.ByteSize `yaml:"max_message_bytes" help:"largest message body sent; a larger one is set aside as a dead letter"`
-	// GRACCFlavour is the document records go out as to the records
-	// destination: record.GRACCPython or record.GRACCGo (as
-	// outputs.amqp's).
-	GRACCFlavour string `yaml:"gracc_flavour" help:"GRACC document of records: python (the Python xrootd-monitoring-collector's) or go (the shoveler's collector mode)"`
-	// WLCGOnly sends a record that matches the WLCG rules only to the
-	// WLCG destination, as both OSG collectors do; false (the default)
-	// sends it to both destinations.
-	WLCGOnly bool `yaml:"wlcg_only" help:"send records matching the WLCG rules only to the wlcg destination (as the OSG collectors do), not also to records"`
 }
 
 // Destinations names the destination of each kind of message. An empty
@@ -94,11 +86,10 @@ type Destinations struct {
 // both destinations; not enabled.
 func DefaultConfig() Config {
 	return Config{
-		Config:            stompconn.Config{Heartbeat: units.Duration(stompconn.DefaultHeartbeat)},
-		RecordsPerMessage: 1,
-		ContentType:       "application/json",
-		MaxMessageBytes:   1 << 20,
-		GRACCFlavour:      record.GRACCPython,
+		Config:          stompconn.Config{Heartbeat: units.Duration(stompconn.DefaultHeartbeat)},
+		Format:          busmsg.DefaultFormat(),
+		ContentType:     "application/json",
+		MaxMessageBytes: 1 << 20,
 	}
 }
 
@@ -137,31 +128,22 @@ func (o *Options) fill() {
 	o.Options = o.Options.WithDefaults(d.Options)
 	units.Default(&o.ReceiptTimeout, d.ReceiptTimeout)
 	units.Default(&o.DialTimeout, d.DialTimeout)
-	if o.WLCG == nil {
-		o.WLCG = record.DefaultWLCGMatcher()
-	}
 }
 
 // Sink sends the store's log to a STOMP broker. Create it with New and
 // call Run once.
-type Sink struct {
-	loop *deliver.Loop
-	pub  *publisher
-}
+type Sink = deliver.Sink
 
 // New returns a sink for cfg with DefaultOptions. See NewWithOptions.
 func New(cfg Config, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
 	return NewWithOptions(cfg, DefaultOptions(), st, log, reg)
 }
 
-// NewWithOptions returns a sink sending the log of st as cfg says. It
-// does not connect: Run does, and keeps retrying while the broker is down.
-// Metrics are registered on reg (nil: not registered); a nil log discards.
+// NewWithOptions returns a sink sending the log of st as cfg says
+// (deliver.NewBrokerSink). Metrics are registered on reg (nil: not
+// registered); a nil log discards.
 func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
-	if err := deliver.CheckSink("stomp", st, cfg.URL); err != nil {
-		return nil, err
-	}
-	if !cfg.Destinations.any() {
+	if cfg.URL != "" && !cfg.Destinations.any() {
 		return nil, errors.New("new stomp sink: no destination configured")
 	}
 	if cfg.ContentType == "" {
@@ -169,19 +151,7 @@ func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger,
 	}
 	units.Default(&cfg.MaxMessageBytes, DefaultConfig().MaxMessageBytes)
 	opts.fill()
-	l, p, err := deliver.NewSink("stomp", st, opts.Options, log, reg, func(log *slog.Logger) (*publisher, error) {
+	return deliver.NewBrokerSink("stomp", st, cfg.URL, opts.Options, log, reg, func(log *slog.Logger) (*publisher, error) {
 		return newPublisher(cfg, opts, log)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Sink{loop: l, pub: p}, nil
-}
-
-// Run sends until ctx is cancelled, then sends what is left of the
-// backlog within Options.DrainTimeout, disconnects and returns. Failures
-// are retried forever; Run returns an error only when it cannot start (the
-// cursor cannot be read).
-func (s *Sink) Run(ctx context.Context) error {
-	return s.loop.RunSink(ctx, "stomp", s.pub.close)
+	}, (*publisher).close)
 }

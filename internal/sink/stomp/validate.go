@@ -1,18 +1,14 @@
 package stomp
 
-import (
-	"github.com/xrdmon/xrdmon/internal/confcheck"
-	"github.com/xrdmon/xrdmon/internal/record"
-)
+import "github.com/xrdmon/xrdmon/internal/confcheck"
 
 // Validate checks c, the outputs.stomp section.
 func (c Config) Validate() error {
 	var p confcheck.Problems
 	p.Sub("", c.ValidateBroker(c.Enabled))
 	p.Check(!c.Enabled || c.Destinations.any(), "destinations", "at least one destination is required when outputs.stomp.enabled")
-	p.Check(c.RecordsPerMessage >= 1, "records_per_message", "must be >= 1")
 	p.Check(c.MaxMessageBytes > 0, "max_message_bytes", "must be > 0")
-	p.Check(record.ValidGRACCFlavour(c.GRACCFlavour), "gracc_flavour", "must be python or go")
+	c.Format.Check(&p)
 	return p.Err()
 }
 

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,17 +98,13 @@ type AMQP struct {
 	pool   *source.BatchPool
 	dialer *amqpconn.Dialer
 
-	netConn atomic.Pointer[net.Conn] // the current connection's socket, for tests
+	conn source.LastConn // the current connection's socket, for tests
 
 	abandon     chan struct{} // closed by Abandon
 	waiting     atomic.Bool   // in awaitHandover, the queue having a consumer (tests)
 	abandonOnce sync.Once
 
-	received   prometheus.Counter
-	invalid    *prometheus.CounterVec
-	reconnects prometheus.Counter
-	ackFailed  prometheus.Counter
-	connected  prometheus.Gauge
+	source.RelayMetrics
 }
 
 // New checks cfg and registers the metrics on reg (nil: none). It does not
@@ -138,24 +133,17 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 	a := &AMQP{cfg: cfg, log: log, abandon: make(chan struct{}), pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket)}
 	a.dialer, err = amqpconn.NewDialer(cfg.Config, amqpconn.Options{
 		Name: "input",
-		Wrap: func(c net.Conn) net.Conn { a.netConn.Store(&c); return c },
+		Wrap: a.conn.Keep,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
 	ms := metrics.NewSet(reg)
-	a.received = metrics.Counter(ms, "xrdmon_amqp_messages_received_total", "Messages consumed from RabbitMQ.")
-	a.reconnects = metrics.Counter(ms, "xrdmon_amqp_reconnects_total", "Connections to RabbitMQ lost or abandoned and made again.")
-	a.ackFailed = metrics.Counter(ms, "xrdmon_amqp_acks_failed_total", "Batch acknowledgements that could not be sent (the messages are redelivered).")
-	a.invalid = metrics.CounterVec(ms, "xrdmon_amqp_messages_invalid_total", "Messages that are not valid shoveler envelopes, acknowledged and dropped, by reason (oversized: more than a UDP datagram can carry).", "reason")
-	a.connected = metrics.Gauge(ms, "xrdmon_amqp_connected", "1 while the AMQP source is connected and consuming.")
+	a.RelayMetrics = source.NewRelayMetrics(ms, "amqp", "RabbitMQ")
 	if err := ms.Err(); err != nil {
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
-	for _, r := range source.ShovelerReasons {
-		a.invalid.WithLabelValues(r)
-	}
-	a.dec = source.ShovelerDecoder{Filter: filter, Invalid: a.invalid, Log: log}
+	a.dec = source.ShovelerDecoder{Filter: filter, Invalid: a.Invalid, Log: log}
 	return a, nil
 }
 
@@ -175,7 +163,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 // open would let the next consumer start on newer messages while the older
 // ones wait for the channel to close.)
 func (a *AMQP) Run(ctx context.Context, out chan<- *source.Batch) error {
-	r := source.Reconnect{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax, Reconnects: a.reconnects, Connected: a.connected,
+	r := source.Reconnect{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax, Reconnects: a.Reconnects, Connected: a.Connected,
 		Stop: a.abandon,
 		Again: func(err error) bool {
 			if errors.Is(err, errTokenChanged) {
@@ -210,7 +198,7 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 	if err != nil {
 		return err
 	}
-	a.connected.Set(1)
+	a.Connected.Set(1)
 	a.log.Info("Consuming from RabbitMQ", "queue", a.cfg.Queue, "exchange", a.cfg.Exchange)
 
 	c := a.newConsumer(ctx, out, ch, conn)
@@ -271,14 +259,14 @@ type consumer struct {
 
 func (a *AMQP) newConsumer(ctx context.Context, out chan<- *source.Batch, ch *amqp.Channel, conn *amqp.Connection) *consumer {
 	return &consumer{a: a, ctx: ctx, tr: &tracker{ch: ch},
-		bt:     source.NewBatcher(&a.cfg.RelayOptions, a.pool, out, a.abandon, a.ackFailed),
+		bt:     source.NewBatcher(&a.cfg.RelayOptions, a.pool, out, a.abandon, a.AckFailed),
 		closed: conn.NotifyClose(make(chan *amqp.Error, 1))}
 }
 
 // receive adds a delivery to the batch, starting one if needed, and hands
 // the batch over when it is full.
 func (c *consumer) receive(d *amqp.Delivery) error {
-	c.a.received.Inc()
+	c.a.Received.Inc()
 	b := c.bt.Batch()
 	c.last = d.DeliveryTag
 	c.a.dec.Add(b, d.Body)
@@ -425,14 +413,6 @@ func (a *AMQP) drain(tr *tracker, closed <-chan *amqp.Error) {
 			return
 		case <-tick.C:
 		}
-	}
-}
-
-// breakConnection closes the current connection's socket under the client
-// library, as a network failure would (tests).
-func (a *AMQP) breakConnection() {
-	if c := a.netConn.Load(); c != nil {
-		(*c).Close()
 	}
 }
 

@@ -25,11 +25,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
@@ -95,13 +93,9 @@ type STOMP struct {
 	pool   *source.BatchPool
 	dialer *stompconn.Dialer
 
-	netConn atomic.Pointer[net.Conn] // the current connection's socket, for tests
+	conn source.LastConn // the current connection's socket, for tests
 
-	received   prometheus.Counter
-	invalid    *prometheus.CounterVec
-	reconnects prometheus.Counter
-	ackFailed  prometheus.Counter
-	connected  prometheus.Gauge
+	source.RelayMetrics
 }
 
 // New checks cfg and registers the metrics on reg (nil: none). It does not
@@ -124,7 +118,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*STOMP, error
 		return nil, fmt.Errorf("stomp source: %w", err)
 	}
 	s := &STOMP{cfg: cfg, log: log, pool: source.NewBatchPool(cfg.BatchSize, cfg.BatchSize*source.BatchBytesPerPacket)}
-	opts := stompconn.Options{Wrap: func(c net.Conn) net.Conn { s.netConn.Store(&c); return c }}
+	opts := stompconn.Options{Wrap: s.conn.Keep}
 	if s.durable() {
 		opts.ClientID = cfg.Subscription
 	}
@@ -133,18 +127,11 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*STOMP, error
 		return nil, fmt.Errorf("stomp source: %w", err)
 	}
 	ms := metrics.NewSet(reg)
-	s.received = metrics.Counter(ms, "xrdmon_stomp_messages_received_total", "Messages consumed from the STOMP broker.")
-	s.reconnects = metrics.Counter(ms, "xrdmon_stomp_reconnects_total", "Connections to the STOMP broker lost or abandoned and made again.")
-	s.ackFailed = metrics.Counter(ms, "xrdmon_stomp_acks_failed_total", "Batch acknowledgements that could not be sent to the STOMP broker (the messages are redelivered).")
-	s.invalid = metrics.CounterVec(ms, "xrdmon_stomp_messages_invalid_total", "STOMP messages that are not valid shoveler envelopes, acknowledged and dropped, by reason (oversized: more than a UDP datagram can carry).", "reason")
-	s.connected = metrics.Gauge(ms, "xrdmon_stomp_connected", "1 while the STOMP source is connected and subscribed.")
+	s.RelayMetrics = source.NewRelayMetrics(ms, "stomp", "the STOMP broker")
 	if err := ms.Err(); err != nil {
 		return nil, fmt.Errorf("stomp source: %w", err)
 	}
-	for _, r := range source.ShovelerReasons {
-		s.invalid.WithLabelValues(r)
-	}
-	s.dec = source.ShovelerDecoder{Filter: filter, Invalid: s.invalid, Log: log, QuoteBody: true}
+	s.dec = source.ShovelerDecoder{Filter: filter, Invalid: s.Invalid, Log: log, QuoteBody: true}
 	return s, nil
 }
 
@@ -161,7 +148,7 @@ func (s *STOMP) durable() bool {
 // reconnect can no longer be acknowledged (Ack returns ErrStaleAck); the
 // broker redelivers their messages, so the pipeline may see them twice.
 func (s *STOMP) Run(ctx context.Context, out chan<- *source.Batch) error {
-	r := source.Reconnect{Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax, Reconnects: s.reconnects, Connected: s.connected,
+	r := source.Reconnect{Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax, Reconnects: s.Reconnects, Connected: s.Connected,
 		Lost: func(err error, wait time.Duration) {
 			s.log.Warn("STOMP connection lost; reconnecting", "url", s.dialer.URL(), "err", err, "wait", wait)
 		}}
@@ -187,7 +174,7 @@ func (s *STOMP) session(ctx context.Context, out chan<- *source.Batch) error {
 		_ = conn.MustDisconnect()
 		return fmt.Errorf("subscribe %s: %w", s.cfg.Destination, err)
 	}
-	s.connected.Set(1)
+	s.Connected.Set(1)
 	s.log.Info("Consuming from STOMP", "url", s.dialer.URL(), "destination", s.cfg.Destination,
 		"durable", s.durable(), "server", conn.Server())
 
@@ -203,7 +190,7 @@ func (s *STOMP) session(ctx context.Context, out chan<- *source.Batch) error {
 		}
 	}()
 
-	c := &consumer{s: s, ctx: ctx, ak: ak, bt: source.NewBatcher(&s.cfg.RelayOptions, s.pool, out, nil, s.ackFailed)}
+	c := &consumer{s: s, ctx: ctx, ak: ak, bt: source.NewBatcher(&s.cfg.RelayOptions, s.pool, out, nil, s.AckFailed)}
 	for {
 		select {
 		case <-ctx.Done():
@@ -264,7 +251,7 @@ type consumer struct {
 // receive adds a message to the batch, starting one if needed, and hands
 // the batch over when it is full.
 func (c *consumer) receive(m *stomp.Message) error {
-	c.s.received.Inc()
+	c.s.Received.Inc()
 	b := c.bt.Batch()
 	c.s.dec.Add(b, m.Body)
 	m.Body = nil // copied into the batch; only the headers are kept, to acknowledge
@@ -299,14 +286,6 @@ func (c *consumer) stop() {
 	}
 	if err := c.ak.conn.Disconnect(); err != nil {
 		c.s.log.Debug("STOMP disconnect", "err", err)
-	}
-}
-
-// breakConnection closes the current connection's socket under the client
-// library, as a network failure would (tests).
-func (s *STOMP) breakConnection() {
-	if c := s.netConn.Load(); c != nil {
-		(*c).Close()
 	}
 }
 
