@@ -55,7 +55,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrdmon/xrdmon/internal/amqpconn"
-	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/busmsg"
 	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/store"
@@ -116,19 +115,11 @@ func DefaultExchanges() Exchanges {
 	}
 }
 
-// Options tune the sink beyond Config. Start from
-// DefaultOptions.
+// Options tune the sink beyond Config. Start from DefaultOptions.
 type Options struct {
-	// Options tune the delivery loop: the cursor name, the number of log
-	// entries published per confirm round (BatchSize), the confirm rounds
-	// in flight at once (InFlight), polling, backoff and the drain after
-	// Run's context is cancelled.
-	deliver.Options
-	// ConfirmTimeout bounds the wait for the confirms of one batch; on
-	// expiry the connection is dropped and the batch published again.
-	ConfirmTimeout time.Duration
-	// DialTimeout bounds the TCP connect and AMQP handshake.
-	DialTimeout time.Duration
+	// Options are the delivery loop's (a batch is a confirm round), the
+	// confirms' timeout (AckTimeout), the dial timeout and the WLCG rules.
+	busmsg.Options
 	// Heartbeat is the AMQP heartbeat interval (a dead peer is noticed
 	// after about two of them).
 	Heartbeat time.Duration
@@ -138,35 +129,21 @@ type Options struct {
 	DeclareExchanges bool
 	// ExchangeKind is the kind used by DeclareExchanges ("topic").
 	ExchangeKind string
-	// WLCG selects the records also published in the WLCG format
-	// (nil: record.DefaultWLCGMatcher).
-	WLCG *record.WLCGMatcher
 	// WLCGOnly sends WLCG-matching records only to the WLCG exchange, as
 	// the OSG collector does, instead of to both exchanges (or'ed with
 	// Config.WLCGOnly).
 	WLCGOnly bool
 }
 
-// DefaultOptions returns the defaults: cursor name "amqp", 1000 entries
-// per confirm round and up to 3 rounds in flight, 100 ms polling, backoff from 200 ms to 30 s, 10 s
-// drain, 30 s confirm timeout.
+// DefaultOptions returns busmsg.DefaultOptions with the cursor name
+// "amqp", a 10 s heartbeat and topic exchanges.
 func DefaultOptions() Options {
-	o := deliver.DefaultOptions()
-	o.Name, o.InFlight, o.PollInterval = "amqp", 3, 100*time.Millisecond
-	return Options{
-		Options:        o,
-		ConfirmTimeout: 30 * time.Second,
-		DialTimeout:    10 * time.Second,
-		Heartbeat:      10 * time.Second,
-		ExchangeKind:   "topic",
-	}
+	return Options{Options: busmsg.DefaultOptions("amqp"), Heartbeat: 10 * time.Second, ExchangeKind: "topic"}
 }
 
 func (o *Options) fill() {
 	d := DefaultOptions()
-	o.Options = o.Options.WithDefaults(d.Options)
-	units.Default(&o.ConfirmTimeout, d.ConfirmTimeout)
-	units.Default(&o.DialTimeout, d.DialTimeout)
+	o.Options.Fill(d.Options)
 	units.Default(&o.Heartbeat, d.Heartbeat)
 	if o.ExchangeKind == "" {
 		o.ExchangeKind = d.ExchangeKind
@@ -190,7 +167,7 @@ func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger,
 		return nil, errors.New("new amqp sink: no exchange configured")
 	}
 	opts.fill()
-	return deliver.NewBrokerSink("amqp", st, cfg.URL, opts.Options, log, reg, func(log *slog.Logger) (*publisher, error) {
+	return deliver.NewBrokerSink("amqp", st, cfg.URL, opts.Options.Options, log, reg, func(log *slog.Logger) (*publisher, error) {
 		return newPublisher(cfg, opts, log)
 	}, (*publisher).close)
 }

@@ -184,6 +184,6 @@ func fastOptions() Options {
 	o.MinBackoff = 20 * time.Millisecond
 	o.MaxBackoff = 200 * time.Millisecond
 	o.DialTimeout = 2 * time.Second
-	o.ConfirmTimeout = 20 * time.Second
+	o.AckTimeout = 20 * time.Second
 	return o
 }

@@ -204,7 +204,7 @@ func (p *publisher) wait(ctx context.Context, pending []*amqp.DeferredConfirmati
 	if len(pending) == 0 {
 		return nil
 	}
-	t := time.NewTimer(p.opts.ConfirmTimeout)
+	t := time.NewTimer(p.opts.AckTimeout)
 	defer t.Stop()
 	for _, dc := range pending {
 		select {
@@ -226,7 +226,7 @@ func (p *publisher) wait(ctx context.Context, pending []*amqp.DeferredConfirmati
 			}
 			return errors.New("connection closed awaiting confirms")
 		case <-t.C:
-			return fmt.Errorf("confirms not received within %s", p.opts.ConfirmTimeout)
+			return fmt.Errorf("confirms not received within %s", p.opts.AckTimeout)
 		case <-ctx.Done():
 			return fmt.Errorf("await confirms: %w", ctx.Err())
 		}

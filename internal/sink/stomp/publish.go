@@ -71,7 +71,7 @@ func newPublisher(cfg Config, opts Options, log *slog.Logger) (*publisher, error
 // library bounds the wait for a COMMIT's receipt by its own heart-beat
 // interval (5 s at 10 s), so a broker slow to store a transaction would
 // fail it and have it sent again, and the receipt that comes late then
-// stalls the connection. The wait is bounded by ReceiptTimeout instead; a
+// stalls the connection. The wait is bounded by Options.AckTimeout instead; a
 // dead broker is still noticed by its missing heart-beats.
 func (p *publisher) connect(ctx context.Context) error {
 	frames := p.opts.InFlight*(2*p.opts.BatchSize+2) + 64
@@ -124,7 +124,7 @@ func (p *publisher) Send(ctx context.Context, batch []store.Entry) (wait func(co
 	done := make(chan error, 1)
 	go func() { done <- tx.CommitWithReceipt() }()
 	return func(ctx context.Context) error {
-		t := time.NewTimer(p.opts.ReceiptTimeout)
+		t := time.NewTimer(p.opts.AckTimeout)
 		defer t.Stop()
 		var err error
 		select {
@@ -133,7 +133,7 @@ func (p *publisher) Send(ctx context.Context, batch []store.Entry) (wait func(co
 				err = commitFailed(err)
 			}
 		case <-t.C:
-			err = fmt.Errorf("commit: no receipt within %s", p.opts.ReceiptTimeout)
+			err = fmt.Errorf("commit: no receipt within %s", p.opts.AckTimeout)
 		case <-ctx.Done():
 			err = fmt.Errorf("commit: %w", ctx.Err())
 		}

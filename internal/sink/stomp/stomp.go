@@ -44,11 +44,9 @@ package stomp
 import (
 	"errors"
 	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/sink/busmsg"
 	"github.com/xrdmon/xrdmon/internal/sink/deliver"
 	"github.com/xrdmon/xrdmon/internal/stompconn"
@@ -93,42 +91,14 @@ func DefaultConfig() Config {
 	}
 }
 
-// Options tune the sink beyond Config. Start from DefaultOptions.
-type Options struct {
-	// Options tune the delivery loop: the cursor name, the log entries
-	// per transaction (BatchSize), the transactions open at once
-	// (InFlight), polling, backoff and the drain after Run's context is
-	// cancelled.
-	deliver.Options
-	// ReceiptTimeout bounds the wait for a COMMIT's receipt; on expiry
-	// the connection is dropped and the batch sent again.
-	ReceiptTimeout time.Duration
-	// DialTimeout bounds the TCP connect, TLS and STOMP handshakes.
-	DialTimeout time.Duration
-	// WLCG selects the records sent in the WLCG format (nil:
-	// record.DefaultWLCGMatcher).
-	WLCG *record.WLCGMatcher
-}
+// Options tune the sink beyond Config (a batch is a transaction,
+// AckTimeout bounds the wait for its COMMIT's receipt). Start from
+// DefaultOptions.
+type Options = busmsg.Options
 
-// DefaultOptions returns the defaults: cursor name "stomp", 1000 entries
-// per transaction and up to 3 transactions open, 100 ms polling, backoff
-// from 200 ms to 30 s, 10 s drain, 30 s receipt timeout.
-func DefaultOptions() Options {
-	o := deliver.DefaultOptions()
-	o.Name, o.InFlight, o.PollInterval = "stomp", 3, 100*time.Millisecond
-	return Options{
-		Options:        o,
-		ReceiptTimeout: 30 * time.Second,
-		DialTimeout:    10 * time.Second,
-	}
-}
-
-func (o *Options) fill() {
-	d := DefaultOptions()
-	o.Options = o.Options.WithDefaults(d.Options)
-	units.Default(&o.ReceiptTimeout, d.ReceiptTimeout)
-	units.Default(&o.DialTimeout, d.DialTimeout)
-}
+// DefaultOptions returns busmsg.DefaultOptions with the cursor name
+// "stomp".
+func DefaultOptions() Options { return busmsg.DefaultOptions("stomp") }
 
 // Sink sends the store's log to a STOMP broker. Create it with New and
 // call Run once.
@@ -150,7 +120,7 @@ func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger,
 		cfg.ContentType = DefaultConfig().ContentType
 	}
 	units.Default(&cfg.MaxMessageBytes, DefaultConfig().MaxMessageBytes)
-	opts.fill()
+	opts.Fill(DefaultOptions())
 	return deliver.NewBrokerSink("stomp", st, cfg.URL, opts.Options, log, reg, func(log *slog.Logger) (*publisher, error) {
 		return newPublisher(cfg, opts, log)
 	}, (*publisher).close)

@@ -185,7 +185,7 @@ func fastOptions() Options {
 	o.MinBackoff = 20 * time.Millisecond
 	o.MaxBackoff = 500 * time.Millisecond
 	o.DialTimeout = 2 * time.Second
-	o.ReceiptTimeout = 20 * time.Second
+	o.AckTimeout = 20 * time.Second
 	return o
 }
 
