@@ -163,7 +163,7 @@ func New(cfg Config, st *store.Store, log *slog.Logger, reg prometheus.Registere
 // (deliver.NewBrokerSink). Metrics are registered on reg (nil: not
 // registered); a nil log discards.
 func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
-	if cfg.URL != "" && !cfg.Exchanges.any() {
+	if !cfg.Exchanges.any() {
 		return nil, errors.New("new amqp sink: no exchange configured")
 	}
 	opts.fill()

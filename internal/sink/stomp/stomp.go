@@ -113,7 +113,7 @@ func New(cfg Config, st *store.Store, log *slog.Logger, reg prometheus.Registere
 // (deliver.NewBrokerSink). Metrics are registered on reg (nil: not
 // registered); a nil log discards.
 func NewWithOptions(cfg Config, opts Options, st *store.Store, log *slog.Logger, reg prometheus.Registerer) (*Sink, error) {
-	if cfg.URL != "" && !cfg.Destinations.any() {
+	if !cfg.Destinations.any() {
 		return nil, errors.New("new stomp sink: no destination configured")
 	}
 	if cfg.ContentType == "" {

@@ -104,7 +104,7 @@ type AMQP struct {
 	waiting     atomic.Bool   // in awaitHandover, the queue having a consumer (tests)
 	abandonOnce sync.Once
 
-	source.RelayMetrics
+	m source.RelayMetrics // xrdmon_amqp_*
 }
 
 // New checks cfg and registers the metrics on reg (nil: none). It does not
@@ -139,11 +139,11 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
 	ms := metrics.NewSet(reg)
-	a.RelayMetrics = source.NewRelayMetrics(ms, "amqp", "RabbitMQ")
+	a.m = source.NewRelayMetrics(ms, "amqp", "RabbitMQ")
 	if err := ms.Err(); err != nil {
 		return nil, fmt.Errorf("amqp source: %w", err)
 	}
-	a.dec = source.ShovelerDecoder{Filter: filter, Invalid: a.Invalid, Log: log}
+	a.dec = source.ShovelerDecoder{Filter: filter, Invalid: a.m.Invalid, Log: log}
 	return a, nil
 }
 
@@ -163,7 +163,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*AMQP, error)
 // open would let the next consumer start on newer messages while the older
 // ones wait for the channel to close.)
 func (a *AMQP) Run(ctx context.Context, out chan<- *source.Batch) error {
-	r := source.Reconnect{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax, Reconnects: a.Reconnects, Connected: a.Connected,
+	r := source.Reconnect{Min: a.cfg.ReconnectMin, Max: a.cfg.ReconnectMax, Reconnects: a.m.Reconnects, Connected: a.m.Connected,
 		Stop: a.abandon,
 		Again: func(err error) bool {
 			if errors.Is(err, errTokenChanged) {
@@ -198,7 +198,7 @@ func (a *AMQP) session(ctx context.Context, out chan<- *source.Batch) error {
 	if err != nil {
 		return err
 	}
-	a.Connected.Set(1)
+	a.m.Connected.Set(1)
 	a.log.Info("Consuming from RabbitMQ", "queue", a.cfg.Queue, "exchange", a.cfg.Exchange)
 
 	c := a.newConsumer(ctx, out, ch, conn)
@@ -259,14 +259,14 @@ type consumer struct {
 
 func (a *AMQP) newConsumer(ctx context.Context, out chan<- *source.Batch, ch *amqp.Channel, conn *amqp.Connection) *consumer {
 	return &consumer{a: a, ctx: ctx, tr: &tracker{ch: ch},
-		bt:     source.NewBatcher(&a.cfg.RelayOptions, a.pool, out, a.abandon, a.AckFailed),
+		bt:     source.NewBatcher(&a.cfg.RelayOptions, a.pool, out, a.abandon, a.m.AckFailed),
 		closed: conn.NotifyClose(make(chan *amqp.Error, 1))}
 }
 
 // receive adds a delivery to the batch, starting one if needed, and hands
 // the batch over when it is full.
 func (c *consumer) receive(d *amqp.Delivery) error {
-	c.a.Received.Inc()
+	c.a.m.Received.Inc()
 	b := c.bt.Batch()
 	c.last = d.DeliveryTag
 	c.a.dec.Add(b, d.Body)

@@ -161,7 +161,7 @@ func TestConsumeAll(t *testing.T) {
 	cfg := Config{Config: amqpconn.Config{URL: url}, Queue: name, Exchange: name, ExchangeType: "fanout"}
 	r := run(t, cfg, reg)
 	// Wait for the queue and binding to exist before publishing.
-	waitFor(t, func() bool { return testutil.ToFloat64(r.a.Connected) == 1 })
+	waitFor(t, func() bool { return testutil.ToFloat64(r.a.m.Connected) == 1 })
 	start := time.Now()
 	publish(t, ch, name, 0, n)
 	if err := ch.Publish(name, "", false, false, amqp.Publishing{Body: []byte("not json")}); err != nil {
@@ -175,12 +175,12 @@ func TestConsumeAll(t *testing.T) {
 			t.Fatalf("%s seen %d times", k, c)
 		}
 	}
-	waitFor(t, func() bool { return sourcetest.SumLabels(r.a.Invalid, source.ShovelerReasons) == 1 })
+	waitFor(t, func() bool { return sourcetest.SumLabels(r.a.m.Invalid, source.ShovelerReasons) == 1 })
 	r.stop(t)
 	if q := queueLen(t, ch, name); q != 0 {
 		t.Errorf("queue holds %d messages after all were acked", q)
 	}
-	if got := testutil.ToFloat64(r.a.Received); got != n+1 {
+	if got := testutil.ToFloat64(r.a.m.Received); got != n+1 {
 		t.Errorf("received counter %v, want %d", got, n+1)
 	}
 	t.Logf("published and consumed %d messages in %v (%.0f messages/s)", n, elapsed, n/elapsed.Seconds())
@@ -216,7 +216,7 @@ func TestReconnect(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := Config{Config: amqpconn.Config{URL: url}, Queue: name, Exchange: name, ExchangeType: "fanout", RelayOptions: source.RelayOptions{ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond}}
 	r := run(t, cfg, reg)
-	waitFor(t, func() bool { return testutil.ToFloat64(r.a.Connected) == 1 })
+	waitFor(t, func() bool { return testutil.ToFloat64(r.a.m.Connected) == 1 })
 	publish(t, ch, name, 0, 100)
 	seen := map[string]int{}
 	// Hold the first batch unacknowledged across the failure.
@@ -230,11 +230,13 @@ func TestReconnect(t *testing.T) {
 		seen[string(p.Data)]++
 	}
 	r.a.conn.Break()
-	waitFor(t, func() bool { return testutil.ToFloat64(r.a.Reconnects) >= 1 && testutil.ToFloat64(r.a.Connected) == 1 })
+	waitFor(t, func() bool {
+		return testutil.ToFloat64(r.a.m.Reconnects) >= 1 && testutil.ToFloat64(r.a.m.Connected) == 1
+	})
 	if err := held.Ack(); !errors.Is(err, ErrStaleAck) {
 		t.Errorf("ack across reconnect: %v, want ErrStaleAck", err)
 	}
-	if got := testutil.ToFloat64(r.a.AckFailed); got != 1 {
+	if got := testutil.ToFloat64(r.a.m.AckFailed); got != 1 {
 		t.Errorf("failed acks %v", got)
 	}
 	publish(t, ch, name, 100, 200)
@@ -258,12 +260,14 @@ func TestTokenFile(t *testing.T) {
 		TokenCheck: 20 * time.Millisecond, RelayOptions: source.RelayOptions{ReconnectMin: 10 * time.Millisecond}}
 	r := run(t, cfg, reg)
 	defer r.stop(t)
-	waitFor(t, func() bool { return testutil.ToFloat64(r.a.Connected) == 1 })
+	waitFor(t, func() bool { return testutil.ToFloat64(r.a.m.Connected) == 1 })
 	later := time.Now().Add(time.Hour)
 	if err := os.Chtimes(tok, later, later); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return testutil.ToFloat64(r.a.Reconnects) >= 1 && testutil.ToFloat64(r.a.Connected) == 1 })
+	waitFor(t, func() bool {
+		return testutil.ToFloat64(r.a.m.Reconnects) >= 1 && testutil.ToFloat64(r.a.m.Connected) == 1
+	})
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -285,7 +289,7 @@ func TestOversizedMessageRejected(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := Config{Config: amqpconn.Config{URL: url}, Queue: name, Exchange: name, ExchangeType: "fanout"}
 	r := run(t, cfg, reg)
-	waitFor(t, func() bool { return testutil.ToFloat64(r.a.Connected) == 1 })
+	waitFor(t, func() bool { return testutil.ToFloat64(r.a.m.Connected) == 1 })
 	publish(t, ch, name, 0, 5)
 	huge := []byte(`{"remote":"192.0.2.1:1094","version":"t","data":"` + strings.Repeat("QUFB", 10<<20/4) + `"}`)
 	if err := ch.Publish(name, "", false, false, amqp.Publishing{Body: huge}); err != nil {
@@ -294,7 +298,7 @@ func TestOversizedMessageRejected(t *testing.T) {
 	publish(t, ch, name, 5, 10)
 	seen := map[string]int{}
 	r.take(t, 10, true, seen)
-	waitFor(t, func() bool { return testutil.ToFloat64(r.a.Invalid.WithLabelValues("oversized")) == 1 })
+	waitFor(t, func() bool { return testutil.ToFloat64(r.a.m.Invalid.WithLabelValues("oversized")) == 1 })
 	r.stop(t)
 	if q := queueLen(t, ch, name); q != 0 {
 		t.Errorf("queue holds %d messages: the oversized one was not acknowledged", q)
@@ -355,7 +359,7 @@ func TestHandoverKeepsOrder(t *testing.T) {
 				})
 			} else {
 				// The next one waits for the queue to have no consumer.
-				waitFor(t, func() bool { return testutil.ToFloat64(b.a.Connected) == 0 && b.a.waiting.Load() })
+				waitFor(t, func() bool { return testutil.ToFloat64(b.a.m.Connected) == 0 && b.a.waiting.Load() })
 			}
 			select {
 			case bt := <-b.out:

@@ -95,7 +95,7 @@ type STOMP struct {
 
 	conn source.LastConn // the current connection's socket, for tests
 
-	source.RelayMetrics
+	m source.RelayMetrics // xrdmon_stomp_*
 }
 
 // New checks cfg and registers the metrics on reg (nil: none). It does not
@@ -127,11 +127,11 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*STOMP, error
 		return nil, fmt.Errorf("stomp source: %w", err)
 	}
 	ms := metrics.NewSet(reg)
-	s.RelayMetrics = source.NewRelayMetrics(ms, "stomp", "the STOMP broker")
+	s.m = source.NewRelayMetrics(ms, "stomp", "the STOMP broker")
 	if err := ms.Err(); err != nil {
 		return nil, fmt.Errorf("stomp source: %w", err)
 	}
-	s.dec = source.ShovelerDecoder{Filter: filter, Invalid: s.Invalid, Log: log, QuoteBody: true}
+	s.dec = source.ShovelerDecoder{Filter: filter, Invalid: s.m.Invalid, Log: log, QuoteBody: true}
 	return s, nil
 }
 
@@ -148,7 +148,7 @@ func (s *STOMP) durable() bool {
 // reconnect can no longer be acknowledged (Ack returns ErrStaleAck); the
 // broker redelivers their messages, so the pipeline may see them twice.
 func (s *STOMP) Run(ctx context.Context, out chan<- *source.Batch) error {
-	r := source.Reconnect{Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax, Reconnects: s.Reconnects, Connected: s.Connected,
+	r := source.Reconnect{Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax, Reconnects: s.m.Reconnects, Connected: s.m.Connected,
 		Lost: func(err error, wait time.Duration) {
 			s.log.Warn("STOMP connection lost; reconnecting", "url", s.dialer.URL(), "err", err, "wait", wait)
 		}}
@@ -174,7 +174,7 @@ func (s *STOMP) session(ctx context.Context, out chan<- *source.Batch) error {
 		_ = conn.MustDisconnect()
 		return fmt.Errorf("subscribe %s: %w", s.cfg.Destination, err)
 	}
-	s.Connected.Set(1)
+	s.m.Connected.Set(1)
 	s.log.Info("Consuming from STOMP", "url", s.dialer.URL(), "destination", s.cfg.Destination,
 		"durable", s.durable(), "server", conn.Server())
 
@@ -190,7 +190,7 @@ func (s *STOMP) session(ctx context.Context, out chan<- *source.Batch) error {
 		}
 	}()
 
-	c := &consumer{s: s, ctx: ctx, ak: ak, bt: source.NewBatcher(&s.cfg.RelayOptions, s.pool, out, nil, s.AckFailed)}
+	c := &consumer{s: s, ctx: ctx, ak: ak, bt: source.NewBatcher(&s.cfg.RelayOptions, s.pool, out, nil, s.m.AckFailed)}
 	for {
 		select {
 		case <-ctx.Done():
@@ -251,7 +251,7 @@ type consumer struct {
 // receive adds a message to the batch, starting one if needed, and hands
 // the batch over when it is full.
 func (c *consumer) receive(m *stomp.Message) error {
-	c.s.Received.Inc()
+	c.s.m.Received.Inc()
 	b := c.bt.Batch()
 	c.s.dec.Add(b, m.Body)
 	m.Body = nil // copied into the batch; only the headers are kept, to acknowledge

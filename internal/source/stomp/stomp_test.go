@@ -72,7 +72,7 @@ func testOversized(t *testing.T, b broker) {
 	p.publish(t, dest, 5, 10)
 	r := run(t, config(b, dest), reg)
 	r.take(t, 10, true, map[string]int{})
-	waitFor(t, func() bool { return testutil.ToFloat64(r.s.Invalid.WithLabelValues("oversized")) == 1 })
+	waitFor(t, func() bool { return testutil.ToFloat64(r.s.m.Invalid.WithLabelValues("oversized")) == 1 })
 	r.stop(t)
 	r = run(t, config(b, dest), nil)
 	r.quiet(t, time.Second)
@@ -248,9 +248,9 @@ func testConsumeAll(t *testing.T, b broker) {
 			t.Fatalf("%s seen %d times", k, c)
 		}
 	}
-	waitFor(t, func() bool { return sourcetest.SumLabels(r.s.Invalid, source.ShovelerReasons) == 1 })
+	waitFor(t, func() bool { return sourcetest.SumLabels(r.s.m.Invalid, source.ShovelerReasons) == 1 })
 	r.stop(t)
-	if got := testutil.ToFloat64(r.s.Received); got != n+1 {
+	if got := testutil.ToFloat64(r.s.m.Received); got != n+1 {
 		t.Errorf("received counter %v, want %d", got, n+1)
 	}
 	t.Logf("%s: consumed %d messages in %v (%.0f messages/s)", b.name, n, elapsed, n/elapsed.Seconds())
@@ -300,11 +300,13 @@ func testReconnect(t *testing.T, b broker) {
 		seen[string(p.Data)]++
 	}
 	r.s.conn.Break()
-	waitFor(t, func() bool { return testutil.ToFloat64(r.s.Reconnects) >= 1 && testutil.ToFloat64(r.s.Connected) == 1 })
+	waitFor(t, func() bool {
+		return testutil.ToFloat64(r.s.m.Reconnects) >= 1 && testutil.ToFloat64(r.s.m.Connected) == 1
+	})
 	if err := held.Ack(); !errors.Is(err, ErrStaleAck) {
 		t.Errorf("ack across reconnect: %v, want ErrStaleAck", err)
 	}
-	if got := testutil.ToFloat64(r.s.AckFailed); got != 1 {
+	if got := testutil.ToFloat64(r.s.m.AckFailed); got != 1 {
 		t.Errorf("failed acks %v", got)
 	}
 	p.publish(t, dest, 100, 200)
@@ -322,7 +324,7 @@ func testDurableTopic(t *testing.T, b broker) {
 	cfg := config(b, dest)
 	cfg.Subscription = testenv.Uniq("xrdmon-test-sub")
 	r := run(t, cfg, prometheus.NewRegistry())
-	waitFor(t, func() bool { return testutil.ToFloat64(r.s.Connected) == 1 })
+	waitFor(t, func() bool { return testutil.ToFloat64(r.s.m.Connected) == 1 })
 	time.Sleep(200 * time.Millisecond) // the SUBSCRIBE is processed
 	p := newPublisher(t, b)
 	p.publish(t, dest, 0, 100)
