@@ -143,6 +143,12 @@ func TestPTRAgainstDNSServer(t *testing.T) {
 	if got := c.Wait(ctx, ip("192.0.2.1"), time.Minute); got != "host-one.example.org" {
 		t.Errorf("Wait = %q, want host-one.example.org (lower case, no dot)", got)
 	}
+	// The lookup the first Lookup queued may end before Wait looks: then
+	// Wait is answered from the cache. Count the hits from here on.
+	hits0 := testutil.ToFloat64(c.hits)
+	if hits0 > 1 {
+		t.Errorf("hits after the first Wait = %v, want 0 or 1", hits0)
+	}
 	if name, ok := c.Lookup(ip("192.0.2.1")); !ok || name != "host-one.example.org" {
 		t.Errorf("Lookup after resolve = %q, %v", name, ok)
 	}
@@ -174,8 +180,8 @@ func TestPTRAgainstDNSServer(t *testing.T) {
 	if v := testutil.ToFloat64(c.lookups[resultNotFound]); v != 1 {
 		t.Errorf("lookups{not_found} = %v, want 1", v)
 	}
-	if v := testutil.ToFloat64(c.hits); v != 4 {
-		t.Errorf("hits = %v, want 4", v)
+	if v := testutil.ToFloat64(c.hits) - hits0; v != 4 {
+		t.Errorf("hits after the first Wait = %v, want 4", v)
 	}
 	if c.Len() != 3 {
 		t.Errorf("Len = %d, want 3", c.Len())
