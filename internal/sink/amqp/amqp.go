@@ -37,8 +37,9 @@
 // An empty exchange name in the configuration means that kind is not
 // published. Unlike the OSG collectors, which send a WLCG-matching record
 // only to the WLCG exchange, xrdmon by default sends it to both; with
-// Config.WLCGOnly (wlcg_only) it sends it to the WLCG exchange only. Event bodies are xrdmon's native event JSON, not
-// the OSG collector's renamed fields.
+// Config.WLCGOnly (wlcg_only) it sends it to the WLCG exchange only. Event
+// bodies are xrdmon's native event JSON, not the OSG collector's renamed
+// fields.
 //
 // Every message has content type application/json, the app id "xrdmon", its
 // type ("gracc", "wlcg" or the event type) and, as message id, the record_id
@@ -129,10 +130,6 @@ type Options struct {
 	DeclareExchanges bool
 	// ExchangeKind is the kind used by DeclareExchanges ("topic").
 	ExchangeKind string
-	// WLCGOnly sends WLCG-matching records only to the WLCG exchange, as
-	// the OSG collector does, instead of to both exchanges (or'ed with
-	// Config.WLCGOnly).
-	WLCGOnly bool
 }
 
 // DefaultOptions returns busmsg.DefaultOptions with the cursor name

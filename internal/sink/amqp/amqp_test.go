@@ -187,8 +187,7 @@ func TestWLCGOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := fastOptions()
-	opts.WLCGOnly = true
-	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, Format: busmsg.Format{RecordsPerMessage: 1}}, opts, st, sinktest.Discard(), nil)
+	s, err := NewWithOptions(Config{Config: amqpconn.Config{URL: u}, Exchanges: ex, Format: busmsg.Format{RecordsPerMessage: 1, WLCGOnly: true}}, opts, st, sinktest.Discard(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,9 +59,7 @@ func newPublisher(cfg Config, opts Options, log *slog.Logger) (*publisher, error
 		RecordKey: RoutingKeyFileClose,
 		Event:     eventRoute,
 	}
-	f := cfg.Format
-	f.WLCGOnly = f.WLCGOnly || opts.WLCGOnly
-	if p.pack, err = busmsg.NewPacker(rt, f, opts.WLCG, p.publish); err != nil {
+	if p.pack, err = busmsg.NewPacker(rt, cfg.Format, opts.WLCG, p.publish); err != nil {
 		return nil, err
 	}
 	return p, nil
