@@ -207,8 +207,11 @@ func (b *Builder) Restore(ctx context.Context) error {
 	return nil
 }
 
-// Run builds rollups until ctx is cancelled, then flushes what it holds.
-// It catches up with the log from its cursor, then sums what the store's
+// Run builds rollups until ctx is cancelled, then flushes what it holds,
+// even when ctx was cancelled before it started (a short file input can end
+// before the rollups have restored): a stop waits for the restore, the
+// catch-up with the log (drainTimeout at the most) and the flush. It
+// catches up with the log from its cursor, then sums what the store's
 // listener feeds it (Feed), reading from the log only the entries of the
 // batches dropped before a fed one (fillGap), and the whole rest of it
 // when that fails or no batch comes (one came before the restore, the
@@ -216,7 +219,7 @@ func (b *Builder) Restore(ctx context.Context) error {
 // passes a third of MaxHeadBytes. While the input is behind (YieldTo) it
 // pauses, for MaxYield at the most, then catches up.
 func (b *Builder) Run(ctx context.Context) error {
-	if err := b.Restore(ctx); err != nil {
+	if err := b.Restore(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	b.log.Info("Rollups started", "cursor", b.cursor, "dimensions", len(b.specs)-1)

@@ -766,6 +766,29 @@ func TestRollupsFedLive(t *testing.T) {
 	sameSeries(t, ref, live, "fed live")
 }
 
+// TestRollupsStoppedBeforeStart: a builder stopped before it has even
+// restored (collect of a short file, whose input ends first) still sums
+// the whole log and commits it, as one that ran would.
+func TestRollupsStoppedBeforeStart(t *testing.T) {
+	st, _ := collected(t, longConfig())
+	cfg := DefaultConfig()
+	cfg.RetentionMinute, cfg.RetentionHour = 0, 0
+	b, err := New(cfg, st, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := b.Run(ctx); err != nil {
+		t.Fatalf("Run with a cancelled context: %v", err)
+	}
+	ref := newBuilder(t, &memRollups{Store: st}, cfg)
+	if err := ref.CatchUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sameSeries(t, ref, newBuilder(t, st, cfg), "stopped before start")
+}
+
 // TestRollupsUncommittedFlushDropped: a flush writes its parts in several
 // transactions ahead of its commit; a builder that stops between them (a
 // crash) leaves parts no state counts, and the next builder drops them and

@@ -194,18 +194,19 @@ type flight struct {
 }
 
 // Run delivers until ctx is cancelled, then delivers what it can of the
-// backlog within Options.DrainTimeout and returns nil. Outages are retried
-// forever, refusals set aside (see the package comment); Run returns an error only when it cannot start (the cursor
-// cannot be read or registered). A sink whose cursor is not yet in the
-// store is registered at once, so that retention keeps what it has not
-// delivered.
+// backlog within Options.DrainTimeout and returns nil, even when ctx was
+// cancelled before it started (a short file input can end first). Outages
+// are retried forever, refusals set aside (see the package comment); Run
+// returns an error only when it cannot start (the cursor cannot be read or
+// registered). A sink whose cursor is not yet in the store is registered
+// at once, so that retention keeps what it has not delivered.
 //
 // With a Pipeliner, up to Options.InFlight batches are sent before the
 // oldest is awaited; the cursor moves batch by batch, in order, and only
 // past batches whose wait returned nil. A failure abandons every batch in
 // flight and resumes, after the backoff, from the cursor.
 func (l *Loop) Run(ctx context.Context) error {
-	cursor, err := l.register(ctx)
+	cursor, err := l.register(context.WithoutCancel(ctx))
 	if err != nil {
 		return err
 	}

@@ -294,6 +294,27 @@ func TestDrainOnCancel(t *testing.T) {
 	}
 }
 
+// TestStoppedBeforeStart: a sink stopped before it has even read its
+// cursor (collect of a short file, whose input ends first) still delivers
+// the backlog.
+func TestStoppedBeforeStart(t *testing.T) {
+	const n = 10
+	st := openStore(t, n)
+	f := &fake{st: st, name: "s"}
+	l, err := New(st, f, fastOptions("s"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Run(ctx); err != nil {
+		t.Fatalf("Run with a cancelled context: %v", err)
+	}
+	if c := sinktest.Cursor(t, st, "s"); c != n {
+		t.Fatalf("cursor %d, want %d: the backlog was not delivered", c, n)
+	}
+}
+
 // TestDrainTimeout: a destination that does not answer while draining is
 // given up on after DrainTimeout; the cursor stays where it was.
 func TestDrainTimeout(t *testing.T) {

@@ -167,16 +167,17 @@ func (s *Sink) Name() string { return s.name }
 
 // Run repairs the file (see recover), then copies the log to it until ctx
 // is cancelled, then copies what it can of the backlog within the drain
-// timeout and returns nil. Write and store errors are logged and retried
-// with backoff; only failing to open or repair the file, or to read the
-// cursor, at start is returned.
+// timeout and returns nil, even when ctx was cancelled before it started
+// (a short file input can end first). Write and store errors are logged
+// and retried with backoff; only failing to open or repair the file, or to
+// read the cursor, at start is returned.
 func (s *Sink) Run(ctx context.Context) error {
 	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return fmt.Errorf("jsonl sink: open %s: %w", s.path, err)
 	}
 	defer f.Close()
-	if err := s.recover(ctx, f); err != nil {
+	if err := s.recover(context.WithoutCancel(ctx), f); err != nil {
 		return fmt.Errorf("jsonl sink: recover %s: %w", s.path, err)
 	}
 	s.w.f = f

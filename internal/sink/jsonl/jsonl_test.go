@@ -145,6 +145,29 @@ func TestExactlyOnceAcrossRestart(t *testing.T) {
 	}
 }
 
+// TestStoppedBeforeStart: a sink stopped before it has even opened its
+// file (collect of a short file, whose input ends first) still writes the
+// whole log.
+func TestStoppedBeforeStart(t *testing.T) {
+	st := sinktest.OpenStore(t)
+	ev := record.Event{EventID: "ev1", Type: record.EventTPC, Provider: "P", Time: t0,
+		ServerIP: "192.0.2.1", Data: json.RawMessage(`{"k":1}`), Valid: true}
+	if err := st.Append(context.Background(), records(0, 20), []record.Event{ev}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "records.jsonl")
+	s, err := New(Config{Enabled: true, Path: path}, st, nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Fatalf("Run with a cancelled context: %v", err)
+	}
+	checkExactlyOnce(t, path, 20, "ev1")
+}
+
 // TestCrashRecovery simulates a crash after a batch was fsynced but before
 // the cursor moved, followed by a torn line from a write in progress.
 func TestCrashRecovery(t *testing.T) {
