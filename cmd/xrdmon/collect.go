@@ -186,8 +186,9 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 	if err != nil {
 		return err
 	}
+	var derived []output // what the collector makes of the store for itself
 	if rollups != nil {
-		outputs = append(outputs, output{"rollup", rollups.Run})
+		derived = append(derived, output{"rollup", rollups.Run})
 	}
 	background := []output{{"store", st.Run}, {"monitored", mon.Run}}
 	if lease != nil {
@@ -212,7 +213,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 
 	start := time.Now()
 	log.Info("Collector running", "shards", popts.Shards, "store", cfg.Store.Options().Path, "outputs", outputNames(outputs))
-	err = runGroup(ctx, pipe, sources, outputs, background, log)
+	err = runGroup(ctx, pipe, sources, derived, outputs, background, log)
 	st1 := pipe.Stats()
 	log.Info("Stopped", "uptime", time.Since(start).Round(time.Second), "packets", st1.Packets, "records", st1.TotalRecords(), "lost", st1.TotalLost(), "rejected", st1.TotalRejected())
 	return err
@@ -376,11 +377,13 @@ func newSources(cfg *config.Config, importing bool, log *slog.Logger, reg promet
 
 // runGroup runs the components as one group; the first to end stops the
 // others, in this order: the sources stop reading; the pipeline drains
-// and commits (checkpointing open transfers); the outputs deliver what
-// reached the store; the background services (store, DNS, HTTP) stop.
-func runGroup(ctx context.Context, pipe *pipeline.Pipeline, sources []component, outputs, background []output, log *slog.Logger) error {
+// and commits (checkpointing open transfers); the derived components (the
+// rollups) sum and flush what reached the store; the outputs deliver it
+// (the rollups' last flush included, for an output that exports them);
+// the background services (store, DNS, HTTP) stop.
+func runGroup(ctx context.Context, pipe *pipeline.Pipeline, sources []component, derived, outputs, background []output, log *slog.Logger) error {
 	var g rungroup.Group
-	pipeDone, outputsDone := make(chan struct{}), make(chan struct{})
+	pipeDone := make(chan struct{})
 	{
 		// Sources and pipeline: until a signal, a failure of any component,
 		// or the end of the input (file_input).
@@ -390,32 +393,8 @@ func runGroup(ctx context.Context, pipe *pipeline.Pipeline, sources []component,
 			return runPipeline(srcCtx, stopSources, pipe, sources, log)
 		}, func(error) { stopSources() })
 	}
-	{
-		outCtx, stopOutputs := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		errs := make(chan error, len(outputs))
-		for _, o := range outputs {
-			wg.Go(func() {
-				if err := o.run(outCtx); err != nil && outCtx.Err() == nil {
-					errs <- fmt.Errorf("output %s: %w", o.name, err)
-				}
-			})
-		}
-		go func() { wg.Wait(); close(outputsDone) }()
-		g.Add(func() error {
-			select {
-			case err := <-errs:
-				return err
-			case <-outCtx.Done(): // an output that ends on its own waits for the shutdown
-				<-outputsDone
-				return nil
-			}
-		}, func(error) {
-			<-pipeDone // everything committed reaches the outputs
-			stopOutputs()
-			<-outputsDone
-		})
-	}
+	derivedDone := addStage(&g, derived, pipeDone)
+	outputsDone := addStage(&g, outputs, derivedDone)
 	for _, b := range background {
 		bctx, stop := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -434,6 +413,39 @@ func runGroup(ctx context.Context, pipe *pipeline.Pipeline, sources []component,
 		})
 	}
 	return g.Run()
+}
+
+// addStage runs outs in g under one context, cancelled at the group's
+// stop once after is closed (the stage before has returned), and returns
+// a channel closed when they have all returned. The first error of one of
+// them stops the group.
+func addStage(g *rungroup.Group, outs []output, after <-chan struct{}) <-chan struct{} {
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	errs := make(chan error, len(outs))
+	for _, o := range outs {
+		wg.Go(func() {
+			if err := o.run(ctx); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("output %s: %w", o.name, err)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	g.Add(func() error {
+		select {
+		case err := <-errs:
+			return err
+		case <-ctx.Done(): // an output that ends on its own waits for the shutdown
+			<-done
+			return nil
+		}
+	}, func(error) {
+		<-after // everything the stage before committed reaches these
+		stop()
+		<-done
+	})
+	return done
 }
 
 // runPipeline runs the sources into the pipeline until ctx is cancelled or

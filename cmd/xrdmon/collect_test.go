@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/config"
 	"github.com/xrdmon/xrdmon/internal/packet"
+	"github.com/xrdmon/xrdmon/internal/pipeline"
 	"github.com/xrdmon/xrdmon/internal/record"
 	"github.com/xrdmon/xrdmon/internal/store"
 	"github.com/xrdmon/xrdmon/internal/testenv"
@@ -315,6 +317,48 @@ func TestCollectGracefulShutdown(t *testing.T) {
 	}
 	if recs := d.records(t); len(recs) != 300 {
 		t.Fatalf("after shutdown the store has %d records, want 300", len(recs))
+	}
+}
+
+// TestStopOrder: at the end of the input the rollups are stopped, and have
+// returned, before the outputs are stopped, so that their last flush is in
+// the store before the outputs (PostgreSQL exports the rollups) take their
+// last look at it. The sleeps stand for the rollups' last flush and the
+// outputs' drain: stopped at once, the outputs would return first.
+func TestStopOrder(t *testing.T) {
+	o := store.DefaultOptions()
+	o.Path = filepath.Join(t.TempDir(), store.DBFile)
+	st, err := store.Open(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	po := pipeline.DefaultOptions()
+	po.StateKey = ""
+	pipe, err := pipeline.New(context.Background(), po, st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []string
+	stopsLate := func(name string, d time.Duration) output {
+		return output{name, func(ctx context.Context) error {
+			<-ctx.Done()
+			time.Sleep(d)
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+			return nil
+		}}
+	}
+	derived := []output{stopsLate("rollup", 50*time.Millisecond)}
+	outputs := []output{stopsLate("postgres", time.Millisecond), stopsLate("jsonl", time.Millisecond)}
+	// No source: the input has ended before it began.
+	if err := runGroup(context.Background(), pipe, nil, derived, outputs, nil, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 3 || order[0] != "rollup" {
+		t.Errorf("stopped in the order %v, want the rollups, then the outputs", order)
 	}
 }
 

@@ -71,15 +71,12 @@ func newOutputs(cfg *config.Config, st *store.Store, log *slog.Logger, reg prome
 	return outs, nil
 }
 
-// outputNames lists the outputs that deliver records elsewhere (the
-// rollups are the collector's own), for the startup log: "none" when the
+// outputNames lists the outputs, for the startup log: "none" when the
 // store is the only destination.
 func outputNames(outs []output) string {
 	var names []string
 	for _, o := range outs {
-		if o.name != "rollup" {
-			names = append(names, o.name)
-		}
+		names = append(names, o.name)
 	}
 	if len(names) == 0 {
 		return "none"
