@@ -23,6 +23,7 @@ import (
 	"github.com/xrdmon/xrdmon/internal/loadgen"
 	"github.com/xrdmon/xrdmon/internal/pipeline"
 	"github.com/xrdmon/xrdmon/internal/record"
+	"github.com/xrdmon/xrdmon/internal/sink/sinktest"
 	"github.com/xrdmon/xrdmon/internal/source"
 	"github.com/xrdmon/xrdmon/internal/store"
 	"github.com/xrdmon/xrdmon/internal/units"
@@ -777,11 +778,7 @@ func TestRollupsStoppedBeforeStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := b.Run(ctx); err != nil {
-		t.Fatalf("Run with a cancelled context: %v", err)
-	}
+	sinktest.RunStopped(t, b) // the rollups stop as a sink does
 	ref := newBuilder(t, &memRollups{Store: st}, cfg)
 	if err := ref.CatchUp(context.Background()); err != nil {
 		t.Fatal(err)

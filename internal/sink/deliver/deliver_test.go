@@ -305,11 +305,7 @@ func TestStoppedBeforeStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := l.Run(ctx); err != nil {
-		t.Fatalf("Run with a cancelled context: %v", err)
-	}
+	sinktest.RunStopped(t, l)
 	if c := sinktest.Cursor(t, st, "s"); c != n {
 		t.Fatalf("cursor %d, want %d: the backlog was not delivered", c, n)
 	}

@@ -160,11 +160,7 @@ func TestStoppedBeforeStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := s.Run(ctx); err != nil {
-		t.Fatalf("Run with a cancelled context: %v", err)
-	}
+	sinktest.RunStopped(t, s)
 	checkExactlyOnce(t, path, 20, "ev1")
 }
 

@@ -141,6 +141,18 @@ func RunSink(tb testing.TB, r Runner) (stop func()) {
 	return stop
 }
 
+// RunStopped runs r with a context cancelled before it starts, as when
+// the input ends first (a collect of a short file), and fails tb if Run
+// returns an error: stopped, a sink still does its stop's work.
+func RunStopped(tb testing.TB, r Runner) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Run(ctx); err != nil {
+		tb.Fatalf("Run with a cancelled context: %v", err)
+	}
+}
+
 // Cursor returns the stored cursor of sink name.
 func Cursor(tb testing.TB, st *store.Store, name string) int64 {
 	tb.Helper()
