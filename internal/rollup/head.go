@@ -29,9 +29,10 @@ func newHead() head {
 // dimension values and what they add (raw), and summed into their day's
 // series (head.days) but not into the minute's own nor the hour's. Past
 // rawMax entries it becomes dense: every later entry is summed into the
-// minute's series. A flush stores a minute's kept entries as they are,
-// its hour's too (all the kept entries of the hour's minutes, at most 60
-// × rawMax). A stream whose time runs fast (a replay, a catch-up, xrdmon
+// minute's series. A flush stores a sparse minute's kept entries as they
+// are (a dense one's summed into the part of its series), and its hour's
+// too (all the kept entries of the hour's minutes, at most 60 × rawMax).
+// A stream whose time runs fast (a replay, a catch-up, xrdmon
 // bench) has minutes of a few records and hours of a few thousand, each
 // record making several series of its own: kept sparse, such a minute or
 // hour costs its entries' bytes and the series of its day, not a sum, a
@@ -207,6 +208,21 @@ func rawSums(raw []rawEntry, specs []Spec, dims [][]int, prefix string) map[stri
 	return out
 }
 
+// minuteSums returns the series of dense minute m, its kept entries'
+// sums and its own merged, without changing its own (its hour and day
+// take them apart from the kept entries).
+func (b *Builder) minuteSums(m *minute) map[string]*Agg {
+	out := rawSums(m.raw, b.specs, b.dims, "")
+	for k, a := range m.series {
+		if c := out[k]; c != nil {
+			c.Merge(a)
+		} else {
+			out[k] = a
+		}
+	}
+	return out
+}
+
 // each calls fn with the series of m whose key starts with prefix: those
 // of its entries kept, then its own, a key possibly twice (fn sums
 // them). fn must not keep a.
@@ -221,8 +237,9 @@ func (b *Builder) each(m *minute, prefix string, fn func(key string, a *Agg)) {
 }
 
 // headParts returns the parts that store head h, numbered from after
-// part, and how many each bucket got. Each minute of h is encoded once:
-// its entries kept (a part of their own), its series (a part). An hour
+// part, and how many each bucket got. Each minute of h is encoded once,
+// as one part: a sparse one's entries kept, a dense one's series with its
+// kept entries summed into them. An hour
 // gets its minutes' kept entries as one part of entries (their bytes as
 // the minutes' parts hold them), and the series of its dense minutes; a
 // day gets the sums of its minutes' kept entries (head.days, summed as
@@ -245,6 +262,7 @@ func (b *Builder) headParts(h head, part int64, sl *slab, wm int64) ([]store.Rol
 	type piece struct {
 		m     map[string]*Agg
 		parts []specPart
+		kept  bool // parts hold the minute's kept entries too: not a coarser bucket's
 	}
 	// The kept entries of an hour's minutes: their bytes in ents (the
 	// minutes in time order, so an hour's are one run) and count.
@@ -269,11 +287,18 @@ func (b *Builder) headParts(h head, part int64, sl *slab, wm int64) ([]store.Rol
 			} else {
 				hours[hs] = &kept{from, len(ents), len(m.raw)}
 			}
-			if start >= minCut {
+			if start >= minCut && len(m.series) == 0 {
 				ps = append(ps, piece{parts: []specPart{enc.rawPart(ents[from:], len(m.raw), b.specs, b.used)}})
 			}
 		}
-		if len(m.series) > 0 {
+		switch {
+		case len(m.series) > 0 && len(m.raw) > 0:
+			// Dense: one part of its series and its kept entries summed,
+			// not a part of each that its compaction would read back,
+			// sum and write again (a stream whose time runs fast has
+			// every minute so).
+			ps = append(ps, piece{m: m.series, parts: []specPart{enc.encodeAll(b.minuteSums(m))}, kept: true})
+		case len(m.series) > 0:
 			ps = append(ps, piece{m: m.series, parts: []specPart{enc.encodeAll(m.series)}})
 		}
 		level[bucketKey{60, start}] = ps
@@ -311,6 +336,9 @@ func (b *Builder) headParts(h head, part int64, sl *slab, wm int64) ([]store.Rol
 		for _, bk := range sortedBuckets(level) {
 			c := bucketKey{s, bk.start - mod(bk.start, s)}
 			for _, p := range level[bk] {
+				if p.kept {
+					p.parts, p.kept = nil, false // its series alone, encoded below if taken as they are
+				}
 				if p.m != nil {
 					coarse[c] = append(coarse[c], p)
 				}

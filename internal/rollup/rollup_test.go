@@ -522,6 +522,45 @@ func TestSparseMinutesExact(t *testing.T) {
 	}
 }
 
+// A dense minute that one flush writes is stored as one part, its kept
+// entries summed into its series: nothing for a compaction to read back,
+// sum and write again (a stream whose time runs fast has every minute
+// so). Its sums, and those of its hour and day, are exact.
+func TestDenseMinuteOnePart(t *testing.T) {
+	ctx := context.Background()
+	st, cfg, dense, last := denseReference(t)
+	mr := &memRollups{Store: st}
+	b := newBuilder(t, mr, cfg)
+	b.rawMax = 4
+	applyUpTo(t, b, st, last)
+	mins, mixed := len(b.head.mins), 0
+	for _, m := range b.head.mins {
+		if m.series != nil && len(m.raw) > 0 {
+			mixed++
+		}
+	}
+	if mixed == 0 {
+		t.Fatal("no dense minute with kept entries: the stream does not test them")
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	parts, err := mr.RollupBuckets(ctx, 60, forever[0].Unix(), forever[1].Unix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) != mins {
+		t.Fatalf("%d minutes stored, want %d", len(parts), mins)
+	}
+	for start, n := range parts {
+		if n != 1 {
+			t.Errorf("minute %s: %d parts, want 1", time.Unix(start, 0).UTC(), n)
+		}
+	}
+	t.Logf("%d minutes, %d of them dense with kept entries", mins, mixed)
+	sameSeries(t, dense, b, "a part a minute")
+}
+
 // An hour whose minutes are sparse is stored as their entries, a part per
 // flush that holds some of them, and summed only for its day: flushed
 // every few entries, so that hours and days get parts from many flushes
