@@ -292,7 +292,7 @@ func (b *Builder) headParts(h head, part int64, sl *slab, wm int64) ([]store.Rol
 			}
 		}
 		switch {
-		case len(m.series) > 0 && len(m.raw) > 0:
+		case len(m.series) > 0 && len(m.raw) > 0 && start >= minCut:
 			// Dense: one part of its series and its kept entries summed,
 			// not a part of each that its compaction would read back,
 			// sum and write again (a stream whose time runs fast has
