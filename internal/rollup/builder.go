@@ -469,17 +469,31 @@ func (b *Builder) Feed(entries []store.Entry) {
 		}
 	}
 	nu := len(b.used)
-	bytes := int64(n) * (sampleBytes + int64(nu)*stringBytes)
 	// The appender is the only sender: what is full stays so until Feed returns.
-	if len(b.feed) == cap(b.feed) || b.queued.Load()+bytes > int64(b.cfg.MaxQueueBytes) {
+	if len(b.feed) == cap(b.feed) || b.queued.Load()+int64(n)*(sampleBytes+int64(nu)*stringBytes) > int64(b.cfg.MaxQueueBytes) {
 		b.m.feedDropped.Inc()
 		return
 	}
 	var fb *feedBatch
 	select {
 	case fb = <-b.spent:
+		// A batch keeps the room it grew to: one that a large append
+		// grew, taken for a small one, would hold far more bytes than
+		// its entries.
+		if cap(fb.items) > 2*max(n, feedRoomMin) {
+			fb = &feedBatch{}
+		}
 	default:
 		fb = &feedBatch{}
+	}
+	fb.items = slices.Grow(fb.items[:0], n)
+	fb.vals = slices.Grow(fb.vals[:0], n*nu)[:n*nu]
+	// Counted by the room it holds, not only by what it holds.
+	bytes := int64(cap(fb.items))*sampleBytes + int64(cap(fb.vals))*stringBytes
+	if b.queued.Load()+bytes > int64(b.cfg.MaxQueueBytes) {
+		b.m.feedDropped.Inc()
+		b.spend(fb)
+		return
 	}
 	fb.first, fb.last, fb.bytes = entries[0].Seq, entries[len(entries)-1].Seq, bytes
 	if b.queued.Add(bytes); b.queueHigh() {
@@ -488,8 +502,6 @@ func (b *Builder) Feed(entries []store.Entry) {
 		default:
 		}
 	}
-	fb.items = slices.Grow(fb.items[:0], n)
-	fb.vals = slices.Grow(fb.vals[:0], n*nu)[:n*nu]
 	vals := fb.vals
 	for i := range entries {
 		e := &entries[i]
@@ -578,10 +590,12 @@ func (b *Builder) sample(s *sample, r *record.Record, progress bool, vals []stri
 	s.identity = r.Dim(record.DimIdentity)
 }
 
-// The fed queue is bounded in bytes (Config.MaxQueueBytes): a sample
-// counts sampleBytes and a string header per dimension value (~300 bytes
-// with the default dimensions; the strings are the records', shared). A
-// batch is at most a record chunk (1,024 records). feedSlots bounds the
+// The fed queue is bounded in bytes (Config.MaxQueueBytes): a batch
+// counts the room it holds, sampleBytes a sample and a string header per
+// dimension value (~300 bytes with the default dimensions; the strings
+// are the records', shared), and a summed batch is filled again only by
+// an append that needs at least half its room. A batch is at most a
+// record chunk (1,024 records). feedSlots bounds the
 // batches queued however small (a few records each when the input is
 // slow); feedPool bounds the summed batches kept to be filled again.
 const (
@@ -589,6 +603,7 @@ const (
 	stringBytes = int64(unsafe.Sizeof(""))
 	feedSlots   = 1024
 	feedPool    = 32
+	feedRoomMin = 64 // a batch with room for twice this is reused for any append
 )
 
 // applyFeed sums fb if it follows the cursor and reports whether it did

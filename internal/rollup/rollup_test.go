@@ -1206,8 +1206,8 @@ func TestFeedQueueBoundedInBytes(t *testing.T) {
 		t.Fatalf("%d records: the stream is too short", len(recs))
 	}
 	b := newBuilder(t, st, DefaultConfig())
-	per := sampleBytes + int64(len(b.used))*stringBytes
-	b.cfg.MaxQueueBytes = units.ByteSize(25 * per) // room for 2 batches of 10
+	per := roomOf(b, 10)
+	b.cfg.MaxQueueBytes = units.ByteSize(2*per + per/2) // room for 2 batches of 10
 	batch := func(i int) []store.Entry { return recs[10*i : 10*i+10] }
 	for i := range 3 {
 		b.Feed(batch(i))
@@ -1215,16 +1215,62 @@ func TestFeedQueueBoundedInBytes(t *testing.T) {
 			t.Fatalf("after batch %d: %d bytes queued, bound %d", i, q, b.cfg.MaxQueueBytes)
 		}
 	}
-	if len(b.feed) != 2 || b.queued.Load() != 20*per {
-		t.Fatalf("%d batches (%d bytes) queued, want 2 (%d)", len(b.feed), b.queued.Load(), 20*per)
+	if len(b.feed) != 2 || b.queued.Load() != 2*per {
+		t.Fatalf("%d batches (%d bytes) queued, want 2 (%d)", len(b.feed), b.queued.Load(), 2*per)
 	}
 	if n := testutil.ToFloat64(b.m.feedDropped); n != 1 {
 		t.Fatalf("xrdmon_rollup_feed_dropped_total = %v, want 1", n)
 	}
 	b.spend(<-b.feed) // summed: its room is free again
 	b.Feed(batch(3))
-	if len(b.feed) != 2 || b.queued.Load() != 20*per {
-		t.Fatalf("after one was summed: %d batches (%d bytes) queued, want 2 (%d)", len(b.feed), b.queued.Load(), 20*per)
+	if len(b.feed) != 2 || b.queued.Load() != 2*per {
+		t.Fatalf("after one was summed: %d batches (%d bytes) queued, want 2 (%d)", len(b.feed), b.queued.Load(), 2*per)
+	}
+}
+
+// roomOf returns the bytes a fed batch of n entries takes when made for
+// them: what Feed counts.
+func roomOf(b *Builder, n int) int64 {
+	items := slices.Grow([]sample(nil), n)
+	vals := slices.Grow([]string(nil), n*len(b.used))
+	return int64(cap(items))*sampleBytes + int64(cap(vals))*stringBytes
+}
+
+// The fed queue counts the room its batches hold: a batch that a large
+// append grew, summed and then filled by small appends while the builder
+// is behind, would hold far more than its entries (with 1,000 servers at
+// 150,000 packets/s, 150 MB in a queue bounded at 16 MiB). Every queued
+// batch's room is counted, and the room queued stays within the bound.
+func TestFeedQueueCountsRoom(t *testing.T) {
+	st, _ := collected(t, longConfig())
+	es, err := st.Read(context.Background(), 0, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []store.Entry
+	for _, e := range es {
+		if e.Record != nil {
+			recs = append(recs, e)
+		}
+	}
+	const large = 400
+	if len(recs) < large {
+		t.Fatalf("%d records: the stream is too short", len(recs))
+	}
+	b := newBuilder(t, st, DefaultConfig())
+	b.cfg.MaxQueueBytes = units.ByteSize(2 * roomOf(b, large))
+	b.Feed(recs[:large])
+	b.spend(<-b.feed) // summed: a batch with room for 400 waits to be filled again
+	for i := range 100 {
+		b.Feed(recs[2*i : 2*i+2])
+	}
+	var room int64
+	for len(b.feed) > 0 {
+		fb := <-b.feed
+		room += int64(cap(fb.items))*sampleBytes + int64(cap(fb.vals))*stringBytes
+	}
+	if q := b.queued.Load(); q != room || room > int64(b.cfg.MaxQueueBytes) {
+		t.Fatalf("%d bytes of batches queued, counted %d, bound %d", room, q, b.cfg.MaxQueueBytes)
 	}
 }
 
