@@ -1191,17 +1191,7 @@ func runPaused(t *testing.T, cfg Config, busy *atomic.Bool, end func(*Builder), 
 // samples at the most; a batch that would pass it is dropped and counted,
 // and a batch summed gives its bytes back.
 func TestFeedQueueBoundedInBytes(t *testing.T) {
-	st, _ := collected(t, longConfig())
-	es, err := st.Read(context.Background(), 0, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var recs []store.Entry
-	for _, e := range es {
-		if e.Record != nil {
-			recs = append(recs, e)
-		}
-	}
+	st, recs := storedRecords(t)
 	if len(recs) < 40 {
 		t.Fatalf("%d records: the stream is too short", len(recs))
 	}
@@ -1228,6 +1218,24 @@ func TestFeedQueueBoundedInBytes(t *testing.T) {
 	}
 }
 
+// storedRecords returns a store of longConfig's stream and the records
+// among its first 4,096 entries.
+func storedRecords(t *testing.T) (*store.Store, []store.Entry) {
+	t.Helper()
+	st, _ := collected(t, longConfig())
+	es, err := st.Read(context.Background(), 0, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []store.Entry
+	for _, e := range es {
+		if e.Record != nil {
+			recs = append(recs, e)
+		}
+	}
+	return st, recs
+}
+
 // roomOf returns the bytes a fed batch of n entries takes when made for
 // them: what Feed counts.
 func roomOf(b *Builder, n int) int64 {
@@ -1242,17 +1250,7 @@ func roomOf(b *Builder, n int) int64 {
 // 150,000 packets/s, 150 MB in a queue bounded at 16 MiB). Every queued
 // batch's room is counted, and the room queued stays within the bound.
 func TestFeedQueueCountsRoom(t *testing.T) {
-	st, _ := collected(t, longConfig())
-	es, err := st.Read(context.Background(), 0, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var recs []store.Entry
-	for _, e := range es {
-		if e.Record != nil {
-			recs = append(recs, e)
-		}
-	}
+	st, recs := storedRecords(t)
 	const large = 400
 	if len(recs) < large {
 		t.Fatalf("%d records: the stream is too short", len(recs))
