@@ -593,9 +593,10 @@ func (b *Builder) sample(s *sample, r *record.Record, progress bool, vals []stri
 // The fed queue is bounded in bytes (Config.MaxQueueBytes): a batch
 // counts the room it holds, sampleBytes a sample and a string header per
 // dimension value (~300 bytes with the default dimensions; the strings
-// are the records', shared), and a summed batch is filled again only by
-// an append that needs at least half its room. A batch is at most a
-// record chunk (1,024 records). feedSlots bounds the
+// are the records', shared), and a summed batch with room for more than
+// 2 × feedRoomMin samples is filled again only by an append that needs
+// at least half its room. A batch is at most a record chunk (1,024
+// records). feedSlots bounds the
 // batches queued however small (a few records each when the input is
 // slow); feedPool bounds the summed batches kept to be filled again.
 const (
