@@ -486,10 +486,7 @@ func (b *Builder) Feed(entries []store.Entry) {
 	default:
 		fb = &feedBatch{}
 	}
-	fb.items = slices.Grow(fb.items[:0], n)
-	fb.vals = slices.Grow(fb.vals[:0], n*nu)[:n*nu]
-	// Counted by the room it holds, not only by what it holds.
-	bytes := int64(cap(fb.items))*sampleBytes + int64(cap(fb.vals))*stringBytes
+	bytes := fb.grow(n, nu)
 	if b.queued.Load()+bytes > int64(b.cfg.MaxQueueBytes) {
 		b.m.feedDropped.Inc()
 		b.spend(fb)
@@ -536,6 +533,20 @@ type feedBatch struct {
 	bytes       int64 // counted in Builder.queued: the samples and their values
 	items       []sample
 	vals        []string
+}
+
+// grow empties fb with room for n samples of nu values each, and returns
+// the bytes it counts in the queue: the room it holds, not only what it
+// will hold.
+func (fb *feedBatch) grow(n, nu int) int64 {
+	fb.items = slices.Grow(fb.items[:0], n)
+	fb.vals = slices.Grow(fb.vals[:0], n*nu)[:n*nu]
+	return fb.room()
+}
+
+// room returns the bytes of the samples and value headers fb has room for.
+func (fb *feedBatch) room() int64 {
+	return int64(cap(fb.items))*sampleBytes + int64(cap(fb.vals))*stringBytes
 }
 
 // queueHigh reports whether the fed queue holds three quarters of

@@ -1239,9 +1239,7 @@ func storedRecords(t *testing.T) (*store.Store, []store.Entry) {
 // roomOf returns the bytes a fed batch of n entries takes when made for
 // them: what Feed counts.
 func roomOf(b *Builder, n int) int64 {
-	items := slices.Grow([]sample(nil), n)
-	vals := slices.Grow([]string(nil), n*len(b.used))
-	return int64(cap(items))*sampleBytes + int64(cap(vals))*stringBytes
+	return new(feedBatch).grow(n, len(b.used))
 }
 
 // The fed queue counts the room its batches hold: a batch that a large
@@ -1265,7 +1263,7 @@ func TestFeedQueueCountsRoom(t *testing.T) {
 	var room int64
 	for len(b.feed) > 0 {
 		fb := <-b.feed
-		room += int64(cap(fb.items))*sampleBytes + int64(cap(fb.vals))*stringBytes
+		room += fb.room()
 	}
 	if q := b.queued.Load(); q != room || room > int64(b.cfg.MaxQueueBytes) {
 		t.Fatalf("%d bytes of batches queued, counted %d, bound %d", room, q, b.cfg.MaxQueueBytes)
