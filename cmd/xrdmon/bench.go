@@ -122,6 +122,7 @@ func addBenchFlags(fs *flag.FlagSet, base *loadgen.Config, bc *bench.Config) *be
 	fs.IntVar(&base.Servers, "servers", base.Servers, "simulated `servers` (unless the scenario varies them)")
 	fs.IntVar(&base.Clients, "clients", base.Clients, "concurrent `clients` per server (unless the scenario varies them)")
 	fs.Uint64Var(&base.Seed, "seed", base.Seed, "loadgen random `seed`")
+	addCadenceFlags(fs, base)
 	fs.DurationVar(&bc.StepDuration, "step-duration", bc.StepDuration, "real `time` each step sends for")
 	fs.Int64Var(&bc.Packets, "packets", bc.Packets, "`packets` per step when the rate is 0")
 	fs.DurationVar(&bc.Quiet, "quiet", bc.Quiet, "after sending, stop waiting for records once none arrived for this `time`")

@@ -56,8 +56,7 @@ func addGeneratorFlags(fs *flag.FlagSet, cfg *loadgen.Config) {
 	fs.Float64Var(&cfg.Duplicate, "duplicate", cfg.Duplicate, "send a packet twice with this `probability`")
 	fs.IntVar(&cfg.Restarts, "restarts", cfg.Restarts, "server restarts (new stod) spread over the run")
 	fs.IntVar(&cfg.FBSZ, "fbsz", cfg.FBSZ, "f-stream buffer `bytes` (xrootd monitor fbsz)")
-	fs.DurationVar(&cfg.FStat, "fstat", cfg.FStat, "f-stream flush `interval` (simulated)")
-	fs.IntVar(&cfg.XfrEvery, "xfr", cfg.XfrEvery, "isXfr every `n` fstat intervals")
+	addCadenceFlags(fs, cfg)
 	fs.DurationVar(&cfg.IdentInterval, "ident", cfg.IdentInterval, "server ident record `interval`")
 	fs.DurationVar(&cfg.SummaryInterval, "summary", cfg.SummaryInterval, "each data server also sends an xrd.report summary (XML) every `interval` (0: none)")
 	fs.IntVar(&cfg.GBuff, "gbuff", cfg.GBuff, "g-stream buffer `bytes`")
@@ -284,4 +283,13 @@ func cpuTimes() cpuUse {
 		return cpuUse{}
 	}
 	return cpuUse{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
+}
+
+// addCadenceFlags adds the flags of a simulated server's monitoring
+// cadence (`xrootd.monitor fstat N xfr M`), for loadgen and bench: a
+// field configuration such as `fstat 60 … xfr 5` sends an isXfr every 5
+// minutes, the loadgen's default one every 30 s.
+func addCadenceFlags(fs *flag.FlagSet, cfg *loadgen.Config) {
+	fs.DurationVar(&cfg.FStat, "fstat", cfg.FStat, "f-stream flush `interval` (simulated)")
+	fs.IntVar(&cfg.XfrEvery, "xfr", cfg.XfrEvery, "isXfr every `n` fstat intervals")
 }

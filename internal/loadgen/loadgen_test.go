@@ -392,6 +392,7 @@ func TestScenario(t *testing.T) {
 		{"many-servers", "servers", []float64{10, 100, 1000, 10000}},
 		{"rate=1000, 2000", "rate", []float64{1000, 2000}},
 		{"transfer=60..240 x2", "transfer", []float64{60, 120, 240}},
+		{"xfr=3,30", "xfr", []float64{3, 30}},
 	}
 	for _, c := range cases {
 		sc, err := ParseScenario(c.spec, base)
@@ -413,6 +414,10 @@ func TestScenario(t *testing.T) {
 	steps, _ := sc.Steps()
 	if steps[0].Config.TransferMin != 10*time.Minute || steps[0].Config.LongFrac != 0 {
 		t.Errorf("long-transfers step 0: %+v", steps[0].Config)
+	}
+	sc, _ = ParseScenario("xfr=30", base)
+	if steps, _ = sc.Steps(); steps[0].Config.XfrEvery != 30 || steps[0].Config.FStat != base.FStat {
+		t.Errorf("xfr=30 step 0: an isXfr every %d fstat of %s", steps[0].Config.XfrEvery, steps[0].Config.FStat)
 	}
 	for _, bad := range []string{"nope", "clients=", "bogus=1..2", "clients=5..1 step 1", "clients=1..5 step 0", "clients=0"} {
 		sc, err := ParseScenario(bad, base)

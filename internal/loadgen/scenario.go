@@ -38,6 +38,8 @@ var ScenarioParams = map[string]func(*Config, float64){
 	"loss":     func(c *Config, v float64) { c.Loss = v },
 	"reorder":  func(c *Config, v float64) { c.Reorder = v },
 	"restarts": func(c *Config, v float64) { c.Restarts = int(v) },
+	// xfr: an isXfr every v fstat intervals (the snapshots' cadence).
+	"xfr": func(c *Config, v float64) { c.XfrEvery = int(v) },
 	// transfer: every access lasts v seconds (long transfers, many isXfr).
 	"transfer": func(c *Config, v float64) {
 		c.TransferMin, c.TransferMax, c.LongFrac = seconds(v), seconds(v), 0
