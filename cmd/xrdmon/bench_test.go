@@ -79,7 +79,7 @@ func TestBenchQuick(t *testing.T) {
 				t.Errorf("%s: %s = %g, want %g", row[0], name, got, want)
 			}
 		}
-		for _, name := range []string{"sent", "offered_pps", "accepted_pps", "expected", "complete", "latency_p50_ms", "latency_p99_ms", "peak_rss_mib", "events_expected"} {
+		for _, name := range []string{"sent", "offered_pps", "accepted_pps", "expected", "complete", "latency_p50_ms", "latency_p99_ms", "peak_rss_mib", "events_expected", "sim_speed"} {
 			if got := num(row, name); got <= 0 {
 				t.Errorf("%s: %s = %g, want > 0", row[0], name, got)
 			}

@@ -161,6 +161,13 @@ type Row struct {
 	// (xrdmon_rollup_read_back_total: batches dropped while they were
 	// behind; each costs about twice a fed one); -1: unknown.
 	RollupsReadBack int64
+	// SimSpeed is the simulated seconds the step's packets cover per
+	// real second of sending: how much faster than a real server's the
+	// loadgen's clock runs at the offered rate (thousands of times with a
+	// few servers, hundreds with a thousand). Time-bucketed work (the
+	// rollups' minutes, their flushes and merges) sees this many minutes
+	// a minute, which a collector fed in real time does not.
+	SimSpeed float64
 }
 
 // Run runs every step of the scenario in order and returns one row per

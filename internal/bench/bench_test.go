@@ -228,7 +228,7 @@ func sampleRows() []Row {
 			Check: Check{Expected: 5000, Complete: 5000}},
 		{Step: "rate=2000", Servers: 4, Clients: 16, Sent: 20000, Offered: 2000, Accepted: 1900, SeqGaps: -1, KernelDrops: 100, LossPct: 0.5,
 			CPUPer100k: 0.6, PeakRSS: 50 << 20, LatencyP50: 150 * time.Millisecond, LatencyP99: 900 * time.Millisecond,
-			Check: Check{Expected: 10000, Complete: 9990, Missing: 10}},
+			Check: Check{Expected: 10000, Complete: 9990, Missing: 10}, SimSpeed: 190.5},
 	}
 }
 
@@ -266,18 +266,18 @@ func TestWriteTableAndCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(back) != 2 || back[1].Step != "rate=2000" || back[1].Value != 2000 || back[1].SeqGaps != -1 || back[1].Missing != 10 ||
-		back[1].LatencyP99 != 900*time.Millisecond || back[0].PeakRSS != 40<<20 {
+		back[1].LatencyP99 != 900*time.Millisecond || back[0].PeakRSS != 40<<20 || back[1].SimSpeed != 190.5 {
 		t.Errorf("ReadCSV: %+v", back)
 	}
-	// A CSV from before the sender's CPU column still reads.
+	// A CSV from before the last column (sim_speed) still reads.
 	var old strings.Builder
 	for _, line := range strings.SplitAfter(string(csvBytes), "\n") {
 		if i := strings.LastIndexByte(line, ','); i >= 0 {
-			old.WriteString(line[:i] + "\n") // the last column is the sender's CPU
+			old.WriteString(line[:i] + "\n")
 		}
 	}
-	if _, err := ReadCSV(strings.NewReader(old.String())); err != nil {
-		t.Errorf("CSV without sender_cpu_s_per_100k: %v", err)
+	if back, err := ReadCSV(strings.NewReader(old.String())); err != nil || back[1].SimSpeed != 0 {
+		t.Errorf("CSV without sim_speed: %v, %+v", err, back)
 	}
 	for name, want := range map[string]string{"seq_gaps": "-", "kernel_drops": "100", "loss_pct": "0.500", "latency_p99_ms": "900.0", "missing": "10", "peak_rss_mib": "50.0"} {
 		if got := recs[2][col(name)]; got != want {

@@ -304,6 +304,9 @@ func (s *step) send(ctx context.Context, cpu0 time.Duration) (time.Time, error) 
 	if row.Sent > 0 {
 		row.SenderCPUPer100k = row.SenderCPU.Seconds() / float64(row.Sent) * 1e5
 	}
+	if s.truth != nil && row.SendTime > 0 {
+		row.SimSpeed = s.truth.End.Sub(s.truth.Start).Seconds() / row.SendTime.Seconds()
+	}
 	return sendEnd, nil
 }
 

@@ -17,7 +17,14 @@ var Columns = []string{
 	"step", "servers", "clients", "sent", "offered_pps", "accepted_pps", "seq_gaps", "kernel_drops", "loss_pct",
 	"cpu_s_per_100k", "peak_rss_mib", "latency_p50_ms", "latency_p99_ms",
 	"expected", "complete", "partial", "missing", "wrong_bytes", "open", "unexpected", "sender_cpu_s_per_100k",
-	"events_expected", "events_stored", "rollups_caught_up_s", "rollups_read_back",
+	"events_expected", "events_stored", "rollups_caught_up_s", "rollups_read_back", "sim_speed",
+}
+
+// laterColumns are the columns added since the first CSV files: older
+// files lack them, and read as unknown.
+var laterColumns = map[string]bool{
+	"sender_cpu_s_per_100k": true, "events_expected": true, "events_stored": true,
+	"rollups_caught_up_s": true, "rollups_read_back": true, "sim_speed": true,
 }
 
 // NullColumns are the columns of a null target's rows (Row.Null): no records, the datagrams received instead.
@@ -58,6 +65,10 @@ func (r *Row) fields() []string {
 	if r.RollupsReadBack >= 0 {
 		readBack = strconv.FormatInt(r.RollupsReadBack, 10)
 	}
+	simSpeed := "-" // a file from before the column
+	if r.SimSpeed > 0 {
+		simSpeed = strconv.FormatFloat(r.SimSpeed, 'f', 1, 64)
+	}
 	return []string{
 		r.Step, strconv.Itoa(r.Servers), strconv.Itoa(r.Clients), strconv.FormatInt(r.Sent, 10),
 		strconv.FormatFloat(r.Offered, 'f', 0, 64), strconv.FormatFloat(r.Accepted, 'f', 0, 64),
@@ -68,7 +79,7 @@ func (r *Row) fields() []string {
 		strconv.Itoa(r.WrongBytes), strconv.Itoa(r.Open), strconv.Itoa(r.Unexpected),
 		strconv.FormatFloat(r.SenderCPUPer100k, 'f', 3, 64),
 		strconv.FormatInt(r.EventsExpected, 10), strconv.FormatInt(r.EventsStored, 10),
-		caughtUp, readBack,
+		caughtUp, readBack, simSpeed,
 	}
 }
 
@@ -252,7 +263,7 @@ func ReadCSV(r io.Reader) ([]Row, error) {
 		want = NullColumns
 	}
 	for _, c := range want {
-		if _, ok := col[c]; !ok && c != "sender_cpu_s_per_100k" && c != "events_expected" && c != "events_stored" && c != "rollups_caught_up_s" && c != "rollups_read_back" { // absent from older files
+		if _, ok := col[c]; !ok && !laterColumns[c] {
 			return nil, fmt.Errorf("read csv: no column %q", c)
 		}
 	}
@@ -284,6 +295,7 @@ func ReadCSV(r io.Reader) ([]Row, error) {
 			RollupsCaughtUp: -1, RollupsReadBack: -1,
 			KernelDrops: int64(f("kernel_drops")), LossPct: f("loss_pct"), CPUPer100k: f("cpu_s_per_100k"),
 			PeakRSS: int64(f("peak_rss_mib") * (1 << 20)), LatencyP50: msd("latency_p50_ms"), LatencyP99: msd("latency_p99_ms"),
+			SimSpeed: f("sim_speed"),
 			Check: Check{Expected: i("expected"), Complete: i("complete"), Partial: i("partial"), Missing: i("missing"),
 				WrongBytes: i("wrong_bytes"), Open: i("open"), Unexpected: i("unexpected")},
 		}
