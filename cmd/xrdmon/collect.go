@@ -158,6 +158,7 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 		}
 		st.Listen(rollups.Feed) // summed as committed, not read back
 		rollups.YieldTo(busySources(sources))
+		pipe.ShedProgressWhile(busySources(sources))
 	}
 	srv := web.New(cfg.HTTP, reg, log.With("component", "web"))
 	srv.AddCheck("pipeline", pipe.Ready)

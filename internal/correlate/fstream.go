@@ -385,6 +385,10 @@ func (s *Shard) progress(f *fileEntry, inc *incarnation, tEnd uint32) {
 	if !s.cfg.ReportProgress || f.flags&fOpen == 0 || tEnd/60 <= f.tOpen/60 {
 		return
 	}
+	if s.progShed {
+		s.stats.ProgressShed++
+		return
+	}
 	prev := int32(0)
 	if f.progGen == s.progGen && f.prog > 0 {
 		i := f.prog - 1
@@ -399,6 +403,14 @@ func (s *Shard) progress(f *fileEntry, inc *incarnation, tEnd uint32) {
 	s.fill(&s.prog[len(s.prog)-1], f, inc, tEnd)
 	f.prog, f.progGen = int32(len(s.prog)), s.progGen
 }
+
+// ShedProgress makes the shard take no progress snapshots while on
+// (Stats.ProgressShed counts the isXfr updates that would have made one):
+// the pipeline sets it while the input is behind, so that the packet path
+// gives up the bytes in flight before it gives up packets. Nothing is
+// lost: a file's bytes count at its next snapshot or at its close, only
+// in a later minute. A snapshot taken before stays.
+func (s *Shard) ShedProgress(on bool) { s.progShed = on }
 
 // dropProgress drops the progress snapshots of f not yet taken: its record
 // carries all its bytes, and a progress event after its record in the log

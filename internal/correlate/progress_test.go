@@ -81,3 +81,76 @@ func TestProgressSnapshots(t *testing.T) {
 		}
 	}
 }
+
+// TestShedProgress: while shed, isXfr updates make no snapshot and are
+// counted; a snapshot taken before stays; once shedding stops, the next
+// update reports the file's bytes so far (what was shed included), and the
+// records are those of a shard that never shed.
+func TestShedProgress(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ReportProgress = true
+	sh := NewShard(cfg)
+	s := newSrv("192.0.2.62:1094", t0, 92)
+	now := time.Unix(t0+10, 0)
+	const files = 8
+	sh.Handle(s.f(0, 5, func(fb *packet.FStreamBuilder) {
+		for id := uint32(1); id <= files; id++ {
+			fb.Open(openLFN(id, 0, "/shed/f", 1<<30))
+		}
+	}), s.addr, now)
+	xfr := func(tBeg, tEnd int32, read int64) {
+		sh.Handle(s.f(tBeg, tEnd, func(fb *packet.FStreamBuilder) {
+			for id := uint32(1); id <= files; id++ {
+				fb.Xfr(packet.FileXfr{FileID: id, Read: read * int64(id)})
+			}
+		}), s.addr, now)
+	}
+	m := int32(60 - t0%60)
+	xfr(m+1, m+10, 2) // taken before shedding
+	sh.ShedProgress(true)
+	xfr(m+61, m+70, 3)   // shed
+	xfr(m+121, m+130, 4) // shed
+	if got := sh.Stats().ProgressShed; got != 2*files {
+		t.Fatalf("ProgressShed = %d, want %d", got, 2*files)
+	}
+	var o Output
+	take(sh, &o, nil, nil)
+	if len(o.Progress) != files {
+		t.Fatalf("%d snapshots while shedding, want the %d taken before", len(o.Progress), files)
+	}
+	for _, p := range o.Progress {
+		if p.ReadBytes != 2*int64(p.FileID) {
+			t.Fatalf("file %d: snapshot of %d bytes, want the one taken before shedding", p.FileID, p.ReadBytes)
+		}
+	}
+	sh.ShedProgress(false)
+	xfr(m+181, m+190, 5)
+	sh.Handle(s.f(m+190, m+200, func(fb *packet.FStreamBuilder) {
+		for id := uint32(1); id <= files; id++ {
+			fb.Close(packet.FileClose{FileID: id, Read: 6 * int64(id)})
+		}
+	}), s.addr, now)
+	recs, _ := take(sh, &o, nil, nil)
+	if len(o.Progress) != 0 {
+		t.Fatalf("%d snapshots of files closed in the same commit, want them dropped", len(o.Progress))
+	}
+	if len(recs) != files {
+		t.Fatalf("%d records, want %d", len(recs), files)
+	}
+	for _, r := range recs {
+		if r.ReadBytes != 6*int64(r.FileID) {
+			t.Fatalf("file %d: record of %d bytes, want %d", r.FileID, r.ReadBytes, 6*int64(r.FileID))
+		}
+	}
+	// After shedding, a snapshot reports the bytes so far.
+	sh.Handle(s.f(m+200, m+205, func(fb *packet.FStreamBuilder) {
+		fb.Open(openLFN(100, 0, "/shed/g", 1<<30))
+	}), s.addr, now)
+	sh.Handle(s.f(m+261, m+270, func(fb *packet.FStreamBuilder) {
+		fb.Xfr(packet.FileXfr{FileID: 100, Read: 1000})
+	}), s.addr, now)
+	take(sh, &o, nil, nil)
+	if len(o.Progress) != 1 || o.Progress[0].ReadBytes != 1000 {
+		t.Fatalf("after shedding: snapshots %v, want one of 1000 bytes", o.Progress)
+	}
+}

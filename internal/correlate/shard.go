@@ -165,6 +165,7 @@ type Shard struct {
 	progLink []int32
 	progGen  uint32
 	progDead int
+	progShed bool  // ShedProgress
 	arena    arena // ids and raw lines of the records and events it emits
 	stats    Stats
 	snap     *snapScratch // Snapshot's buffers, kept between checkpoints

@@ -112,6 +112,10 @@ type Stats struct {
 	Restarts       uint64                   // server restarts seen (new stod)
 	PendingDropped uint64                   // pending references dropped by TTL or bound, never resolved
 	EvictedSess    uint64                   // sessions evicted by the bound
+	// ProgressShed counts the progress snapshots not taken while the
+	// input was behind (Shard.ShedProgress). Not checkpointed: it counts
+	// from the process's start.
+	ProgressShed uint64
 
 	// Gauges: state held at the time of the Stats call.
 	Servers      int // server incarnations
@@ -197,6 +201,7 @@ func (s *Stats) Add(o *Stats) {
 	for i, p := range statScalars(s) {
 		*p += *from[i]
 	}
+	s.ProgressShed += o.ProgressShed
 	fromArrays := statArrays(o)
 	for i, a := range statArrays(s) {
 		for j := range a {

@@ -61,6 +61,8 @@ var (
 		"XRootD server restarts seen (a new stod from a known server).", nil, nil)
 	descPendingDropped = prometheus.NewDesc("xrdmon_pending_references_dropped_total",
 		"References (paths, user attributes) that waited for their record past the TTL or the bound.", nil, nil)
+	descProgressShed = prometheus.NewDesc("xrdmon_progress_shed_total",
+		"Progress snapshots of open files not taken while the input was behind (their bytes count in the rollups at the file's next snapshot or its close, in a later minute).", nil, nil)
 	descSessionsEvicted = prometheus.NewDesc("xrdmon_sessions_evicted_total",
 		"Sessions forgotten before their time by a bound of the correlation state: entries or bytes (their open files lose their user fields), or the budget of disconnected sessions kept for late packets (their grace is cut short; nothing is lost unless a packet comes later still).", nil, nil)
 	descStateBytes = prometheus.NewDesc("xrdmon_state_bytes",
@@ -86,7 +88,7 @@ type statsCollector struct{ p *Pipeline }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPackets, descRejected, descKind, descLost, descDup, descReordered,
-		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descSessionsEvicted, descState, descStateBytes, descTruncated, descRedirects, descRedirected, descClockAhead, descMissing, descHeld} {
+		descCollisions, descStale, descRecords, descEvents, descRestarts, descPendingDropped, descSessionsEvicted, descProgressShed, descState, descStateBytes, descTruncated, descRedirects, descRedirected, descClockAhead, descMissing, descHeld} {
 		ch <- d
 	}
 }
@@ -129,6 +131,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRestarts, s.Restarts)
 	counter(descPendingDropped, s.PendingDropped)
 	counter(descSessionsEvicted, s.EvictedSess)
+	counter(descProgressShed, s.ProgressShed)
 	gauge(descState, s.Servers, "servers")
 	gauge(descState, s.Sessions, "sessions")
 	gauge(descState, s.OpenFiles, "open_files")

@@ -193,6 +193,8 @@ type Pipeline struct {
 
 	pruned bool // checkpoints of other shard layouts dropped (writer only)
 
+	busy func() bool // ShedProgressWhile
+
 	linker    *correlate.Linker // writer only
 	linkStats atomic.Pointer[correlate.LinkStats]
 	feed      RedirectFeed // the store's, in a cluster (else nil)
@@ -361,6 +363,7 @@ type barrier struct {
 	now        time.Time
 	tick       bool // expire state at now (correlate.Shard.Tick)
 	checkpoint bool
+	shed       bool // until the next barrier, no progress snapshots (ShedProgressWhile)
 	flush      bool // end of input: flush open files as partial records
 	wg         sync.WaitGroup
 	mu         sync.Mutex
@@ -433,6 +436,7 @@ func (s *shard) answer(p *Pipeline, br *barrier) {
 		br.hasBufs = true
 	}
 	s.c.Drain(&br.out) // events typed by the writer, off the packet path
+	s.c.ShedProgress(br.shed)
 	s.recycle(p)
 	if state != nil {
 		br.states[s.id] = state
@@ -581,6 +585,7 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *source.Batch) error {
 
 	send := func(br *barrier) {
 		pending, pendingBytes = 0, 0
+		br.shed = p.busy != nil && p.busy()
 		br.states = make(map[int][]byte)
 		br.wg.Add(len(p.shards))
 		for _, s := range p.shards {
@@ -665,6 +670,15 @@ loop:
 	p.ready.Store(false)
 	return err
 }
+
+// ShedProgressWhile makes the shards take no progress snapshots while
+// busy reports true (udp.UDP.Busy: the input is behind), from one commit
+// to the next: the bytes of open files then count at their next snapshot
+// or their close (in a later minute of the rollups, never lost), and the
+// CPU the snapshots cost (the shard, the store, the rollups) goes to the
+// packets. busy is asked once a commit. Call it before Run; nil (the
+// default) never sheds.
+func (p *Pipeline) ShedProgressWhile(busy func() bool) { p.busy = busy }
 
 // commitBarrier returns the barrier of a commit at wall time now. It
 // expires state at now, unless time follows the input: then expiry happens

@@ -708,3 +708,53 @@ func TestRetryAfterPartOfACommit(t *testing.T) {
 		t.Fatalf("%d records, want %d", len(seen), n)
 	}
 }
+
+// TestShedProgressWhileBusy: while the input is behind (ShedProgressWhile
+// reports true at a commit), the shards take no progress snapshots and
+// count them; the records are unchanged. Without it the same input makes
+// its snapshot.
+func TestShedProgressWhileBusy(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		st := &fakeStore{}
+		o := testOptions()
+		o.Progress = true
+		p, err := New(context.Background(), o, st, nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.ShedProgressWhile(func() bool { return busy })
+		in := make(chan *source.Batch)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(context.Background(), in) }()
+		var mu sync.Mutex
+		var freed int32
+		var seq, fseq uint8
+		const stod = 1700000000
+		in <- batchOf("192.0.2.9:1094", transfer(stod, &seq, &fseq, 10, 11, false), nil, &freed, &mu)
+		// A commit after the open: its barrier carries the shedding.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			st.mu.Lock()
+			n := st.appends
+			st.mu.Unlock()
+			if n > 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		fseq++
+		var fb packet.FStreamBuilder
+		fb.Reset(nil, packet.Header{Pseq: fseq, Stod: stod}, stod+120, stod+121, 77, true)
+		fb.Xfr(packet.FileXfr{FileID: 11, Read: 7}) // two minutes after the open
+		in <- batchOf("192.0.2.9:1094", [][]byte{fb.Finish(stod + 122)}, nil, &freed, &mu)
+		close(in)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		shed := p.Stats().ProgressShed
+		switch {
+		case busy && (len(st.progress) != 0 || shed != 1):
+			t.Errorf("busy: %d snapshots, %d shed; want 0 and 1", len(st.progress), shed)
+		case !busy && (len(st.progress) != 1 || shed != 0 || st.progress[0].ReadBytes != 7):
+			t.Errorf("not busy: %d snapshots, %d shed; want one of 7 bytes and 0", len(st.progress), shed)
+		}
+	}
+}
