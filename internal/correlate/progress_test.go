@@ -13,24 +13,8 @@ import (
 // before its snapshots are taken has them dropped (its record carries all
 // its bytes), and only its own: the other files' snapshots stay.
 func TestProgressSnapshots(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.ReportProgress = true
-	sh := NewShard(cfg)
-	s := newSrv("192.0.2.61:1094", t0, 91)
-	now := time.Unix(t0+10, 0)
 	const files = 50
-	sh.Handle(s.f(0, 5, func(fb *packet.FStreamBuilder) {
-		for id := uint32(1); id <= files; id++ {
-			fb.Open(openLFN(id, 0, "/progress/f", 1<<30))
-		}
-	}), s.addr, now)
-	xfr := func(tBeg, tEnd int32, read int64) {
-		sh.Handle(s.f(tBeg, tEnd, func(fb *packet.FStreamBuilder) {
-			for id := uint32(1); id <= files; id++ {
-				fb.Xfr(packet.FileXfr{FileID: id, Read: read * int64(id)})
-			}
-		}), s.addr, now)
-	}
+	sh, s, now, xfr := progressFiles("192.0.2.61:1094", 91, files)
 	m := int32(60 - t0%60) // t0+m starts a minute; the opens are in the one before
 	xfr(m-15, m-5, 1)      // the open's minute: nothing to report
 	xfr(m+1, m+10, 2)      // the next minute
@@ -87,24 +71,8 @@ func TestProgressSnapshots(t *testing.T) {
 // update reports the file's bytes so far (what was shed included), and the
 // records are those of a shard that never shed.
 func TestShedProgress(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.ReportProgress = true
-	sh := NewShard(cfg)
-	s := newSrv("192.0.2.62:1094", t0, 92)
-	now := time.Unix(t0+10, 0)
 	const files = 8
-	sh.Handle(s.f(0, 5, func(fb *packet.FStreamBuilder) {
-		for id := uint32(1); id <= files; id++ {
-			fb.Open(openLFN(id, 0, "/shed/f", 1<<30))
-		}
-	}), s.addr, now)
-	xfr := func(tBeg, tEnd int32, read int64) {
-		sh.Handle(s.f(tBeg, tEnd, func(fb *packet.FStreamBuilder) {
-			for id := uint32(1); id <= files; id++ {
-				fb.Xfr(packet.FileXfr{FileID: id, Read: read * int64(id)})
-			}
-		}), s.addr, now)
-	}
+	sh, s, now, xfr := progressFiles("192.0.2.62:1094", 92, files)
 	m := int32(60 - t0%60)
 	xfr(m+1, m+10, 2) // taken before shedding
 	sh.ShedProgress(true)
@@ -153,4 +121,29 @@ func TestShedProgress(t *testing.T) {
 	if len(o.Progress) != 1 || o.Progress[0].ReadBytes != 1000 {
 		t.Fatalf("after shedding: snapshots %v, want one of 1000 bytes", o.Progress)
 	}
+}
+
+// progressFiles returns a shard that reports progress, server addr (id
+// sid) with files 1..n opened at the start of its clock, the time the
+// packets are received, and a func that sends, between tBeg and tEnd, an
+// isXfr of each file with read × its id bytes read.
+func progressFiles(addr string, sid uint64, n uint32) (*Shard, *srv, time.Time, func(tBeg, tEnd int32, read int64)) {
+	cfg := DefaultConfig()
+	cfg.ReportProgress = true
+	sh := NewShard(cfg)
+	s := newSrv(addr, t0, sid)
+	now := time.Unix(t0+10, 0)
+	sh.Handle(s.f(0, 5, func(fb *packet.FStreamBuilder) {
+		for id := uint32(1); id <= n; id++ {
+			fb.Open(openLFN(id, 0, "/progress/f", 1<<30))
+		}
+	}), s.addr, now)
+	xfr := func(tBeg, tEnd int32, read int64) {
+		sh.Handle(s.f(tBeg, tEnd, func(fb *packet.FStreamBuilder) {
+			for id := uint32(1); id <= n; id++ {
+				fb.Xfr(packet.FileXfr{FileID: id, Read: read * int64(id)})
+			}
+		}), s.addr, now)
+	}
+	return sh, s, now, xfr
 }
