@@ -157,8 +157,11 @@ func collect(ctx context.Context, cfg *config.Config, log *slog.Logger) (err err
 			return fmt.Errorf("rollups: %w", err)
 		}
 		st.Listen(rollups.Feed) // summed as committed, not read back
-		rollups.YieldTo(busySources(sources))
-		pipe.ShedProgressWhile(busySources(sources))
+		// Work that can wait gives way to a busy input: the rollups pause,
+		// the shards take no progress snapshots.
+		busy := busySources(sources)
+		rollups.YieldTo(busy)
+		pipe.ShedProgressWhile(busy)
 	}
 	srv := web.New(cfg.HTTP, reg, log.With("component", "web"))
 	srv.AddCheck("pipeline", pipe.Ready)
