@@ -118,11 +118,7 @@ func addBenchFlags(fs *flag.FlagSet, base *loadgen.Config, bc *bench.Config) *be
 		scenario: fs.String("scenario", "clients", "`scenario`: a preset or param=values"),
 		quick:    fs.Bool("quick", false, "a tiny run for CI: clients=5,10 at 2000 packets/s for 2 s each (other flags still apply)"),
 	}
-	fs.Float64Var(&base.Rate, "rate", base.Rate, "offered `packets/s` of every step (unless the scenario varies rate; 0: as fast as possible, --packets per step)")
-	fs.IntVar(&base.Servers, "servers", base.Servers, "simulated `servers` (unless the scenario varies them)")
-	fs.IntVar(&base.Clients, "clients", base.Clients, "concurrent `clients` per server (unless the scenario varies them)")
-	fs.Uint64Var(&base.Seed, "seed", base.Seed, "loadgen random `seed`")
-	addCadenceFlags(fs, base)
+	addWorkloadFlags(fs, base)
 	fs.DurationVar(&bc.StepDuration, "step-duration", bc.StepDuration, "real `time` each step sends for")
 	fs.Int64Var(&bc.Packets, "packets", bc.Packets, "`packets` per step when the rate is 0")
 	fs.DurationVar(&bc.Quiet, "quiet", bc.Quiet, "after sending, stop waiting for records once none arrived for this `time`")

@@ -43,20 +43,29 @@ func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return runErr
 }
 
-// addGeneratorFlags adds the flags that set the generator's Config.
+// addGeneratorFlags adds the flags that set the generator's Config: how
+// much it generates and the workload.
 func addGeneratorFlags(fs *flag.FlagSet, cfg *loadgen.Config) {
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "simulated `time` to cover (0: until --count)")
+	fs.Int64Var(&cfg.Count, "count", cfg.Count, "stop after `n` generated packets (0: no limit)")
+	addWorkloadFlags(fs, cfg)
+}
+
+// addWorkloadFlags adds the flags of the workload: the simulated servers,
+// their clients and monitoring, the sending rate and the impairments.
+// `xrdmon loadgen` and `xrdmon bench` (every step's base) share them.
+func addWorkloadFlags(fs *flag.FlagSet, cfg *loadgen.Config) {
 	fs.IntVar(&cfg.Servers, "servers", cfg.Servers, "simulated XRootD `servers`")
 	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "concurrent `clients` per server")
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "pace delivery at `packets/s` in real time (0: as fast as possible)")
-	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "simulated `time` to cover (0: until --count)")
-	fs.Int64Var(&cfg.Count, "count", cfg.Count, "stop after `n` generated packets (0: no limit)")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "random `seed`")
 	fs.Float64Var(&cfg.Loss, "loss", cfg.Loss, "drop this `fraction` of packets (counted in the truth)")
 	fs.Float64Var(&cfg.Reorder, "reorder", cfg.Reorder, "swap a packet with its server's next one with this `probability`")
 	fs.Float64Var(&cfg.Duplicate, "duplicate", cfg.Duplicate, "send a packet twice with this `probability`")
 	fs.IntVar(&cfg.Restarts, "restarts", cfg.Restarts, "server restarts (new stod) spread over the run")
 	fs.IntVar(&cfg.FBSZ, "fbsz", cfg.FBSZ, "f-stream buffer `bytes` (xrootd monitor fbsz)")
-	addCadenceFlags(fs, cfg)
+	fs.DurationVar(&cfg.FStat, "fstat", cfg.FStat, "f-stream flush `interval` (simulated)")
+	fs.IntVar(&cfg.XfrEvery, "xfr", cfg.XfrEvery, "isXfr every `n` fstat intervals")
 	fs.DurationVar(&cfg.IdentInterval, "ident", cfg.IdentInterval, "server ident record `interval`")
 	fs.DurationVar(&cfg.SummaryInterval, "summary", cfg.SummaryInterval, "each data server also sends an xrd.report summary (XML) every `interval` (0: none)")
 	fs.IntVar(&cfg.GBuff, "gbuff", cfg.GBuff, "g-stream buffer `bytes`")
@@ -283,13 +292,4 @@ func cpuTimes() cpuUse {
 		return cpuUse{}
 	}
 	return cpuUse{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
-}
-
-// addCadenceFlags adds the flags of a simulated server's monitoring
-// cadence (`xrootd.monitor fstat N xfr M`), for loadgen and bench: a
-// field configuration such as `fstat 60 … xfr 5` sends an isXfr every 5
-// minutes, the loadgen's default one every 30 s.
-func addCadenceFlags(fs *flag.FlagSet, cfg *loadgen.Config) {
-	fs.DurationVar(&cfg.FStat, "fstat", cfg.FStat, "f-stream flush `interval` (simulated)")
-	fs.IntVar(&cfg.XfrEvery, "xfr", cfg.XfrEvery, "isXfr every `n` fstat intervals")
 }
