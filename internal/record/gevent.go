@@ -669,6 +669,31 @@ func (s *scanner) next() (more, ok bool) {
 	return false, s.skip('}')
 }
 
+// members reads an object, '{' to '}', calling member for each name with
+// the scanner on its value. member reads the value and returns the
+// member's bit in *seen (0: a name not in the fast subset); a member seen
+// before, or a value member could not read, fails the object.
+func (s *scanner) members(seen *uint32, member func(name []byte) (bit uint32, ok bool)) bool {
+	if !s.skip('{') {
+		return false
+	}
+	for more := true; more; {
+		k, ok := s.key()
+		if !ok {
+			return false
+		}
+		bit, ok := member(k)
+		if bit == 0 || *seen&bit != 0 || !ok {
+			return false
+		}
+		*seen |= bit
+		if more, ok = s.next(); !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // needsEscape reports whether encoding/json would escape any byte of v, a
 // string content that str accepted: the HTML characters, and U+2028 and
 // U+2029 (conservatively, any rune starting with their first byte).
@@ -709,29 +734,21 @@ const (
 // fastCacheFileClose types a C file_close line on the fast path.
 func fastCacheFileClose(dst, line []byte) ([]byte, bool) {
 	s := scanner{b: line}
-	if !s.skip('{') {
-		return nil, false
-	}
 	var (
 		ints         [len(cacheMembers)]int64
 		lfn, remotes []byte
 		seen         uint32
 		prev         = -1
 	)
-	for more := true; more; {
-		k, ok := s.key()
-		if !ok {
-			return nil, false
-		}
+	ok := s.members(&seen, func(k []byte) (uint32, bool) {
 		m := prev + 1 // the producer's order is the field order
 		if m >= len(cacheMembers) || cacheMembers[m] != string(k) {
-			m = slices.Index(cacheMembers[:], string(k))
+			if m = slices.Index(cacheMembers[:], string(k)); m < 0 {
+				return 0, false
+			}
 		}
-		if m < 0 || seen&(1<<m) != 0 {
-			return nil, false
-		}
-		seen |= 1 << m
 		prev = m
+		var ok bool
 		switch m {
 		case cacheEvent:
 			var ev []byte
@@ -744,14 +761,9 @@ func fastCacheFileClose(dst, line []byte) ([]byte, bool) {
 		default:
 			ints[m], ok = s.int()
 		}
-		if !ok {
-			return nil, false
-		}
-		if more, ok = s.next(); !ok {
-			return nil, false
-		}
-	}
-	if s.i != len(line) || seen&(1<<cacheEvent) == 0 {
+		return 1 << m, ok
+	})
+	if !ok || s.i != len(line) || seen&(1<<cacheEvent) == 0 {
 		return nil, false
 	}
 	b := append(dst, '{')
@@ -785,80 +797,55 @@ func fastTPCTransfer(out, line []byte) ([]byte, bool) {
 		rc, ipv                                int64
 		streams, size                          uint64
 		seen                                   uint32
+		ok                                     bool
 	)
 	s := scanner{b: line}
-	if !s.skip('{') {
-		return nil, false
-	}
-	for more := true; more; {
-		k, ok := s.key()
-		if !ok {
-			return nil, false
+	xeq := func(k []byte) (uint32, bool) {
+		switch string(k) {
+		case "Beg":
+			beg, ok = s.str()
+			return 1 << 6, ok
+		case "End":
+			end, ok = s.str()
+			return 1 << 7, ok
+		case "RC":
+			rc, ok = s.int()
+			return 1 << 8, ok
+		case "Strm":
+			streams, ok = s.uint()
+			return 1 << 9, ok
+		case "Type":
+			typ, ok = s.str()
+			return 1 << 10, ok
+		case "IPv":
+			ipv, ok = s.int()
+			return 1 << 11, ok
 		}
-		var bit uint32
+		return 0, false
+	}
+	ok = s.members(&seen, func(k []byte) (uint32, bool) {
 		switch string(k) {
 		case "TPC":
-			bit = 1 << 0
 			proto, ok = s.str()
+			return 1 << 0, ok
 		case "Client":
-			bit = 1 << 1
 			client, ok = s.str()
+			return 1 << 1, ok
 		case "Src":
-			bit = 1 << 2
 			src, ok = s.str()
+			return 1 << 2, ok
 		case "Dst":
-			bit = 1 << 3
 			dst, ok = s.str()
+			return 1 << 3, ok
 		case "Size":
-			bit = 1 << 4
 			size, ok = s.uint()
+			return 1 << 4, ok
 		case "Xeq":
-			bit = 1 << 5
-			ok = s.skip('{')
-			for more := ok; more; {
-				var k []byte
-				if k, ok = s.key(); !ok {
-					return nil, false
-				}
-				var bit uint32
-				switch string(k) {
-				case "Beg":
-					bit = 1 << 6
-					beg, ok = s.str()
-				case "End":
-					bit = 1 << 7
-					end, ok = s.str()
-				case "RC":
-					bit = 1 << 8
-					rc, ok = s.int()
-				case "Strm":
-					bit = 1 << 9
-					streams, ok = s.uint()
-				case "Type":
-					bit = 1 << 10
-					typ, ok = s.str()
-				case "IPv":
-					bit = 1 << 11
-					ipv, ok = s.int()
-				}
-				if bit == 0 || seen&bit != 0 || !ok {
-					return nil, false
-				}
-				seen |= bit
-				if more, ok = s.next(); !ok {
-					return nil, false
-				}
-			}
+			return 1 << 5, s.members(&seen, xeq)
 		}
-		if bit == 0 || seen&bit != 0 || !ok {
-			return nil, false
-		}
-		seen |= bit
-		if more, ok = s.next(); !ok {
-			return nil, false
-		}
-	}
-	if s.i != len(line) {
+		return 0, false
+	})
+	if !ok || s.i != len(line) {
 		return nil, false
 	}
 	begT, err := parseTPCTime(string(beg))
