@@ -17,8 +17,7 @@ import (
 // of the range (not a page of them), and the redirection of the transfers
 // that ended in it.
 type ActivityAnswer struct {
-	From        time.Time      `json:"from"`
-	To          time.Time      `json:"to"`
+	Span
 	Caches      []CacheRow     `json:"caches"`
 	Copies      []CopyRow      `json:"copies"`
 	Redirectors []RedirectRow  `json:"redirectors"`
@@ -105,7 +104,7 @@ func (a *API) activity(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) sumActivity(r *http.Request, from, to time.Time) (ActivityAnswer, error) {
-	ans := ActivityAnswer{From: from.UTC(), To: to.UTC(), Complete: true}
+	ans := ActivityAnswer{Span: spanOf(from, to), Complete: true}
 	caches, copies, redirs := map[string]*CacheRow{}, map[string]*CopyRow{}, map[string]*RedirectRow{}
 	targets := map[string]map[string]struct{}{}
 	q := store.EventQuery{From: from, To: to, Types: activityTypes, Limit: 100000, Newest: true}

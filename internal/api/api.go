@@ -433,6 +433,16 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	a.writeJSON(w, http.StatusOK, st)
 }
 
+// Span is the time range an answer covers (the query's from and to), in
+// UTC. The answers embed it, so its members are theirs in JSON.
+type Span struct {
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+}
+
+// spanOf returns the span from..to in UTC.
+func spanOf(from, to time.Time) Span { return Span{from.UTC(), to.UTC()} }
+
 // ParseTime reads a time parameter: RFC 3339, Unix seconds, or a duration
 // before now ("90m", "24h", "7d"). Empty is the zero time (no bound).
 func ParseTime(s string, now time.Time) (time.Time, error) {

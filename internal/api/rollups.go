@@ -16,10 +16,9 @@ import (
 
 // SeriesAnswer is the answer of /rollups.
 type SeriesAnswer struct {
-	By     []record.Dim `json:"by"`
-	Step   string       `json:"step"`
-	From   time.Time    `json:"from"`
-	To     time.Time    `json:"to"`
+	By   []record.Dim `json:"by"`
+	Step string       `json:"step"`
+	Span
 	Series []SeriesView `json:"series"`
 }
 
@@ -38,9 +37,8 @@ type PointView struct {
 
 // TopAnswer is the answer of /top.
 type TopAnswer struct {
-	By    []record.Dim   `json:"by"`
-	From  time.Time      `json:"from"`
-	To    time.Time      `json:"to"`
+	By []record.Dim `json:"by"`
+	Span
 	Order rollup.Measure `json:"order"`
 	Rows  []RowView      `json:"rows"`
 	Total rollup.Summary `json:"total"`
@@ -148,7 +146,7 @@ func (a *API) rollups(w http.ResponseWriter, r *http.Request) {
 			len(series), points, a.opts.MaxPoints))
 		return
 	}
-	head := SeriesAnswer{By: q.By, Step: step, From: q.From.UTC(), To: q.To.UTC()}
+	head := SeriesAnswer{By: q.By, Step: step, Span: spanOf(q.From, q.To)}
 	a.writeSeries(w, head, series)
 }
 
@@ -242,7 +240,7 @@ func (a *API) top(w http.ResponseWriter, r *http.Request) {
 		a.rollupError(w, err)
 		return
 	}
-	ans := TopAnswer{By: by, From: from.UTC(), To: to.UTC(), Order: order, Rows: make([]RowView, len(rows)), Total: total.Summary()}
+	ans := TopAnswer{By: by, Span: spanOf(from, to), Order: order, Rows: make([]RowView, len(rows)), Total: total.Summary()}
 	for i := range rows {
 		ans.Rows[i] = RowView{Keys: rows[i].Keys, Summary: rows[i].Summary()}
 	}

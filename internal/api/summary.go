@@ -17,8 +17,7 @@ import (
 // SummaryAnswer is the answer of /summary: per server, the series of the
 // counters asked for, from its xrd.report summaries.
 type SummaryAnswer struct {
-	From    time.Time       `json:"from"`
-	To      time.Time       `json:"to"`
+	Span
 	Step    string          `json:"step"`
 	Servers []ServerSummary `json:"servers"`
 }
@@ -145,7 +144,7 @@ func (a *API) summary(w http.ResponseWriter, r *http.Request) {
 		}
 		q.After = next
 	}
-	ans := SummaryAnswer{From: from.UTC(), To: to.UTC(), Step: step, Servers: []ServerSummary{}}
+	ans := SummaryAnswer{Span: spanOf(from, to), Step: step, Servers: []ServerSummary{}}
 	for key, samples := range byServer {
 		ans.Servers = append(ans.Servers, serverSeries(ips[key], samples, names, from, to, d))
 	}
