@@ -108,14 +108,6 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// storeFlagSet returns the flag set of the command name, which reads or
-// edits the store, with --store.path: the directory of the store, as
-// collect's store.path.
-func storeFlagSet(name string, stderr io.Writer) (fs *flag.FlagSet, dir *string) {
-	fs = newFlagSet(name, helpText(name), stderr)
-	return fs, fs.String("store.path", config.Default().Store.Path, "`DIR`ectory of the store (as collect's store.path)")
-}
-
 // createFile creates the file path for writing; what names it in the
 // error.
 func createFile(path, what string) (*os.File, error) {

@@ -94,9 +94,9 @@ func (q *queryFlags) open() (report.Source, store.Query, report.Format, func(), 
 	if _, err := os.Stat(db); err != nil && q.storePath == "" && q.cfgPath == "" {
 		return nil, sq, f, nil, fmt.Errorf("no store at %s (%w): run this in the collector's directory, or name the store with --store.path DIR (or --config FILE), or ask a running collector with --url http://HOST:9939", db, err)
 	}
-	r, err := store.OpenReader(db)
+	r, err := openReader(db)
 	if err != nil {
-		return nil, sq, f, nil, fmt.Errorf("open store: %w", err)
+		return nil, sq, f, nil, err
 	}
 	return report.StoreSource{R: r}, sq, f, func() { r.Close() }, nil
 }
