@@ -36,8 +36,7 @@ type History struct {
 	// Run.
 	Silent func() []string
 
-	path string       // where the samples are kept across restarts ("" nowhere)
-	log  *slog.Logger // for a failed save
+	file atomicfile.State // where the samples are kept across restarts (Restore)
 
 	mu      sync.Mutex
 	names   []string       // series names, in the order they first appeared
@@ -70,12 +69,12 @@ func (h *History) Run(ctx context.Context) error {
 	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
-			h.saveOrLog()
+			h.file.SaveOrLog(h.saved)
 			return nil
 		case now := <-t.C:
 			h.Sample(now)
 			if n%saveEvery == 0 {
-				h.saveOrLog()
+				h.file.SaveOrLog(h.saved)
 			}
 		}
 	}
@@ -91,7 +90,7 @@ const maxHistoryFile = 256 << 20
 // a file that does not parse is ignored (the history starts empty) and
 // reported.
 func (h *History) Restore(path string, now time.Time, log *slog.Logger) error {
-	h.path, h.log = path, log
+	h.file = atomicfile.State{Path: path, Log: log, Lost: "Health history not saved; a restart will start it empty"}
 	var a HealthAnswer
 	found, err := atomicfile.ReadJSON(path, maxHistoryFile, &a)
 	if err != nil {
@@ -130,28 +129,13 @@ func (h *History) Restore(path string, now time.Time, log *slog.Logger) error {
 	return nil
 }
 
-// saveOrLog saves the samples; a failure (a full disk) costs only the
-// history of a restart, and is logged (at most once a minute).
-func (h *History) saveOrLog() {
-	if err := h.save(); err != nil && h.log != nil {
-		h.log.Warn("Health history not saved; a restart will start it empty", "err", err)
-	}
-}
-
-// save writes the samples to h's file, through a temporary file renamed
-// over it (a crash leaves the previous one).
-func (h *History) save() error {
-	if h.path == "" {
-		return nil
-	}
+// saved is what the file keeps: the samples, without a verdict.
+func (h *History) saved() any {
 	a := h.Answer(time.Time{})
-	if err := atomicfile.WriteJSON(h.path, struct {
+	return struct {
 		Names   []string       `json:"names"`
 		Samples []HealthSample `json:"samples"`
-	}{a.Names, a.Samples}); err != nil {
-		return fmt.Errorf("save health history: %w", err)
-	}
-	return nil
+	}{a.Names, a.Samples}
 }
 
 // Sample gathers the metrics once, as at now.

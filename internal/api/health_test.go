@@ -211,7 +211,7 @@ func TestHistoryRestore(t *testing.T) {
 		r.packets.Add(100)
 		h.Sample(t0.Add(time.Duration(i) * 10 * time.Second))
 	}
-	if err := h.save(); err != nil {
+	if err := h.file.Save(h.saved); err != nil {
 		t.Fatal(err)
 	}
 	before := h.Answer(time.Time{})

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 )
 
@@ -51,4 +52,35 @@ func ReadJSON(path string, limit int64, v any) (found bool, err error) {
 		return true, fmt.Errorf("%s: %w", path, err)
 	}
 	return true, nil
+}
+
+// State is a component's state kept across restarts in a JSON file: read
+// once at start (ReadJSON), replaced as the component goes (WriteJSON). A
+// failed save costs only what a restart would have found, so SaveOrLog
+// logs it and the component goes on.
+type State struct {
+	Path string       // the file; "": nothing is kept
+	Log  *slog.Logger // for a failed save; nil: not logged
+	// Lost says what a failed save loses, as its log message ("Health
+	// history not saved; a restart will start it empty").
+	Lost string
+}
+
+// Save replaces the file with the JSON of what value returns; without a
+// Path it does nothing (and does not call value).
+func (s State) Save(value func() any) error {
+	if s.Path == "" {
+		return nil
+	}
+	if err := WriteJSON(s.Path, value()); err != nil {
+		return fmt.Errorf("save %s: %w", s.Path, err)
+	}
+	return nil
+}
+
+// SaveOrLog is Save, logging a failure (a full disk) with Lost.
+func (s State) SaveOrLog(value func() any) {
+	if err := s.Save(value); err != nil && s.Log != nil {
+		s.Log.Warn(s.Lost, "err", err)
+	}
 }

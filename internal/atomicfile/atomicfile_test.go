@@ -1,6 +1,7 @@
 package atomicfile
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,5 +44,28 @@ func TestReadJSON(t *testing.T) {
 	}
 	if found, err := ReadJSON(path, 4, &v); !found || err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("cut at the limit: found %v, %v", found, err)
+	}
+}
+
+// TestState: without a path nothing is built or written; a failed save
+// (here a directory that does not exist) is logged with Lost, and the
+// file of a working save reads back.
+func TestState(t *testing.T) {
+	if err := (State{}).Save(func() any { t.Fatal("value built without a path"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var logged strings.Builder
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	dir := t.TempDir()
+	bad := State{Path: filepath.Join(dir, "missing", "f.json"), Log: log, Lost: "state not saved"}
+	bad.SaveOrLog(func() any { return 1 })
+	if !strings.Contains(logged.String(), "state not saved") || !strings.Contains(logged.String(), "missing") {
+		t.Fatalf("log %q", logged.String())
+	}
+	good := State{Path: filepath.Join(dir, "f.json"), Log: log}
+	good.SaveOrLog(func() any { return []int{7} })
+	var v []int
+	if found, err := ReadJSON(good.Path, 1<<10, &v); !found || err != nil || len(v) != 1 || v[0] != 7 {
+		t.Fatalf("read back %v, %v, %v", v, found, err)
 	}
 }

@@ -18,7 +18,6 @@ package monitored
 
 import (
 	"bytes"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xrdmon/xrdmon/internal/atomicfile"
 	"github.com/xrdmon/xrdmon/internal/correlate"
 	"github.com/xrdmon/xrdmon/internal/metrics"
 	"github.com/xrdmon/xrdmon/internal/record"
@@ -92,8 +92,7 @@ type Monitor struct {
 	servers map[string]*server     // by address (activity.go)
 	gen     uint64                 // commits with activity seen
 
-	path string       // where the servers heard are kept (Restore)
-	log  *slog.Logger // for a failed save
+	file atomicfile.State // where the servers heard are kept (Restore)
 
 	descs descs
 }

@@ -204,7 +204,7 @@ func TestRestoreServers(t *testing.T) {
 		a.Heard[correlate.StreamF] = base.Add(time.Duration(i) * 10 * time.Second).Unix()
 		m.Observe(nil, nil, []correlate.ServerActivity{a})
 	}
-	if err := m.save(); err != nil {
+	if err := m.file.Save(m.saved); err != nil {
 		t.Fatal(err)
 	}
 	now = base.Add(time.Hour)

@@ -28,7 +28,7 @@ const maxServersFile = 64 << 20
 // the collector stopped is then still flagged after a restart. A missing
 // file is a first start.
 func (m *Monitor) Restore(path string, log *slog.Logger) error {
-	m.path, m.log = path, log
+	m.file = atomicfile.State{Path: path, Log: log, Lost: "Servers heard not saved; after a restart they are listed again once heard"}
 	var saved []savedServer
 	found, err := atomicfile.ReadJSON(path, maxServersFile, &saved)
 	if err != nil {
@@ -67,26 +67,16 @@ func (m *Monitor) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			m.saveOrLog()
+			m.file.SaveOrLog(m.saved)
 			return nil
 		case <-t.C:
-			m.saveOrLog()
+			m.file.SaveOrLog(m.saved)
 		}
 	}
 }
 
-func (m *Monitor) saveOrLog() {
-	if err := m.save(); err != nil && m.log != nil {
-		m.log.Warn("Servers heard not saved; after a restart they are listed again once heard", "err", err)
-	}
-}
-
-// save writes the servers to m's file through a temporary file renamed
-// over it.
-func (m *Monitor) save() error {
-	if m.path == "" {
-		return nil
-	}
+// saved is what the file keeps: the servers heard.
+func (m *Monitor) saved() any {
 	m.mu.Lock()
 	saved := make([]savedServer, 0, len(m.servers))
 	for _, s := range m.servers {
@@ -99,8 +89,5 @@ func (m *Monitor) save() error {
 		saved = append(saved, v)
 	}
 	m.mu.Unlock()
-	if err := atomicfile.WriteJSON(m.path, saved); err != nil {
-		return fmt.Errorf("save servers heard: %w", err)
-	}
-	return nil
+	return saved
 }
