@@ -354,29 +354,45 @@ type Purge struct {
 // ParsePurge parses the payload of a 'p' record: `<name>\n&tod=...`.
 func ParsePurge(payload []byte) (Purge, error) {
 	var p Purge
-	name, rest := splitInfo(payload)
+	err := parseFRM(payload, &p.Name, &p.Tod, &p.Size, func(k, v []byte) bool {
+		switch string(k) {
+		case "at":
+			p.Atime = parseIntOr(v)
+		case "ct":
+			p.Ctime = parseIntOr(v)
+		case "mt":
+			p.Mtime = parseIntOr(v)
+		case "fn":
+			p.Physical = len(v) == 1 && v[0] == 'p'
+		}
+		return true
+	})
+	return p, err
+}
+
+// parseFRM parses the payload of a 'p' or 'x' record: what appendFRMHead
+// writes (the file's name on its own line, its tod and sz) into name, tod
+// and size, and every other key=value with more, which reports whether
+// the value is valid.
+func parseFRM(payload []byte, name *[]byte, tod, size *int64, more func(k, v []byte) bool) error {
+	n, rest := splitInfo(payload)
 	if rest == nil {
-		return p, ErrSyntax
+		return ErrSyntax
 	}
-	p.Name = name
-	kv := KV(rest)
-	for kv.Next() {
+	*name = n
+	for kv := KV(rest); kv.Next(); {
 		switch string(kv.Key) {
 		case "tod":
-			p.Tod = parseIntOr(kv.Value)
+			*tod = parseIntOr(kv.Value)
 		case "sz":
-			p.Size = parseIntOr(kv.Value)
-		case "at":
-			p.Atime = parseIntOr(kv.Value)
-		case "ct":
-			p.Ctime = parseIntOr(kv.Value)
-		case "mt":
-			p.Mtime = parseIntOr(kv.Value)
-		case "fn":
-			p.Physical = len(kv.Value) == 1 && kv.Value[0] == 'p'
+			*size = parseIntOr(kv.Value)
+		default:
+			if !more(kv.Key, kv.Value) {
+				return ErrSyntax
+			}
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // FRM transfer operations (§2.9).
@@ -405,34 +421,25 @@ type FRMXfer struct {
 // ParseFRMXfer parses the payload of an 'x' record: `<lfn>\n&tod=...`.
 func ParseFRMXfer(payload []byte) (FRMXfer, error) {
 	var x FRMXfer
-	lfn, rest := splitInfo(payload)
-	if rest == nil {
-		return x, ErrSyntax
-	}
-	x.LFN = lfn
-	kv := KV(rest)
-	for kv.Next() {
-		switch string(kv.Key) {
-		case "tod":
-			x.Tod = parseIntOr(kv.Value)
-		case "sz":
-			x.Size = parseIntOr(kv.Value)
-		case "qt":
-			x.QueueTime = parseIntOr(kv.Value)
-		case "tm":
-			x.XferTime = parseIntOr(kv.Value)
+	err := parseFRM(payload, &x.LFN, &x.Tod, &x.Size, func(k, v []byte) bool {
+		switch string(k) {
 		case "op":
-			if len(kv.Value) != 1 || kv.Value[0] < '0' || kv.Value[0] > '6' {
-				return x, ErrSyntax
+			if len(v) != 1 || v[0] < '0' || v[0] > '6' {
+				return false
 			}
-			x.Op = kv.Value[0] - '0'
-		case "rc":
-			x.RC = parseIntOr(kv.Value)
+			x.Op = v[0] - '0'
+		case "qt":
+			x.QueueTime = parseIntOr(v)
+		case "tm":
+			x.XferTime = parseIntOr(v)
 		case "pd":
-			x.Detail = kv.Value
+			x.Detail = v
+		case "rc":
+			x.RC = parseIntOr(v)
 		}
-	}
-	return x, nil
+		return true
+	})
+	return x, err
 }
 
 // parseUint parses a decimal unsigned number without allocating.

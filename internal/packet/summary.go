@@ -165,26 +165,21 @@ func parseXMLSummary(b []byte) (*Summary, error) {
 	return s, nil
 }
 
-// header sets a field of the statistics header.
+// summaryHeader names the attributes of the statistics header, the
+// numbers first (Summary.header).
+var summaryHeader = [...]string{"tod", "tos", "pid", "ver", "src", "pgm", "ins", "site"}
+
+// header sets the field of the statistics header named k (summaryHeader);
+// it ignores other names.
 func (s *Summary) header(k, v string) {
-	n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	switch k {
-	case "tod":
-		s.Tod = n
-	case "tos":
-		s.Tos = n
-	case "pid":
-		s.Pid = n
-	case "ver":
-		s.Ver = v
-	case "src":
-		s.Src = v
-	case "pgm":
-		s.Pgm = v
-	case "ins":
-		s.Ins = v
-	case "site":
-		s.Site = v
+	nums := [...]*int64{&s.Tod, &s.Tos, &s.Pid}
+	texts := [...]*string{&s.Ver, &s.Src, &s.Pgm, &s.Ins, &s.Site}
+	switch i := slices.Index(summaryHeader[:], k); {
+	case i < 0:
+	case i < len(nums):
+		*nums[i], _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	default:
+		*texts[i-len(nums)] = v
 	}
 }
 
@@ -221,7 +216,7 @@ func parseJSONSummary(b []byte) (*Summary, error) {
 		return nil, ErrSummaryHeader
 	}
 	s := &Summary{}
-	for _, k := range []string{"tod", "tos", "pid", "ver", "src", "pgm", "ins", "site"} {
+	for _, k := range summaryHeader {
 		switch v := st[k].(type) {
 		case json.Number:
 			s.header(k, v.String())
