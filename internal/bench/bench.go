@@ -22,7 +22,6 @@ import (
 
 	"github.com/xrdmon/xrdmon/internal/loadgen"
 	"github.com/xrdmon/xrdmon/internal/signal"
-	"github.com/xrdmon/xrdmon/internal/units"
 )
 
 // Target is the collector under test, started afresh for every step.
@@ -170,6 +169,23 @@ type Row struct {
 	SimSpeed float64
 }
 
+// Validate reports a time or a count of cfg that is not positive (start
+// from DefaultConfig: Run fills in no defaults).
+func (cfg Config) Validate() error {
+	for _, t := range []struct {
+		flag string
+		v    time.Duration
+	}{{"step-duration", cfg.StepDuration}, {"quiet", cfg.Quiet}, {"max-settle", cfg.MaxSettle}, {"poll", cfg.Poll}} {
+		if t.v <= 0 {
+			return fmt.Errorf("bench: %s must be positive, not %s", t.flag, t.v)
+		}
+	}
+	if cfg.Packets <= 0 {
+		return fmt.Errorf("bench: packets must be positive, not %d", cfg.Packets)
+	}
+	return nil
+}
+
 // Run runs every step of the scenario in order and returns one row per
 // step. A step that fails to start ends the run with the rows so far.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) ([]Row, error) {
@@ -179,16 +195,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) ([]Row, error) {
 	if len(cfg.Target.Command) == 0 {
 		return nil, errors.New("bench: no target command")
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	steps, err := cfg.Scenario.Steps()
 	if err != nil {
 		return nil, err
 	}
-	d := DefaultConfig()
-	units.Default(&cfg.Poll, d.Poll)
-	units.Default(&cfg.Quiet, d.Quiet)
-	units.Default(&cfg.MaxSettle, d.MaxSettle)
-	units.Default(&cfg.StepDuration, d.StepDuration)
-	units.Default(&cfg.Packets, d.Packets)
 	if cfg.WorkDir == "" {
 		if cfg.WorkDir, err = os.MkdirTemp("", "xrdmon-bench-"); err != nil {
 			return nil, fmt.Errorf("bench work dir: %w", err)

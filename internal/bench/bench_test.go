@@ -316,3 +316,28 @@ func TestExpand(t *testing.T) {
 		t.Errorf("expand = %q, want %q", got, want)
 	}
 }
+
+// TestValidate: the defaults are valid; a zero time or count is refused
+// by name (Run fills in no defaults), before any step starts.
+func TestValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for name, set := range map[string]func(*Config){
+		"poll":          func(c *Config) { c.Poll = 0 },
+		"quiet":         func(c *Config) { c.Quiet = -time.Second },
+		"step-duration": func(c *Config) { c.StepDuration = 0 },
+		"max-settle":    func(c *Config) { c.MaxSettle = 0 },
+		"packets":       func(c *Config) { c.Packets = 0 },
+	} {
+		c := DefaultConfig()
+		set(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v", name, err)
+		}
+		c.Target.Command = []string{"true"}
+		if _, err := Run(context.Background(), c, nil); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("Run with a bad %s: %v", name, err)
+		}
+	}
+}
