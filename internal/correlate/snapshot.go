@@ -295,40 +295,41 @@ func (e *snapScratch) lists(s *Shard) {
 // pending writes the references waiting for their map record (paths, users) and their expiry queue.
 func (e *snapScratch) pending(s *Shard) {
 	// pending references
-	e.keys = e.keys[:0]
-	for k := range s.paths.all() {
-		e.keys = append(e.keys, k)
-	}
-	slices.Sort(e.keys)
-	e.uv(uint64(len(e.keys)))
-	for _, k := range e.keys {
-		p, _ := s.paths.get(k)
-		e.uv(k)
+	writeIndex(e, s.paths, func(p pendingPath) {
 		e.str(p.path)
 		e.uv(uint64(p.user))
 		e.v(p.at)
-	}
-	e.keys = e.keys[:0]
-	for k := range s.users.all() {
-		e.keys = append(e.keys, k)
-	}
-	slices.Sort(e.keys)
-	e.uv(uint64(len(e.keys)))
-	for _, k := range e.keys {
-		p, _ := s.users.get(k)
-		e.uv(k)
+	})
+	writeIndex(e, s.users, func(p *pendingUser) {
 		e.token(p.token)
 		e.v(int64(p.exp))
 		e.v(int64(p.act))
 		e.buf = append(e.buf, b2u(p.hasUEAC))
 		e.v(p.at)
-	}
+	})
 	q := s.pending.q[s.pending.head:]
 	e.uv(uint64(len(q)))
 	for i := range q {
 		e.uv(q[i].key)
 		e.v(q[i].at)
 		e.buf = append(e.buf, q[i].kind)
+	}
+}
+
+// writeIndex writes the entries of x in key order, so that the same
+// state makes the same snapshot: their number, then each key and what
+// entry writes of its value.
+func writeIndex[V any](e *snapScratch, x index[V], entry func(V)) {
+	e.keys = e.keys[:0]
+	for k := range x.all() {
+		e.keys = append(e.keys, k)
+	}
+	slices.Sort(e.keys)
+	e.uv(uint64(len(e.keys)))
+	for _, k := range e.keys {
+		v, _ := x.get(k)
+		e.uv(k)
+		entry(v)
 	}
 }
 
@@ -407,39 +408,51 @@ func (e *snapScratch) text(ss *session) {
 	e.buf = codec.AppendBytes(e.buf, e.textBuf)
 }
 
-func (e *snapScratch) login(l *loginInfo) {
-	if l == nil {
+// shared is what sessions share, written once per snapshot and then
+// referred to by its number there (snapRef): a login or a token.
+type shared interface {
+	comparable
+	ref() *snapRef
+}
+
+func (l *loginInfo) ref() *snapRef { return &l.snap }
+func (t *tokenInfo) ref() *snapRef { return &t.snap }
+
+// writeShared writes v as a reference: 0 for none, its number + 2 when
+// this snapshot wrote it already; else 1, then what full writes of it
+// (its number is the next of *count). readShared reads it back.
+func writeShared[T shared](e *snapScratch, v T, count *uint32, full func(T)) {
+	var none T
+	if v == none {
 		e.buf = append(e.buf, 0)
 		return
 	}
-	if l.snap.epoch == e.epoch {
-		e.uv(uint64(l.snap.id) + 2)
+	r := v.ref()
+	if r.epoch == e.epoch {
+		e.uv(uint64(r.id) + 2)
 		return
 	}
-	l.snap = snapRef{e.epoch, e.logins}
-	e.logins++
+	*r = snapRef{e.epoch, *count}
+	*count++
 	e.buf = append(e.buf, 1)
-	for _, s := range [...]string{l.authProt, l.dn, l.host, l.vo, l.role, l.groups, l.monInfo, l.release, l.app, l.info} {
-		e.str(s)
-	}
-	e.buf = append(e.buf, b2u(l.ipv6))
+	full(v)
+}
+
+func (e *snapScratch) login(l *loginInfo) {
+	writeShared(e, l, &e.logins, func(l *loginInfo) {
+		for _, s := range [...]string{l.authProt, l.dn, l.host, l.vo, l.role, l.groups, l.monInfo, l.release, l.app, l.info} {
+			e.str(s)
+		}
+		e.buf = append(e.buf, b2u(l.ipv6))
+	})
 }
 
 func (e *snapScratch) token(t *tokenInfo) {
-	if t == nil {
-		e.buf = append(e.buf, 0)
-		return
-	}
-	if t.snap.epoch == e.epoch {
-		e.uv(uint64(t.snap.id) + 2)
-		return
-	}
-	t.snap = snapRef{e.epoch, e.tokens}
-	e.tokens++
-	e.buf = append(e.buf, 1)
-	for _, s := range [...]string{t.subject, t.name, t.org, t.role, t.groups} {
-		e.str(s)
-	}
+	writeShared(e, t, &e.tokens, func(t *tokenInfo) {
+		for _, s := range [...]string{t.subject, t.name, t.org, t.role, t.groups} {
+			e.str(s)
+		}
+	})
 }
 
 func (e *snapScratch) tracker(t *seqTracker) {
@@ -561,42 +574,42 @@ func (d *decoder) str(in *interner) string {
 	}
 }
 
-func (d *decoder) login() *loginInfo {
+// readShared reads what writeShared wrote: none, a value that full reads
+// (the next of *table), or one of *table read before; what names it in
+// the error of a reference out of range.
+func readShared[T any](d *decoder, what string, table *[]T, full func() T) T {
+	var none T
 	switch x := d.Uvarint(); {
 	case d.Err() != nil || x == 0:
-		return nil
+		return none
 	case x == 1:
+		v := full()
+		*table = append(*table, v)
+		return v
+	default:
+		if x-2 >= uint64(len(*table)) {
+			d.Fail("%s reference %d out of range", what, x-2)
+			return none
+		}
+		return (*table)[x-2]
+	}
+}
+
+func (d *decoder) login() *loginInfo {
+	return readShared(d, "login", &d.logins, func() *loginInfo {
 		n := &d.s.names
 		l := &loginInfo{authProt: d.str(n), dn: d.str(n), host: d.str(n), vo: d.str(n), role: d.str(n),
 			groups: d.str(n), monInfo: d.str(n), release: d.str(n), app: d.str(n), info: d.str(n)}
 		l.ipv6 = d.Byte() != 0
-		d.logins = append(d.logins, l)
 		return l
-	default:
-		if x-2 >= uint64(len(d.logins)) {
-			d.Fail("login reference %d out of range", x-2)
-			return nil
-		}
-		return d.logins[x-2]
-	}
+	})
 }
 
 func (d *decoder) token() *tokenInfo {
-	switch x := d.Uvarint(); {
-	case d.Err() != nil || x == 0:
-		return nil
-	case x == 1:
+	return readShared(d, "token", &d.tokens, func() *tokenInfo {
 		n := &d.s.names
-		t := d.s.shareToken(&tokenInfo{subject: d.str(n), name: d.str(n), org: d.str(n), role: d.str(n), groups: d.str(n)})
-		d.tokens = append(d.tokens, t)
-		return t
-	default:
-		if x-2 >= uint64(len(d.tokens)) {
-			d.Fail("token reference %d out of range", x-2)
-			return nil
-		}
-		return d.tokens[x-2]
-	}
+		return d.s.shareToken(&tokenInfo{subject: d.str(n), name: d.str(n), org: d.str(n), role: d.str(n), groups: d.str(n)})
+	})
 }
 
 // tracker reads a sequence tracker of a counter of modulus mod.
