@@ -797,10 +797,9 @@ func fastTPCTransfer(out, line []byte) ([]byte, bool) {
 		rc, ipv                                int64
 		streams, size                          uint64
 		seen                                   uint32
-		ok                                     bool
 	)
 	s := scanner{b: line}
-	xeq := func(k []byte) (uint32, bool) {
+	xeq := func(k []byte) (_ uint32, ok bool) {
 		switch string(k) {
 		case "Beg":
 			beg, ok = s.str()
@@ -823,7 +822,7 @@ func fastTPCTransfer(out, line []byte) ([]byte, bool) {
 		}
 		return 0, false
 	}
-	ok = s.members(&seen, func(k []byte) (uint32, bool) {
+	ok := s.members(&seen, func(k []byte) (_ uint32, ok bool) {
 		switch string(k) {
 		case "TPC":
 			proto, ok = s.str()
